@@ -1,0 +1,48 @@
+# records-gateway: `make run` and `make test` work on a fresh machine with Python 3.11+.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8080
+
+.PHONY: run test lint unit bench redis-server clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed-run
+
+## run: the gateway with the reference upstream in the same process, on $(HOST):$(PORT)
+run: $(VENV)/.installed-run
+	$(BIN)/records-gateway serve --demo --host $(HOST) --port $(PORT)
+
+## redis-server: make sure a redis-server binary exists (Debian's package, as root)
+redis-server:
+	@if command -v redis-server >/dev/null 2>&1; then \
+		echo "redis-server: $$(command -v redis-server)"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's redis-server"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+	else \
+		echo "redis-server is missing: install it (e.g. apt-get install redis-server) and retry" >&2; exit 1; \
+	fi
+
+## lint: ruff check, ruff format --check, mypy --strict
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## test: lint, then the whole suite against real sockets and a real redis-server
+test: $(VENV)/.installed-test redis-server lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

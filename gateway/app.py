@@ -1,0 +1,39 @@
+"""The app factory: routes, middleware and the lifetimes of shared resources."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from gateway.handlers import healthz, record_handler
+from gateway.middleware import edge_middleware
+from gateway.normalise import Normaliser
+from gateway.params import ROUTES
+from gateway.pipeline import RecordPipeline
+from gateway.settings import Settings
+from gateway.state import PIPELINE, SETTINGS
+from gateway.upstream import UpstreamClient, create_session
+
+
+def create_app(settings: Settings) -> web.Application:
+    """Build the gateway application for ``settings``."""
+    app = web.Application(middlewares=[edge_middleware])
+    app[SETTINGS] = settings
+    for route in ROUTES:
+        app.router.add_get(route.template, record_handler(route), name=route.name)
+    app.router.add_get("/healthz", healthz, name="healthz")
+    app.cleanup_ctx.append(_pipeline_ctx)
+    return app
+
+
+async def _pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
+    """One upstream session for the life of the app, closed on shutdown."""
+    settings = app[SETTINGS]
+    session = create_session(settings.upstream)
+    upstream = UpstreamClient(session, settings.upstream)
+    app[PIPELINE] = RecordPipeline(upstream, Normaliser())
+    try:
+        yield
+    finally:
+        await session.close()

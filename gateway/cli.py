@@ -1,0 +1,106 @@
+"""The command line: ``records-gateway`` (or ``python -m gateway``) and its subcommands.
+
+serve          run the gateway
+demo-upstream  run the reference upstream alone
+check-config   validate the configuration and print it, secrets redacted
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gateway import __version__
+from gateway.errors import ConfigError
+from gateway.settings import Settings, load_settings, redacted
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="records-gateway",
+        description="Caching, normalising gateway for the Financial Records Read API.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the gateway")
+    _config_option(serve)
+    serve.add_argument("--host", help="listen address (overrides server.host)")
+    serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="also run the reference upstream in this process and point the gateway at it",
+    )
+
+    demo = commands.add_parser("demo-upstream", help="run the reference upstream alone")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=9090)
+    demo.add_argument("--latency-ms", type=float, default=0.0, help="added to every answer")
+    demo.add_argument("--seed", type=int, default=42, help="seed of the generated data set")
+    demo.add_argument(
+        "--token",
+        action="append",
+        dest="tokens",
+        metavar="TOKEN",
+        help="an accepted bearer token (repeatable; default: demo-token)",
+    )
+
+    check = commands.add_parser("check-config", help="validate and print the configuration")
+    _config_option(check)
+    return parser
+
+
+def _config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config", type=Path, metavar="PATH", help="TOML config file (see config.example.toml)"
+    )
+
+
+def _settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Settings:
+    try:
+        return load_settings(args.config, overrides)
+    except ConfigError as exc:
+        print(f"records-gateway: configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from exc
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the console script and of ``python -m gateway``."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    if args.command == "check-config":
+        settings = _settings(args)
+        print(json.dumps(redacted(settings), indent=2, sort_keys=False))
+        return
+
+    if args.command == "demo-upstream":
+        from gateway.demo import run_demo_upstream
+
+        run_demo_upstream(
+            host=args.host,
+            port=args.port,
+            latency_ms=args.latency_ms,
+            seed=args.seed,
+            tokens=frozenset(args.tokens or ["demo-token"]),
+        )
+        return
+
+    server: dict[str, Any] = {}
+    if args.host is not None:
+        server["host"] = args.host
+    if args.port is not None:
+        server["port"] = args.port
+    settings = _settings(args, {"server": server} if server else None)
+
+    from gateway.server import run, serve
+
+    run(serve(settings, demo=args.demo))

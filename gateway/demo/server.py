@@ -1,0 +1,96 @@
+"""Running the reference upstream on a real socket.
+
+``start_demo_server`` is for code that owns an event loop (tests, benchmarks, the
+gateway's demo mode); ``run_demo_upstream`` blocks the process serving until SIGINT
+or SIGTERM (the ``records-gateway demo-upstream`` command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from aiohttp import web
+
+from gateway.demo.app import DEFAULT_TOKENS, create_demo_app
+
+
+class DemoServer:
+    """A started reference upstream; ``url`` has the port actually bound."""
+
+    __slots__ = ("_runner", "app", "url")
+
+    def __init__(self, runner: web.AppRunner, url: str) -> None:
+        self._runner = runner
+        self.app: web.Application = runner.app
+        self.url = url
+
+    async def close(self) -> None:
+        await self._runner.cleanup()
+
+    async def __aenter__(self) -> DemoServer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+async def start_demo_server(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tokens: frozenset[str] = DEFAULT_TOKENS,
+    latency_ms: float = 0.0,
+    seed: int = 42,
+) -> DemoServer:
+    """Serve ``create_demo_app(...)`` on ``host:port`` (0: a free port) until closed."""
+    app = create_demo_app(tokens=tokens, latency_ms=latency_ms, seed=seed)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound_host, bound_port = runner.addresses[0][:2]
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return DemoServer(runner, f"http://{_url_host(bound_host)}:{bound_port}")
+
+
+def run_demo_upstream(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 9090,
+    latency_ms: float = 0.0,
+    seed: int = 42,
+    tokens: frozenset[str] = DEFAULT_TOKENS,
+) -> None:
+    """Serve the reference upstream in the foreground until SIGINT or SIGTERM."""
+    asyncio.run(_serve_until_signalled(host, port, latency_ms, seed, tokens))
+
+
+async def _serve_until_signalled(
+    host: str, port: int, latency_ms: float, seed: int, tokens: frozenset[str]
+) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        server = await start_demo_server(
+            host=host, port=port, tokens=tokens, latency_ms=latency_ms, seed=seed
+        )
+        try:
+            print(f"reference upstream listening on {server.url}", flush=True)
+            await stop.wait()
+        finally:
+            await server.close()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    print("reference upstream stopped", file=sys.stderr, flush=True)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

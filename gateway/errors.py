@@ -1,0 +1,88 @@
+"""The gateway's exceptions. Third-party errors are translated into these at the
+boundary where they happen (``raise UpstreamTimeout(...) from exc``), so that no
+aiohttp or redis exception reaches a handler. Only the HTTP edge turns them into
+problem responses.
+
+    GatewayError
+    ├── ConfigError                  a setting is missing or invalid (exit 2)
+    ├── RequestError                 the caller's request is at fault (4xx)
+    │   ├── InvalidParameters        400, lists every bad parameter
+    │   └── AuthenticationRequired   401, no usable bearer token
+    └── UpstreamError                the upstream did not give a usable answer
+        ├── UpstreamUnavailable      refused, reset, DNS failure (502)
+        ├── UpstreamTimeout          connect or read timeout (504)
+        ├── UpstreamRejected         the upstream answered 401/403/404/429 (same status)
+        ├── UpstreamFailed           the upstream answered 5xx or an unexpected 4xx (502)
+        └── UpstreamContractError    2xx whose body breaks the contract (502)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+
+class ConfigError(GatewayError):
+    """The configuration is invalid; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterProblem:
+    """One bad request parameter and what is wrong with it."""
+
+    parameter: str
+    message: str
+
+
+class RequestError(GatewayError):
+    """The request itself is at fault."""
+
+
+class InvalidParameters(RequestError):
+    """One or more request parameters are invalid."""
+
+    def __init__(self, problems: list[ParameterProblem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{p.parameter}: {p.message}" for p in problems))
+
+
+class AuthenticationRequired(RequestError):
+    """No usable ``Authorization: Bearer`` header."""
+
+
+class UpstreamError(GatewayError):
+    """The upstream did not give a usable answer."""
+
+    def __init__(self, detail: str, *, upstream_status: int | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.upstream_status = upstream_status
+
+
+class UpstreamUnavailable(UpstreamError):
+    """The upstream could not be reached (refused, reset, DNS failure)."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """The upstream did not answer within the configured timeout."""
+
+
+class UpstreamRejected(UpstreamError):
+    """The upstream refused the request with 401, 403, 404 or 429."""
+
+    def __init__(
+        self, detail: str, *, upstream_status: int, retry_after: str | None = None
+    ) -> None:
+        super().__init__(detail, upstream_status=upstream_status)
+        self.retry_after = retry_after
+
+
+class UpstreamFailed(UpstreamError):
+    """The upstream answered with a server error or an unexpected client error."""
+
+
+class UpstreamContractError(UpstreamError):
+    """The upstream answered 2xx with a body that breaks the API contract."""

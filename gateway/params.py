@@ -1,0 +1,239 @@
+"""The six record routes and the validation of their parameters.
+
+Validation turns the raw path and query into a :class:`RecordQuery`: typed,
+canonical values with defaults filled in, in a fixed order. Nothing reaches the
+upstream unless it passed here, and the canonical form is what the cache keys on,
+so ``?limit=10&page=1``, ``?page=1`` and no query are one and the same request.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal, InvalidOperation
+from urllib.parse import quote
+
+from gateway.errors import InvalidParameters, ParameterProblem
+
+MAX_TEXT_LENGTH = 200
+MAX_PAGE = 1_000_000_000
+_DIGITS = re.compile(r"[0-9]{1,10}")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+_MAX_AMOUNT_DIGITS = 40
+TYPES = ("CASH", "BANK")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    """One record route: its name (also its TTL key), path template and query."""
+
+    name: str
+    template: str
+    query_params: tuple[str, ...]
+    path_param: str | None = None
+
+    @property
+    def is_list(self) -> bool:
+        return self.path_param is None
+
+
+_PAGING = ("page", "limit")
+USERS = RouteSpec("users", "/users", _PAGING)
+CLIENTS = RouteSpec("clients", "/clients", _PAGING)
+EXPENSES = RouteSpec(
+    "expenses",
+    "/expenses",
+    (*_PAGING, "dateFrom", "dateTo", "amount", "concept", "account", "status", "type", "user"),
+)
+EXPENSE = RouteSpec("expense", "/expenses/{expenseId}", (), path_param="expenseId")
+ACCOUNTS = RouteSpec("accounts", "/accounts", (*_PAGING, "type", "bankCode"))
+ACCOUNT = RouteSpec("account", "/accounts/{accountId}", (), path_param="accountId")
+ROUTES: tuple[RouteSpec, ...] = (USERS, CLIENTS, EXPENSES, EXPENSE, ACCOUNTS, ACCOUNT)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordQuery:
+    """A validated request for one route, in canonical form."""
+
+    route: RouteSpec
+    path_value: str | None
+    params: tuple[tuple[str, str], ...]
+
+    def upstream_path(self) -> str:
+        """The path to request upstream, already percent-encoded."""
+        if self.path_value is None:
+            return self.route.template
+        prefix = self.route.template.split("{", 1)[0]
+        return prefix + encode_segment(self.path_value)
+
+    def upstream_params(self, bank_code_param: str) -> list[tuple[str, str]]:
+        """The query to send upstream, under the upstream's parameter names."""
+        return [
+            (bank_code_param if name == "bankCode" else name, value) for name, value in self.params
+        ]
+
+    def canonical(self) -> str:
+        """A stable text for this request, e.g. for a cache key."""
+        segment = "" if self.path_value is None else encode_segment(self.path_value)
+        query = "&".join(f"{name}={quote(value, safe='')}" for name, value in self.params)
+        return f"{self.route.name}|{segment}|{query}"
+
+
+def encode_segment(value: str) -> str:
+    """Percent-encode ``value`` as exactly one path segment.
+
+    Every reserved character is encoded, ``/`` and ``?`` included, and a segment
+    made only of dots is encoded too, so that nothing can reach another path.
+    """
+    encoded = quote(value, safe="")
+    if encoded.strip(".") == "":
+        encoded = encoded.replace(".", "%2E")
+    return encoded
+
+
+class _Collector:
+    """Gathers every problem of one request, so that the 400 lists them all."""
+
+    def __init__(self) -> None:
+        self.problems: list[ParameterProblem] = []
+
+    def add(self, parameter: str, message: str) -> None:
+        self.problems.append(ParameterProblem(parameter, message))
+
+
+def _has_control(value: str) -> bool:
+    return any(ch < " " or "\x7f" <= ch <= "\x9f" for ch in value)
+
+
+def _text(name: str, value: str, problems: _Collector) -> str | None:
+    if value == "":
+        problems.add(name, "must not be empty")
+    elif len(value) > MAX_TEXT_LENGTH:
+        problems.add(name, f"must be at most {MAX_TEXT_LENGTH} characters")
+    elif _has_control(value):
+        problems.add(name, "must not contain control characters")
+    else:
+        return value
+    return None
+
+
+def _integer(name: str, value: str, low: int, high: int, problems: _Collector) -> int | None:
+    if _DIGITS.fullmatch(value) is None or not low <= int(value) <= high:
+        problems.add(name, f"must be an integer from {low} to {high}")
+        return None
+    return int(value)
+
+
+def _date(name: str, value: str, problems: _Collector) -> date | None:
+    if _DATE.fullmatch(value) is None:
+        problems.add(name, "must be a date in the form YYYY-MM-DD")
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        problems.add(name, "is not a real calendar date")
+        return None
+
+
+def canonical_decimal(value: str) -> str | None:
+    """Plain decimal text for a finite number given as text, or None."""
+    if _NUMBER.fullmatch(value) is None:
+        return None
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        return None
+    if not number.is_finite():
+        return None
+    text = format(number.normalize(), "f")
+    if len(text.lstrip("-").replace(".", "")) > _MAX_AMOUNT_DIGITS:
+        return None
+    return "0" if text in ("-0", "0") else text
+
+
+def _amount(name: str, value: str, problems: _Collector) -> str | None:
+    text = canonical_decimal(value)
+    if text is None:
+        problems.add(name, "must be a finite decimal number such as 12.50")
+    return text
+
+
+def _type(name: str, value: str, problems: _Collector) -> str | None:
+    upper = value.upper()
+    if upper not in TYPES:
+        problems.add(name, "must be CASH or BANK")
+        return None
+    return upper
+
+
+def _expense_id(value: str, problems: _Collector) -> str | None:
+    if len(value) in (32, 36):
+        try:
+            return str(uuid.UUID(value))
+        except ValueError:
+            pass
+    problems.add("expenseId", "must be a UUID such as 3f2c1a9e-8b7d-4c6e-9f10-2a3b4c5d6e7f")
+    return None
+
+
+def parse_record_query(
+    route: RouteSpec,
+    path_value: str | None,
+    query: Iterable[tuple[str, str]],
+    *,
+    max_limit: int,
+) -> RecordQuery:
+    """Validate one request for ``route``; raise InvalidParameters listing every problem."""
+    problems = _Collector()
+    allowed = ", ".join(route.query_params) or "none"
+    given: dict[str, str] = {}
+    for name, value in query:
+        if name not in route.query_params:
+            problems.add(name, f"unknown query parameter; allowed: {allowed}")
+        elif name in given:
+            problems.add(name, f"given more than once; allowed once each: {allowed}")
+        else:
+            given[name] = value
+
+    canonical_path: str | None = None
+    if route.path_param == "expenseId":
+        canonical_path = _expense_id(path_value or "", problems)
+    elif route.path_param == "accountId":
+        canonical_path = _text("accountId", path_value or "", problems)
+
+    values: dict[str, str] = {}
+    if route.is_list:
+        page = _integer("page", given.get("page", "1"), 1, MAX_PAGE, problems)
+        limit = _integer("limit", given.get("limit", "10"), 1, max_limit, problems)
+        values["page"] = str(page)
+        values["limit"] = str(limit)
+    dates: dict[str, date] = {}
+    for name in route.query_params[len(_PAGING) :]:
+        if name not in given:
+            continue
+        raw = given[name]
+        checked: str | None
+        if name in ("dateFrom", "dateTo"):
+            day = _date(name, raw, problems)
+            checked = None if day is None else day.isoformat()
+            if day is not None:
+                dates[name] = day
+        elif name == "amount":
+            checked = _amount(name, raw, problems)
+        elif name == "type":
+            checked = _type(name, raw, problems)
+        else:
+            checked = _text(name, raw, problems)
+        if checked is not None:
+            values[name] = checked
+    if "dateFrom" in dates and "dateTo" in dates and dates["dateFrom"] > dates["dateTo"]:
+        problems.add("dateFrom", "must not be after dateTo")
+
+    if problems.problems:
+        raise InvalidParameters(problems.problems)
+    ordered = tuple((name, values[name]) for name in route.query_params if name in values)
+    return RecordQuery(route=route, path_value=canonical_path, params=ordered)

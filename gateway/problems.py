@@ -1,0 +1,160 @@
+"""RFC 9457 problem details: the one shape of every error response."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.errors import (
+    AuthenticationRequired,
+    GatewayError,
+    InvalidParameters,
+    UpstreamContractError,
+    UpstreamError,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+
+PROBLEM_JSON = "application/problem+json"
+_TYPE_BASE = "urn:records-gateway:problem:"
+_MAX_INSTANCE = 1024
+
+
+def problem_response(
+    request: web.Request,
+    *,
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    request_id: str,
+    extra: Mapping[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    """A problem+json response; ``slug`` names the problem type."""
+    body: dict[str, Any] = {
+        "type": _TYPE_BASE + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "instance": request.raw_path[:_MAX_INSTANCE],
+        "requestId": request_id,
+    }
+    if extra:
+        body.update(extra)
+    return web.Response(
+        status=status,
+        body=orjson.dumps(body),
+        content_type=PROBLEM_JSON,
+        headers=headers,
+    )
+
+
+def problem_for_error(request: web.Request, exc: GatewayError, request_id: str) -> web.Response:
+    """The problem response for one of the gateway's own errors."""
+    if isinstance(exc, InvalidParameters):
+        return problem_response(
+            request,
+            status=400,
+            slug="invalid-parameters",
+            title="Invalid request parameters",
+            detail=f"{len(exc.problems)} request parameter(s) are invalid; see errors",
+            request_id=request_id,
+            extra={
+                "errors": [{"parameter": p.parameter, "message": p.message} for p in exc.problems]
+            },
+        )
+    if isinstance(exc, AuthenticationRequired):
+        return problem_response(
+            request,
+            status=401,
+            slug="unauthenticated",
+            title="Authentication required",
+            detail=str(exc),
+            request_id=request_id,
+            headers={"WWW-Authenticate": 'Bearer realm="records-gateway"'},
+        )
+    if isinstance(exc, UpstreamError):
+        return _upstream_problem(request, exc, request_id)
+    return problem_response(
+        request,
+        status=500,
+        slug="internal",
+        title="Internal error",
+        detail="the gateway failed to handle this request; the request id is in the logs",
+        request_id=request_id,
+    )
+
+
+def _upstream_problem(request: web.Request, exc: UpstreamError, request_id: str) -> web.Response:
+    extra = {"upstreamStatus": exc.upstream_status} if exc.upstream_status else None
+    if isinstance(exc, UpstreamRejected):
+        status = exc.upstream_status or 502
+        titles = {
+            401: ("upstream-unauthorized", "The upstream did not accept the token"),
+            403: ("upstream-forbidden", "The upstream refused access"),
+            404: ("not-found", "Record not found"),
+            429: ("rate-limited", "Too many requests"),
+        }
+        slug, title = titles[status]
+        headers: dict[str, str] = {}
+        if status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="records-gateway"'
+        if status == 429 and exc.retry_after:
+            headers["Retry-After"] = exc.retry_after
+        return problem_response(
+            request,
+            status=status,
+            slug=slug,
+            title=title,
+            detail=exc.detail,
+            request_id=request_id,
+            extra=extra,
+            headers=headers,
+        )
+    if isinstance(exc, UpstreamTimeout):
+        status, slug, title = 504, "upstream-timeout", "The upstream did not answer in time"
+    elif isinstance(exc, UpstreamUnavailable):
+        status, slug, title = 502, "upstream-unavailable", "The upstream cannot be reached"
+    elif isinstance(exc, UpstreamContractError):
+        status, slug, title = 502, "upstream-contract", "The upstream broke the API contract"
+    else:
+        status, slug, title = 502, "upstream-failed", "The upstream failed"
+    return problem_response(
+        request,
+        status=status,
+        slug=slug,
+        title=title,
+        detail=exc.detail,
+        request_id=request_id,
+        extra=extra,
+    )
+
+
+def problem_for_http(request: web.Request, exc: web.HTTPException, request_id: str) -> web.Response:
+    """The problem response for aiohttp's own 404, 405 and the like."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        headers["Allow"] = allowed
+        detail = f"{request.method} is not allowed here; allowed: {allowed}"
+    elif isinstance(exc, web.HTTPNotFound):
+        detail = (
+            "no such route; the routes are /users, /clients, /expenses,"
+            " /expenses/{expenseId}, /accounts, /accounts/{accountId}"
+        )
+    else:
+        detail = exc.text or exc.reason
+    return problem_response(
+        request,
+        status=exc.status,
+        slug=exc.reason.lower().replace(" ", "-"),
+        title=exc.reason,
+        detail=detail,
+        request_id=request_id,
+        headers=headers,
+    )

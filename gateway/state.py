@@ -1,0 +1,12 @@
+"""Typed application and request state: every key the web layer stores, in one place."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.pipeline import RecordPipeline
+from gateway.settings import Settings
+
+SETTINGS = web.AppKey("settings", Settings)
+PIPELINE = web.AppKey("pipeline", RecordPipeline)
+REQUEST_ID = web.RequestKey("request_id", str)

@@ -1,0 +1,174 @@
+"""The client for the upstream Financial Records Read API.
+
+One :class:`UpstreamClient` per process wraps one shared ``aiohttp.ClientSession``
+with a bounded connection pool. It forwards a validated :class:`RecordQuery`, and
+turns every way the upstream can fail into an :class:`UpstreamError`, so that no
+aiohttp exception travels further.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from urllib.parse import quote, urlencode
+
+import aiohttp
+from yarl import URL
+
+from gateway import __version__
+from gateway.errors import (
+    UpstreamContractError,
+    UpstreamFailed,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from gateway.params import RecordQuery
+from gateway.settings import UpstreamSettings
+
+USER_AGENT = f"records-gateway/{__version__}"
+_PASSED_THROUGH = {401, 403, 404, 429}
+_READ_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamReply:
+    """A successful upstream answer: its status and its raw body."""
+
+    status: int
+    body: bytes
+    elapsed_s: float
+
+
+def create_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
+    """The one shared session: a bounded pool and explicit timeouts."""
+    connector = aiohttp.TCPConnector(
+        limit=settings.max_connections,
+        limit_per_host=settings.max_connections,
+        ttl_dns_cache=60,
+        enable_cleanup_closed=True,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeouts(settings),
+        headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+        trust_env=False,
+        raise_for_status=False,
+        auto_decompress=True,
+    )
+
+
+def timeouts(settings: UpstreamSettings) -> aiohttp.ClientTimeout:
+    """The whole exchange within ``timeout_s``; the TCP connect within ``connect_timeout_s``."""
+    return aiohttp.ClientTimeout(
+        total=settings.timeout_s,
+        sock_connect=settings.connect_timeout_s,
+    )
+
+
+class UpstreamClient:
+    """Forwards validated record requests to the upstream."""
+
+    def __init__(self, session: aiohttp.ClientSession, settings: UpstreamSettings) -> None:
+        self._session = session
+        self._settings = settings
+        self._timeout = timeouts(settings)
+
+    @property
+    def base_url(self) -> str:
+        return self._settings.base_url
+
+    def url_for(self, query: RecordQuery) -> URL:
+        """The full upstream URL for ``query``, with the path prefix of ``base_url``."""
+        text = self._settings.base_url + query.upstream_path()
+        params = query.upstream_params(self._settings.bank_code_param)
+        if params:
+            text += "?" + urlencode(params, quote_via=quote, safe="")
+        return URL(text, encoded=True)
+
+    async def fetch(
+        self, query: RecordQuery, *, authorization: str, request_id: str
+    ) -> UpstreamReply:
+        """GET ``query`` upstream with the caller's Authorization header, verbatim.
+
+        Returns the 2xx answer; raises an UpstreamError for anything else.
+        """
+        url = self.url_for(query)
+        headers = {"Authorization": authorization, "X-Request-ID": request_id}
+        started = time.perf_counter()
+        what = f"GET {query.route.template}"
+        try:
+            async with self._session.get(
+                url, headers=headers, timeout=self._timeout, allow_redirects=False
+            ) as response:
+                status = response.status
+                if not 200 <= status < 300:
+                    raise _status_error(what, status, response.headers.get("Retry-After"))
+                body = await self._read_limited(response, what)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"{what}: the upstream did not answer within {self._settings.timeout_s:g} s"
+                f" (connect timeout {self._settings.connect_timeout_s:g} s)"
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise UpstreamUnavailable(
+                f"{what}: cannot connect to the upstream ({_reason(exc)})"
+            ) from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise UpstreamUnavailable(
+                f"{what}: the upstream's answer was cut off ({_reason(exc)})"
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(
+                f"{what}: the connection to the upstream failed ({_reason(exc)})"
+            ) from exc
+        return UpstreamReply(status=status, body=body, elapsed_s=time.perf_counter() - started)
+
+    async def _read_limited(self, response: aiohttp.ClientResponse, what: str) -> bytes:
+        limit = self._settings.max_body_bytes
+        too_large = UpstreamContractError(
+            f"{what}: the upstream's body is larger than upstream.max_body_bytes ({limit})",
+            upstream_status=response.status,
+        )
+        if response.content_length is not None and response.content_length > limit:
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(_READ_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _status_error(
+    what: str, status: int, retry_after: str | None
+) -> UpstreamRejected | UpstreamFailed:
+    if status in _PASSED_THROUGH:
+        meaning = {
+            401: "the upstream did not accept the bearer token",
+            403: "the upstream refused access to this record",
+            404: "the upstream has no such record",
+            429: "the upstream is rate limiting this caller",
+        }[status]
+        return UpstreamRejected(
+            f"{what}: {meaning} (upstream status {status})",
+            upstream_status=status,
+            retry_after=retry_after,
+        )
+    if status >= 500:
+        return UpstreamFailed(
+            f"{what}: the upstream failed with status {status}", upstream_status=status
+        )
+    return UpstreamFailed(
+        f"{what}: the upstream answered {status} to a request the gateway had validated;"
+        " the gateway and the upstream disagree on the API",
+        upstream_status=status,
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return exc.os_error.strerror or type(exc.os_error).__name__
+    return str(exc) or type(exc).__name__

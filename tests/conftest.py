@@ -1,0 +1,74 @@
+"""Shared fixtures: the reference upstream and the gateway, both on real loopback sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from pytest_aiohttp import AiohttpClient, AiohttpServer
+
+from gateway.app import create_app
+from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
+from gateway.settings import Settings
+
+TOKEN = "demo-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+GatewayFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests build their settings themselves; a GATEWAY_* variable must not leak in."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("GATEWAY_"):
+            monkeypatch.delenv(name)
+
+
+def base_url(server: TestServer) -> str:
+    return str(server.make_url("")).rstrip("/")
+
+
+def make_settings(upstream_url: str, **sections: dict[str, Any]) -> Settings:
+    """Settings for a test: the given upstream plus any section overrides."""
+    data: dict[str, Any] = {
+        **sections,
+        "upstream": {"base_url": upstream_url, **sections.get("upstream", {})},
+    }
+    return Settings(**data)
+
+
+@pytest.fixture
+async def upstream(aiohttp_server: AiohttpServer) -> TestServer:
+    """The reference upstream (seed 42, token demo-token) on a loopback port."""
+    return await aiohttp_server(create_demo_app())
+
+
+@pytest.fixture
+def upstream_log(upstream: TestServer) -> RequestLog:
+    return upstream.app[REQUEST_LOG]
+
+
+@pytest.fixture
+def gateway_factory(aiohttp_client: AiohttpClient) -> GatewayFactory:
+    """Start a gateway on a loopback port in front of ``upstream_url``."""
+
+    async def start(
+        upstream_url: str, **sections: dict[str, Any]
+    ) -> TestClient[web.Request, web.Application]:
+        return await aiohttp_client(create_app(make_settings(upstream_url, **sections)))
+
+    return start
+
+
+@pytest.fixture
+async def gateway(
+    gateway_factory: GatewayFactory, upstream: TestServer
+) -> TestClient[web.Request, web.Application]:
+    """The gateway in front of the reference upstream, default settings."""
+    return await gateway_factory(base_url(upstream))

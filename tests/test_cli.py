@@ -1,0 +1,159 @@
+"""The command line, run as real subprocesses: exit codes, output, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+
+
+async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env or clean_env(),
+        cwd=ROOT,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=30)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_check_config_prints_the_effective_configuration() -> None:
+    env = {**clean_env(), "GATEWAY_UPSTREAM__BASE_URL": "https://records.example/v2"}
+    code, out, _ = await run_cli("check-config", "--config", "config.example.toml", env=env)
+    assert code == 0
+    config = json.loads(out)
+    assert config["upstream"]["base_url"] == "https://records.example/v2"
+    assert config["server"] == {"host": "127.0.0.1", "port": 8080}
+
+
+async def test_bad_config_exits_2_with_one_line_naming_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[upstream]\nmax_connections = 0\n")
+    code, out, err = await run_cli("check-config", "--config", str(path))
+    assert code == 2
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "records-gateway: configuration error: upstream.max_connections:"
+        " Input should be greater than or equal to 1"
+    ]
+
+
+async def test_serve_refuses_a_bad_environment_value() -> None:
+    env = {**clean_env(), "GATEWAY_SERVER__PORT": "eighty"}
+    code, _, err = await run_cli("serve", env=env)
+    assert code == 2
+    assert "server.port: Input should be a valid integer" in err
+
+
+async def test_console_script_is_installed() -> None:
+    script = shutil.which("records-gateway", path=str(Path(sys.executable).parent))
+    assert script is not None
+    process = await asyncio.create_subprocess_exec(
+        script, "--version", stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await process.communicate()
+    assert out.decode().strip() == "records-gateway 0.1.0"
+
+
+async def _wait_for_line(stream: asyncio.StreamReader, pattern: str) -> re.Match[str]:
+    while True:
+        line = (await asyncio.wait_for(stream.readline(), timeout=20)).decode()
+        assert line, f"process ended before printing {pattern!r}"
+        match = re.search(pattern, line)
+        if match:
+            return match
+
+
+async def test_serve_demo_answers_the_printed_curl_and_stops_on_sigterm() -> None:
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        "serve",
+        "--demo",
+        "--port",
+        str(port),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=clean_env(),
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    try:
+        await _wait_for_line(process.stdout, rf"listening on http://127\.0\.0\.1:{port}")
+        curl = await _wait_for_line(
+            process.stdout, r"curl -s -H 'Authorization: Bearer ([^']+)' '([^']+)'"
+        )
+        token, url = curl.group(1), curl.group(2)
+        headers = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as response:
+            body = await response.json()
+            assert response.status == 200
+            assert len(body["data"]) == 2
+            assert body["total"] == 2000
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), timeout=20)
+    assert code == 0
+
+
+async def test_demo_upstream_command_serves_with_latency_and_its_tokens() -> None:
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        "demo-upstream",
+        "--port",
+        str(port),
+        "--latency-ms",
+        "5",
+        "--token",
+        "t-one",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=clean_env(),
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    try:
+        await _wait_for_line(process.stdout, rf"127\.0\.0\.1:{port}")
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{port}/users"
+            async with session.get(url, headers={"Authorization": "Bearer t-one"}) as response:
+                assert response.status == 200
+                assert (await response.json())["page"] == 1
+            async with session.get(url, headers={"Authorization": "Bearer demo-token"}) as response:
+                assert response.status == 401
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(process.wait(), timeout=20)
+    assert code == 0

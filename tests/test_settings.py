@@ -1,0 +1,75 @@
+"""Settings: the file, the environment, the overrides, and one-line errors naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import ConfigError
+from gateway.settings import Settings, load_settings, redacted
+
+EXAMPLE = Path(__file__).parent.parent / "config.example.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_example_file_is_the_defaults() -> None:
+    assert load_settings(EXAMPLE).model_dump() == Settings().model_dump()
+
+
+def test_file_then_environment_then_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(
+        tmp_path,
+        '[server]\nport = 9000\nhost = "0.0.0.0"\n[upstream]\nbase_url = "https://a.example/v2/"\n',
+    )
+    monkeypatch.setenv("GATEWAY_SERVER__PORT", "9100")
+    monkeypatch.setenv("GATEWAY_UPSTREAM__TIMEOUT_S", "3.5")
+    settings = load_settings(path, {"server": {"port": 9200}})
+    assert settings.server.port == 9200
+    assert settings.server.host == "0.0.0.0"
+    assert settings.upstream.timeout_s == 3.5
+    assert settings.upstream.base_url == "https://a.example/v2"
+    assert settings.limits.max_limit == 100
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[upstream]\ntimeout_s = 0\n", "upstream.timeout_s: Input should be greater than 0"),
+        ('[upstream]\nbase_url = "ftp://x"\n', "upstream.base_url: Value error, must be an"),
+        ("[server]\nport = 70000\n", "server.port: Input should be less than or equal to 65535"),
+        ("[limits]\nmax_limit = 'many'\n", "limits.max_limit: Input should be a valid integer"),
+        ("[upstream]\nbase_ur = 'x'\n", "upstream.base_ur: unknown key"),
+        ("[caches]\n", "caches: unknown key"),
+        ("[server\n", "not valid TOML"),
+    ],
+)
+def test_bad_files_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, text))
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_environment_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_UPSTREAM__MAX_CONNECTIONS", "lots")
+    with pytest.raises(ConfigError, match=r"^upstream\.max_connections: Input should be"):
+        load_settings()
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_redacted_is_plain_data() -> None:
+    data = redacted(Settings())
+    assert data["upstream"]["base_url"] == "http://127.0.0.1:9090"
+    assert data["limits"] == {"max_limit": 100}

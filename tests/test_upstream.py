@@ -1,0 +1,204 @@
+"""Every way the upstream can fail, as the caller sees it through the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from pytest_aiohttp import AiohttpServer
+
+from .conftest import AUTH, GatewayFactory, base_url
+
+Client = TestClient[web.Request, web.Application]
+Behaviour = Callable[[web.Request], Any]
+
+
+async def fake_upstream(
+    aiohttp_server: AiohttpServer, behaviour: Behaviour
+) -> tuple[str, list[str]]:
+    """A stand-in upstream whose every route runs ``behaviour``; returns its URL and hits."""
+    hits: list[str] = []
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        hits.append(request.raw_path)
+        result = behaviour(request)
+        if asyncio.iscoroutine(result):
+            result = await result
+        assert isinstance(result, web.StreamResponse)
+        return result
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", handle)
+    server = await aiohttp_server(app)
+    return base_url(server), hits
+
+
+async def problem(client: Client, path: str = "/users") -> tuple[int, dict[str, Any], Any]:
+    response = await client.get(path, headers=AUTH)
+    assert response.headers["Content-Type"] == "application/problem+json"
+    return response.status, await response.json(content_type=None), response.headers
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_stopped_upstream_is_502(gateway_factory: GatewayFactory) -> None:
+    client = await gateway_factory(f"http://127.0.0.1:{free_port()}")
+    status, body, _ = await problem(client)
+    assert status == 502
+    assert body["title"] == "The upstream cannot be reached"
+    assert body["detail"].startswith("GET /users: cannot connect to the upstream")
+    assert "demo-token" not in str(body)
+
+
+async def test_unresolvable_upstream_is_502(gateway_factory: GatewayFactory) -> None:
+    client = await gateway_factory("http://upstream.invalid")
+    status, body, _ = await problem(client)
+    assert status == 502
+    assert body["type"] == "urn:records-gateway:problem:upstream-unavailable"
+
+
+async def test_slow_upstream_past_the_timeout_is_504(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory
+) -> None:
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.json_response({})
+
+    url, hits = await fake_upstream(aiohttp_server, slow)
+    client = await gateway_factory(url, upstream={"timeout_s": 0.2})
+    status, body, _ = await problem(client)
+    assert status == 504
+    assert body["title"] == "The upstream did not answer in time"
+    assert "within 0.2 s" in body["detail"]
+    assert hits == ["/users?page=1&limit=10"]
+
+
+@pytest.mark.parametrize("upstream_status", [500, 502, 503])
+async def test_upstream_server_errors_are_502(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory, upstream_status: int
+) -> None:
+    url, _ = await fake_upstream(
+        aiohttp_server, lambda r: web.json_response({"error": "boom"}, status=upstream_status)
+    )
+    status, body, _ = await problem(await gateway_factory(url))
+    assert status == 502
+    assert body["upstreamStatus"] == upstream_status
+    assert body["detail"] == f"GET /users: the upstream failed with status {upstream_status}"
+
+
+@pytest.mark.parametrize("upstream_status", [400, 405, 409, 418, 422, 301])
+async def test_unexpected_upstream_statuses_are_502(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory, upstream_status: int
+) -> None:
+    url, _ = await fake_upstream(
+        aiohttp_server,
+        lambda r: web.Response(status=upstream_status, headers={"Location": "/elsewhere"}),
+    )
+    status, body, _ = await problem(await gateway_factory(url))
+    assert status == 502
+    assert body["upstreamStatus"] == upstream_status
+    assert "the gateway and the upstream disagree on the API" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    ("upstream_status", "title"),
+    [
+        (401, "The upstream did not accept the token"),
+        (403, "The upstream refused access"),
+        (404, "Record not found"),
+    ],
+)
+async def test_auth_and_not_found_keep_their_status(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory, upstream_status: int, title: str
+) -> None:
+    url, _ = await fake_upstream(
+        aiohttp_server, lambda r: web.json_response({"secret": "x"}, status=upstream_status)
+    )
+    status, body, _ = await problem(await gateway_factory(url))
+    assert status == upstream_status
+    assert body["title"] == title
+    assert "secret" not in body["detail"]
+
+
+async def test_rate_limit_keeps_retry_after(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory
+) -> None:
+    url, _ = await fake_upstream(
+        aiohttp_server, lambda r: web.Response(status=429, headers={"Retry-After": "17"})
+    )
+    status, body, headers = await problem(await gateway_factory(url))
+    assert status == 429
+    assert headers["Retry-After"] == "17"
+    assert body["title"] == "Too many requests"
+
+
+async def test_non_json_body_is_502(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory
+) -> None:
+    url, _ = await fake_upstream(
+        aiohttp_server, lambda r: web.Response(text="<html>maintenance</html>")
+    )
+    status, body, _ = await problem(await gateway_factory(url))
+    assert status == 502
+    assert body["title"] == "The upstream broke the API contract"
+    assert body["detail"].startswith(
+        "GET /users: the upstream answered with a body that is not JSON"
+    )
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_oversized_body_is_502(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory, chunked: bool
+) -> None:
+    big = b'{"data": "' + b"x" * 5000 + b'"}'
+
+    async def oversized(request: web.Request) -> web.StreamResponse:
+        if not chunked:
+            return web.Response(body=big, content_type="application/json")
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for start in range(0, len(big), 1000):
+            await response.write(big[start : start + 1000])
+        await response.write_eof()
+        return response
+
+    url, _ = await fake_upstream(aiohttp_server, oversized)
+    client = await gateway_factory(url, upstream={"max_body_bytes": 4096})
+    status, body, _ = await problem(client)
+    assert status == 502
+    assert "larger than upstream.max_body_bytes (4096)" in body["detail"]
+
+
+async def test_base_url_path_prefix_is_kept(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory
+) -> None:
+    url, hits = await fake_upstream(
+        aiohttp_server, lambda r: web.json_response({"id": "x", "name": "Caja"})
+    )
+    client = await gateway_factory(url + "/api/v2/")
+    response = await client.get("/accounts/Caja%20chica", headers=AUTH)
+    assert response.status == 200
+    assert hits == ["/api/v2/accounts/Caja%20chica"]
+
+
+async def test_one_session_serves_every_request(gateway: Client) -> None:
+    from gateway.state import PIPELINE
+
+    pipeline = gateway.app[PIPELINE]
+    first = pipeline._upstream._session
+    for _ in range(3):
+        assert (await gateway.get("/users", headers=AUTH)).status == 200
+    assert pipeline._upstream._session is first
+    assert first.connector is not None
+    assert first.connector.limit == 100
