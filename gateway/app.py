@@ -8,11 +8,11 @@ from aiohttp import web
 
 from gateway.handlers import healthz, record_handler
 from gateway.middleware import edge_middleware
-from gateway.normalise import Normaliser
+from gateway.normalise import CoercionCounts, Normaliser
 from gateway.params import ROUTES
 from gateway.pipeline import RecordPipeline
 from gateway.settings import Settings
-from gateway.state import PIPELINE, SETTINGS
+from gateway.state import COERCIONS, PIPELINE, SETTINGS
 from gateway.upstream import UpstreamClient, create_session
 
 
@@ -20,6 +20,7 @@ def create_app(settings: Settings) -> web.Application:
     """Build the gateway application for ``settings``."""
     app = web.Application(middlewares=[edge_middleware])
     app[SETTINGS] = settings
+    app[COERCIONS] = CoercionCounts()
     for route in ROUTES:
         app.router.add_get(route.template, record_handler(route), name=route.name)
     app.router.add_get("/healthz", healthz, name="healthz")
@@ -32,7 +33,7 @@ async def _pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     session = create_session(settings.upstream)
     upstream = UpstreamClient(session, settings.upstream)
-    app[PIPELINE] = RecordPipeline(upstream, Normaliser())
+    app[PIPELINE] = RecordPipeline(upstream, Normaliser(app[COERCIONS]))
     try:
         yield
     finally:

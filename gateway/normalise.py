@@ -1,22 +1,143 @@
-"""The normalise step of the pipeline: upstream body in, published body out."""
+"""The normalise step of the pipeline: an upstream body in, the published body out.
+
+The body is parsed losslessly (every JSON number with a fraction becomes a
+``Decimal``, never a ``float``), validated into the route's model from
+``gateway.models``, and written with orjson. A value that cannot be brought to its
+canonical type makes the whole answer an :class:`UpstreamContractError` whose
+detail names the JSON path of the first bad value (``data[3].amount``).
+"""
 
 from __future__ import annotations
 
-import orjson
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any
 
+import jiter
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from gateway.coercions import CanonicalError
 from gateway.errors import UpstreamContractError
-from gateway.params import RouteSpec
+from gateway.models import NormaliseContext, canonical_body
+from gateway.params import RecordQuery
+
+log = logging.getLogger("gateway.normalise")
+_MAX_LOGGED_VALUES = 1000
+
+
+class CoercionCounts:
+    """Every coercion the normaliser performed, by (field, kind), since start.
+
+    The metrics expose it; the counts are kept in one place so that a later reader
+    (a Prometheus collector) only has to take a snapshot.
+    """
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, counts: Counter[tuple[str, str]]) -> None:
+        with self._lock:
+            self._counts.update(counts)
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+def parse_lossless(body: bytes) -> Any:
+    """Parse JSON with every fractional number as a Decimal; ValueError if not JSON."""
+    return jiter.from_json(body, float_mode="decimal")
+
+
+def json_path(location: Iterable[int | str]) -> str:
+    """``("data", 3, "amount")`` -> ``data[3].amount``."""
+    path = ""
+    for part in location:
+        if part == "(body)":
+            continue
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path or "(body)"
+
+
+def first_problem(exc: ValidationError) -> tuple[str, str]:
+    """The JSON path and the reason of the first bad value in ``exc``."""
+    error = exc.errors(include_url=False)[0]
+    location: list[int | str] = list(error["loc"])
+    reason = error["msg"]
+    context = error.get("ctx") or {}
+    if error["type"] == "canonical":
+        location.extend(
+            int(part) if part.isdigit() else part for part in str(context["field"]).split(".")
+        )
+        reason = str(context["reason"])
+    elif error["type"] == "missing":
+        reason = "missing"
+    return json_path(location), reason
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return orjson.Fragment(format(value, "f"))
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def dump(model: BaseModel) -> bytes:
+    """The published bytes of a validated model."""
+    return orjson.dumps(model.model_dump(), default=_json_default)
+
+
+def dump_canonical(data: Any) -> bytes:
+    """The published bytes of a canonical body from ``canonical_body``."""
+    return orjson.dumps(data, default=_json_default)
 
 
 class Normaliser:
-    """Checks that an upstream body is JSON and returns the body to serve."""
+    """Turns upstream bodies into the published schema and counts what it coerced."""
 
-    def normalise(self, route: RouteSpec, body: bytes) -> bytes:
+    def __init__(self, counts: CoercionCounts) -> None:
+        self._counts = counts
+        self._logged: set[tuple[str, str]] = set()
+
+    def normalise(self, query: RecordQuery, body: bytes) -> bytes:
+        what = f"GET {query.route.template}"
         try:
-            orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
+            data = parse_lossless(body)
+        except ValueError as exc:
             raise UpstreamContractError(
-                f"GET {route.template}: the upstream answered with a body that is not JSON"
-                f" ({exc.msg} at byte {exc.pos})"
+                f"{what}: the upstream answered with a body that is not JSON ({exc})"
             ) from exc
-        return body
+        params = dict(query.params)
+        context = NormaliseContext(
+            page=int(params["page"]) if "page" in params else None,
+            limit=int(params["limit"]) if "limit" in params else None,
+        )
+        try:
+            canonical = canonical_body(query.route.name, data, context)
+        except CanonicalError as exc:
+            raise UpstreamContractError(
+                f"{what}: the upstream's {json_path(exc.path)} cannot be brought to the"
+                f" published schema: {exc.reason}"
+            ) from exc
+        if context.coercions:
+            self._counts.add(context.coercions)
+        if context.unknown_values:
+            self._log_unknown(what, context.unknown_values)
+        return dump_canonical(canonical)
+
+    def _log_unknown(self, what: str, values: set[tuple[str, str]]) -> None:
+        for name, value in values - self._logged:
+            if len(self._logged) >= _MAX_LOGGED_VALUES:
+                return
+            self._logged.add((name, value))
+            log.warning(
+                "upstream sent an unknown enumeration value; passed through",
+                extra={"route": what, "field": name, "value": value[:100]},
+            )

@@ -35,4 +35,4 @@ class RecordPipeline:
         fetched = await self._upstream.fetch(
             query, authorization=credentials.authorization, request_id=request_id
         )
-        return Reply(body=self._normaliser.normalise(query.route, fetched.body))
+        return Reply(body=self._normaliser.normalise(query, fetched.body))
