@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from gateway.handlers import healthz, record_handler
+from gateway.handlers import healthz, openapi_json, record_handler
 from gateway.middleware import edge_middleware
 from gateway.normalise import CoercionCounts, Normaliser
+from gateway.openapi import openapi_bytes
 from gateway.params import ROUTES
 from gateway.pipeline import RecordPipeline
 from gateway.settings import Settings
-from gateway.state import COERCIONS, PIPELINE, SETTINGS
+from gateway.state import COERCIONS, OPENAPI, PIPELINE, SETTINGS
 from gateway.upstream import UpstreamClient, create_session
 
 
@@ -24,6 +25,8 @@ def create_app(settings: Settings) -> web.Application:
     for route in ROUTES:
         app.router.add_get(route.template, record_handler(route), name=route.name)
     app.router.add_get("/healthz", healthz, name="healthz")
+    app[OPENAPI] = openapi_bytes(settings)
+    app.router.add_get("/openapi.json", openapi_json, name="openapi")
     app.cleanup_ctx.append(_pipeline_ctx)
     return app
 

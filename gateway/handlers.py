@@ -8,7 +8,7 @@ from aiohttp import web
 
 from gateway.auth import parse_authorization
 from gateway.params import RouteSpec, parse_record_query
-from gateway.state import PIPELINE, REQUEST_ID, SETTINGS
+from gateway.state import OPENAPI, PIPELINE, REQUEST_ID, SETTINGS
 
 JSON = "application/json"
 _HEALTHY = b'{"status":"ok"}'
@@ -38,3 +38,8 @@ def record_handler(route: RouteSpec) -> RouteHandler:
 async def healthz(request: web.Request) -> web.StreamResponse:
     """Liveness: the process answers. Needs no token and touches nothing."""
     return web.Response(body=_HEALTHY, content_type=JSON, headers={"Cache-Control": "no-store"})
+
+
+async def openapi_json(request: web.Request) -> web.StreamResponse:
+    """The OpenAPI document of this gateway. Needs no token."""
+    return web.Response(body=request.app[OPENAPI], content_type=JSON)

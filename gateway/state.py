@@ -11,4 +11,5 @@ from gateway.settings import Settings
 SETTINGS = web.AppKey("settings", Settings)
 PIPELINE = web.AppKey("pipeline", RecordPipeline)
 COERCIONS = web.AppKey("coercions", CoercionCounts)
+OPENAPI = web.AppKey("openapi", bytes)
 REQUEST_ID = web.RequestKey("request_id", str)
