@@ -6,38 +6,84 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from gateway.breaker import CircuitBreaker, GuardedCache
+from gateway.cache import CacheBackend, Keyer
+from gateway.clock import Clock, system_clock
 from gateway.handlers import healthz, openapi_json, record_handler
+from gateway.memory_cache import MemoryBackend, NullBackend
 from gateway.middleware import edge_middleware
 from gateway.normalise import CoercionCounts, Normaliser
 from gateway.openapi import openapi_bytes
 from gateway.params import ROUTES
-from gateway.pipeline import RecordPipeline
-from gateway.settings import Settings
-from gateway.state import COERCIONS, OPENAPI, PIPELINE, SETTINGS
+from gateway.pipeline import CachePolicy, RecordPipeline
+from gateway.redis_cache import RedisBackend, create_client
+from gateway.settings import CacheSettings, Settings
+from gateway.state import CACHE, CLOCK, COERCIONS, OPENAPI, PIPELINE, SETTINGS
 from gateway.upstream import UpstreamClient, create_session
 
 
-def create_app(settings: Settings) -> web.Application:
+def create_app(settings: Settings, *, clock: Clock = system_clock) -> web.Application:
     """Build the gateway application for ``settings``."""
     app = web.Application(middlewares=[edge_middleware])
     app[SETTINGS] = settings
+    app[CLOCK] = clock
     app[COERCIONS] = CoercionCounts()
+    app[OPENAPI] = openapi_bytes(settings)
     for route in ROUTES:
         app.router.add_get(route.template, record_handler(route), name=route.name)
     app.router.add_get("/healthz", healthz, name="healthz")
-    app[OPENAPI] = openapi_bytes(settings)
     app.router.add_get("/openapi.json", openapi_json, name="openapi")
     app.cleanup_ctx.append(_pipeline_ctx)
     return app
 
 
+def create_backend(settings: CacheSettings, *, prefix: str, clock: Clock) -> CacheBackend:
+    """The configured cache backend (not yet connected: Redis connects on first use)."""
+    if settings.backend == "redis":
+        timeout_s = settings.redis_timeout_ms / 1000
+        client = create_client(settings.redis_url, timeout_s=timeout_s)
+        return RedisBackend(client, prefix=prefix, timeout_s=timeout_s)
+    if settings.backend == "memory":
+        return MemoryBackend(max_bytes=settings.memory_max_bytes, clock=clock)
+    return NullBackend()
+
+
+def _key_secret(settings: CacheSettings) -> bytes:
+    if settings.key_secret is not None:
+        return settings.key_secret.get_secret_value().encode()
+    return MemoryBackend.new_secret()
+
+
 async def _pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
-    """One upstream session for the life of the app, closed on shutdown."""
+    """The upstream session and the cache backend for the life of the app."""
     settings = app[SETTINGS]
+    clock = app[CLOCK]
+    keyer = Keyer(
+        namespace=settings.cache.namespace,
+        base_url=settings.upstream.base_url,
+        secret=_key_secret(settings.cache),
+    )
+    backend = create_backend(settings.cache, prefix=keyer.prefix, clock=clock)
+    cache = GuardedCache(
+        backend,
+        CircuitBreaker(
+            failures=settings.cache.breaker_failures, reset_s=settings.cache.breaker_reset_s
+        ),
+    )
     session = create_session(settings.upstream)
-    upstream = UpstreamClient(session, settings.upstream)
-    app[PIPELINE] = RecordPipeline(upstream, Normaliser(app[COERCIONS]))
+    pipeline = RecordPipeline(
+        upstream=UpstreamClient(session, settings.upstream),
+        normaliser=Normaliser(app[COERCIONS]),
+        cache=None if settings.cache.backend == "none" else cache,
+        keyer=keyer,
+        policy=CachePolicy.from_settings(settings.cache),
+        clock=clock,
+    )
+    app[CACHE] = cache
+    app[PIPELINE] = pipeline
     try:
         yield
     finally:
+        await pipeline.close()
+        await backend.close()
         await session.close()

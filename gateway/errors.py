@@ -5,6 +5,8 @@ problem responses.
 
     GatewayError
     ├── ConfigError                  a setting is missing or invalid (exit 2)
+    ├── CacheUnavailable             the cache backend failed or timed out (never
+    │                                reaches a caller: the request goes upstream)
     ├── RequestError                 the caller's request is at fault (4xx)
     │   ├── InvalidParameters        400, lists every bad parameter
     │   └── AuthenticationRequired   401, no usable bearer token
@@ -27,6 +29,10 @@ class GatewayError(Exception):
 
 class ConfigError(GatewayError):
     """The configuration is invalid; the message names the key."""
+
+
+class CacheUnavailable(GatewayError):
+    """The cache backend failed or did not answer in time."""
 
 
 @dataclass(frozen=True, slots=True)

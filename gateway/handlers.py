@@ -1,4 +1,4 @@
-"""The route handlers: HTTP in, validated query to the pipeline, bytes out."""
+"""The route handlers: HTTP in, validated query to the pipeline, bytes and headers out."""
 
 from __future__ import annotations
 
@@ -8,12 +8,50 @@ from aiohttp import web
 
 from gateway.auth import parse_authorization
 from gateway.params import RouteSpec, parse_record_query
+from gateway.pipeline import NO_DIRECTIVES, Directives, Reply
 from gateway.state import OPENAPI, PIPELINE, REQUEST_ID, SETTINGS
 
 JSON = "application/json"
 _HEALTHY = b'{"status":"ok"}'
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def client_directives(cache_control: str | None, pragma: str | None) -> Directives:
+    """The ``no-cache`` / ``no-store`` request directives (``Pragma: no-cache`` too)."""
+    if cache_control is None:
+        if pragma is not None and "no-cache" in pragma.lower():
+            return Directives(no_cache=True)
+        return NO_DIRECTIVES
+    names = {part.split("=", 1)[0].strip().lower() for part in cache_control.split(",")}
+    if "no-cache" not in names and "no-store" not in names:
+        return NO_DIRECTIVES
+    return Directives(no_cache="no-cache" in names, no_store="no-store" in names)
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110 weak comparison of ``If-None-Match`` against our strong ETag."""
+    if not etag:
+        return False
+    if if_none_match.strip() == "*":
+        return True
+    opaque = etag.removeprefix("W/")
+    return any(
+        candidate.strip().removeprefix("W/") == opaque for candidate in if_none_match.split(",")
+    )
+
+
+def reply_headers(reply: Reply) -> dict[str, str]:
+    """The cache headers of a reply (see the README's header table)."""
+    headers = {
+        "X-Cache": reply.x_cache,
+        "Cache-Status": reply.cache_status,
+        "Age": str(reply.age_s),
+        "Cache-Control": f"private, max-age={reply.max_age_s}",
+    }
+    if reply.etag:
+        headers["ETag"] = reply.etag
+    return headers
 
 
 def record_handler(route: RouteSpec) -> RouteHandler:
@@ -28,8 +66,16 @@ def record_handler(route: RouteSpec) -> RouteHandler:
             request.query.items(),
             max_limit=request.app[SETTINGS].limits.max_limit,
         )
-        reply = await request.app[PIPELINE].read(query, credentials, request[REQUEST_ID])
-        return web.Response(body=reply.body, content_type=JSON)
+        headers = request.headers
+        directives = client_directives(headers.get("Cache-Control"), headers.get("Pragma"))
+        reply = await request.app[PIPELINE].read(
+            query, credentials, request[REQUEST_ID], directives
+        )
+        out = reply_headers(reply)
+        if_none_match = headers.get("If-None-Match")
+        if if_none_match is not None and etag_matches(if_none_match, reply.etag):
+            return web.Response(status=304, headers=out)
+        return web.Response(body=reply.body, content_type=JSON, headers=out)
 
     handle.__name__ = f"get_{route.name}"
     return handle

@@ -3,36 +3,297 @@
     cache key -> cache (hit: bytes out) -> upstream -> normalise -> cache store -> reply
 
 :class:`RecordPipeline` knows nothing of aiohttp's web layer; the HTTP edge hands it
-a validated :class:`RecordQuery` and the caller's credentials and turns the
-:class:`Reply`, or the GatewayError it raises, into a response.
+a validated :class:`RecordQuery`, the caller's credentials and cache directives, and
+turns the :class:`Reply`, or the GatewayError it raises, into a response.
+
+Freshness: an entry is fresh for its route's TTL. Within ``stale_while_revalidate_s``
+after that it is served at once while one background refresh runs; within
+``stale_if_error_s`` it is served instead of an upstream failure (5xx, timeout,
+unreachable). Misses for one key in one process make one upstream call.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from gateway.auth import Credentials
+from gateway.breaker import GuardedCache
+from gateway.cache import CacheEntry, CacheKey, Generations, Keyer, etag_of
+from gateway.clock import Clock
+from gateway.coalesce import Coalescer
+from gateway.errors import (
+    UpstreamError,
+    UpstreamFailed,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from gateway.normalise import Normaliser
 from gateway.params import RecordQuery
+from gateway.settings import CacheSettings
 from gateway.upstream import UpstreamClient
+
+log = logging.getLogger("gateway.pipeline")
+CACHE_NAME = "records-gateway"
+
+HIT = "HIT"
+MISS = "MISS"
+STALE = "STALE"
+BYPASS = "BYPASS"
+
+
+@dataclass(frozen=True, slots=True)
+class CachePolicy:
+    """The tunable part of caching (reloadable without a restart)."""
+
+    ttl_s: dict[str, int]
+    stale_while_revalidate_s: int
+    stale_if_error_s: int
+    negative_ttl_s: int
+    honor_client_no_cache: bool
+
+    @classmethod
+    def from_settings(cls, settings: CacheSettings) -> CachePolicy:
+        return cls(
+            ttl_s=settings.ttl_s.model_dump(),
+            stale_while_revalidate_s=settings.stale_while_revalidate_s,
+            stale_if_error_s=settings.stale_if_error_s,
+            negative_ttl_s=settings.negative_ttl_s,
+            honor_client_no_cache=settings.honor_client_no_cache,
+        )
+
+    def lifetime_s(self, ttl_s: int) -> int:
+        """How long an entry lives in the backend: its TTL plus the larger window."""
+        return ttl_s + max(self.stale_while_revalidate_s, self.stale_if_error_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """The caller's ``Cache-Control`` request directives that the gateway honours."""
+
+    no_cache: bool = False
+    no_store: bool = False
+
+
+NO_DIRECTIVES = Directives()
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What the gateway serves for one read: the published JSON body."""
+    """What the gateway serves for one read, with what the cache did."""
 
     body: bytes
+    etag: str
+    x_cache: str
+    cache_status: str
+    age_s: int = 0
+    max_age_s: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    """The outcome of one upstream call, shared by every request that waited for it."""
+
+    entry: CacheEntry
+    stored: bool
 
 
 class RecordPipeline:
-    """Serves validated record reads from the upstream, normalised."""
+    """Serves validated record reads from the cache or the upstream, normalised."""
 
-    def __init__(self, upstream: UpstreamClient, normaliser: Normaliser) -> None:
+    def __init__(
+        self,
+        *,
+        upstream: UpstreamClient,
+        normaliser: Normaliser,
+        cache: GuardedCache | None,
+        keyer: Keyer,
+        policy: CachePolicy,
+        clock: Clock,
+    ) -> None:
         self._upstream = upstream
         self._normaliser = normaliser
+        self._cache = cache
+        self._keyer = keyer
+        self.policy = policy
+        self._clock = clock
+        self._inflight: Coalescer[_Fetched] = Coalescer()
+        self.coalesced_waits = 0
 
-    async def read(self, query: RecordQuery, credentials: Credentials, request_id: str) -> Reply:
-        fetched = await self._upstream.fetch(
-            query, authorization=credentials.authorization, request_id=request_id
+    @property
+    def keyer(self) -> Keyer:
+        return self._keyer
+
+    async def close(self) -> None:
+        """Cancel background refreshes and fetches still in flight."""
+        await self._inflight.close()
+
+    async def read(
+        self,
+        query: RecordQuery,
+        credentials: Credentials,
+        request_id: str,
+        directives: Directives = NO_DIRECTIVES,
+    ) -> Reply:
+        policy = self.policy
+        ttl = policy.ttl_s.get(query.route.name, 0)
+        key = self._keyer.key(query, credentials)
+        if self._cache is None or ttl == 0 or directives.no_store:
+            detail = "fwd=request" if directives.no_store and self._cache and ttl else "fwd=bypass"
+            fetched = await self._fetch(key, query, credentials, request_id, ttl, None)
+            return _reply(fetched.entry, BYPASS, detail)
+        if directives.no_cache and policy.honor_client_no_cache:
+            lookup_generations = await self._current_generations(key)
+            fetched = await self._fetch(
+                key, query, credentials, request_id, ttl, lookup_generations
+            )
+            stored = "; stored" if fetched.stored else ""
+            return _reply(fetched.entry, BYPASS, f"fwd=request{stored}", max_age=ttl)
+
+        lookup = await self._cache.get(key)
+        stale: CacheEntry | None = None
+        if lookup is not None and lookup.entry is not None:
+            entry = lookup.entry
+            age = entry.age(self._clock())
+            left = entry.ttl_s - age
+            if left > 0:
+                return _served(entry, HIT, f"hit; ttl={int(left)}", age, int(left))
+            overdue = -left
+            if overdue < policy.stale_while_revalidate_s:
+                self._refresh(key, query, credentials, request_id, ttl, lookup.generations)
+                return _served(entry, STALE, f"hit; ttl={-int(overdue) or -1}", age, 0)
+            if overdue < policy.stale_if_error_s:
+                stale = entry
+
+        generations = lookup.generations if lookup is not None else None
+        try:
+            fetched, joined = await self._inflight.run(
+                key.text,
+                lambda: self._fetch(key, query, credentials, request_id, ttl, generations),
+            )
+        except UpstreamError as exc:
+            if stale is not None and _is_failure(exc):
+                log.info(
+                    "serving stale entry instead of an upstream failure",
+                    extra={"route": query.route.template, "error": exc.detail},
+                )
+                status = f"; fwd-status={exc.upstream_status}" if exc.upstream_status else ""
+                return _served(
+                    stale,
+                    STALE,
+                    f"fwd=stale{status}",
+                    stale.age(self._clock()),
+                    0,
+                )
+            raise
+        if joined:
+            self.coalesced_waits += 1
+        if generations is None:
+            detail = "fwd=miss; detail=cache-unavailable"
+        else:
+            detail = "fwd=miss; stored" if fetched.stored else "fwd=miss"
+        return _reply(fetched.entry, MISS, detail, max_age=ttl)
+
+    async def _current_generations(self, key: CacheKey) -> Generations | None:
+        assert self._cache is not None
+        lookup = await self._cache.get(key)
+        return None if lookup is None else lookup.generations
+
+    def _refresh(
+        self,
+        key: CacheKey,
+        query: RecordQuery,
+        credentials: Credentials,
+        request_id: str,
+        ttl: int,
+        generations: Generations,
+    ) -> None:
+        async def refresh() -> _Fetched:
+            try:
+                return await self._fetch(key, query, credentials, request_id, ttl, generations)
+            except UpstreamError as exc:
+                log.info(
+                    "background refresh failed; the stale entry stays",
+                    extra={"route": query.route.template, "error": exc.detail},
+                )
+                raise
+
+        self._inflight.start(key.text, refresh)
+
+    async def _fetch(
+        self,
+        key: CacheKey,
+        query: RecordQuery,
+        credentials: Credentials,
+        request_id: str,
+        ttl: int,
+        generations: Generations | None,
+    ) -> _Fetched:
+        """Upstream, normalise, and store when ``generations`` says the cache is usable."""
+        try:
+            fetched = await self._upstream.fetch(
+                query, authorization=credentials.authorization, request_id=request_id
+            )
+        except UpstreamRejected as exc:
+            if (
+                exc.upstream_status == 404
+                and not query.route.is_list
+                and self.policy.negative_ttl_s > 0
+                and generations is not None
+                and self._cache is not None
+            ):
+                negative = CacheEntry(
+                    body=exc.detail.encode(),
+                    etag="",
+                    stored_at=self._clock(),
+                    ttl_s=self.policy.negative_ttl_s,
+                    status=404,
+                    generations=generations,
+                )
+                await self._cache.set(key, negative, self.policy.negative_ttl_s)
+            raise
+        body = self._normaliser.normalise(query, fetched.body)
+        entry = CacheEntry(
+            body=body,
+            etag=etag_of(body),
+            stored_at=self._clock(),
+            ttl_s=ttl,
+            generations=generations or Generations(),
         )
-        return Reply(body=self._normaliser.normalise(query, fetched.body))
+        stored = False
+        if generations is not None and self._cache is not None and ttl > 0:
+            stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
+        return _Fetched(entry, stored)
+
+
+def _is_failure(exc: UpstreamError) -> bool:
+    """An upstream failure that a stale entry may stand in for: 5xx, timeout, unreachable."""
+    if isinstance(exc, UpstreamTimeout | UpstreamUnavailable):
+        return True
+    return isinstance(exc, UpstreamFailed) and (exc.upstream_status or 500) >= 500
+
+
+def _served(entry: CacheEntry, x_cache: str, status: str, age: float, left: int) -> Reply:
+    """A reply from a stored entry (a negative entry raises the 404 again)."""
+    if entry.status == 404:
+        raise UpstreamRejected(entry.body.decode(), upstream_status=404)
+    return Reply(
+        body=entry.body,
+        etag=entry.etag,
+        x_cache=x_cache,
+        cache_status=f"{CACHE_NAME}; {status}",
+        age_s=int(age),
+        max_age_s=left,
+    )
+
+
+def _reply(entry: CacheEntry, x_cache: str, status: str, *, max_age: int = 0) -> Reply:
+    return Reply(
+        body=entry.body,
+        etag=entry.etag,
+        x_cache=x_cache,
+        cache_status=f"{CACHE_NAME}; {status}",
+        age_s=0,
+        max_age_s=max_age,
+    )

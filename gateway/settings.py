@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -72,6 +74,56 @@ class LimitsSettings(_Section):
     max_limit: int = Field(default=100, ge=1, le=10_000)
 
 
+class CacheTTLs(_Section):
+    """Seconds an answer of each route stays fresh; 0 turns caching off for the route."""
+
+    users: int = Field(default=300, ge=0, le=86_400)
+    clients: int = Field(default=300, ge=0, le=86_400)
+    accounts: int = Field(default=60, ge=0, le=86_400)
+    account: int = Field(default=60, ge=0, le=86_400)
+    expenses: int = Field(default=30, ge=0, le=86_400)
+    expense: int = Field(default=30, ge=0, le=86_400)
+
+
+class CacheSettings(_Section):
+    backend: Literal["redis", "memory", "none"] = "memory"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_timeout_ms: int = Field(default=50, ge=1, le=10_000)
+    key_secret: SecretStr | None = None
+    namespace: str = Field(default="rg", min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$")
+    memory_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
+    negative_ttl_s: int = Field(default=0, ge=0, le=86_400)
+    stale_while_revalidate_s: int = Field(default=30, ge=0, le=86_400)
+    stale_if_error_s: int = Field(default=600, ge=0, le=7 * 86_400)
+    honor_client_no_cache: bool = True
+    breaker_failures: int = Field(default=5, ge=1, le=1000)
+    breaker_reset_s: float = Field(default=5.0, gt=0, le=3600)
+    ttl_s: CacheTTLs = CacheTTLs()
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("key_secret")
+    @classmethod
+    def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _secret_for_redis(self) -> CacheSettings:
+        if self.backend == "redis" and self.key_secret is None:
+            raise ValueError(
+                "key_secret is required when backend is redis"
+                " (set cache.key_secret or GATEWAY_CACHE__KEY_SECRET)"
+            )
+        return self
+
+
 class Settings(BaseSettings):
     """Every setting of the gateway, validated once at start."""
 
@@ -85,6 +137,7 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     upstream: UpstreamSettings = UpstreamSettings()
     limits: LimitsSettings = LimitsSettings()
+    cache: CacheSettings = CacheSettings()
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -104,6 +157,7 @@ def describe_validation_error(exc: ValidationError) -> str:
     first = exc.errors()[0]
     key = ".".join(str(part) for part in first["loc"]) or "(root)"
     message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    message = message.removeprefix("Value error, ")
     return f"{key}: {message}"
 
 
@@ -145,6 +199,8 @@ def redacted(settings: Settings) -> dict[str, Any]:
 
 
 __all__ = [
+    "CacheSettings",
+    "CacheTTLs",
     "LimitsSettings",
     "ServerSettings",
     "Settings",

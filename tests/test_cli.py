@@ -45,12 +45,19 @@ async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, s
 
 
 async def test_check_config_prints_the_effective_configuration() -> None:
-    env = {**clean_env(), "GATEWAY_UPSTREAM__BASE_URL": "https://records.example/v2"}
+    env = {
+        **clean_env(),
+        "GATEWAY_UPSTREAM__BASE_URL": "https://records.example/v2",
+        "GATEWAY_CACHE__KEY_SECRET": "do-not-print-this-secret",
+    }
     code, out, _ = await run_cli("check-config", "--config", "config.example.toml", env=env)
     assert code == 0
     config = json.loads(out)
     assert config["upstream"]["base_url"] == "https://records.example/v2"
     assert config["server"] == {"host": "127.0.0.1", "port": 8080}
+    assert config["cache"]["backend"] == "redis"
+    assert config["cache"]["key_secret"] == "**********"
+    assert "do-not-print-this-secret" not in out
 
 
 async def test_bad_config_exits_2_with_one_line_naming_the_key(tmp_path: Path) -> None:

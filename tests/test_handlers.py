@@ -248,7 +248,7 @@ async def test_request_id_is_kept_or_generated_and_forwarded(
 ) -> None:
     response = await gateway.get("/users", headers={**AUTH, "X-Request-ID": "abc-123.X_y"})
     assert response.headers["X-Request-ID"] == "abc-123.X_y"
-    response = await gateway.get("/users", headers={**AUTH, "X-Request-ID": "bad id!"})
+    response = await gateway.get("/users?page=2", headers={**AUTH, "X-Request-ID": "bad id!"})
     generated = response.headers["X-Request-ID"]
     assert generated != "bad id!"
     assert len(generated) == 32

@@ -18,8 +18,24 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_example_file_is_the_defaults() -> None:
-    assert load_settings(EXAMPLE).model_dump() == Settings().model_dump()
+def test_example_file_is_the_defaults_but_for_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_CACHE__KEY_SECRET", "an-example-secret-of-32-characters")
+    loaded = load_settings(EXAMPLE).model_dump()
+    defaults = Settings().model_dump()
+    assert loaded["cache"].pop("backend") == "redis"
+    assert loaded["cache"].pop("key_secret").get_secret_value().startswith("an-example")
+    defaults["cache"].pop("backend")
+    defaults["cache"].pop("key_secret")
+    assert loaded == defaults
+
+
+def test_redis_backend_needs_a_key_secret() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(EXAMPLE)
+    assert str(caught.value) == (
+        "cache: key_secret is required when backend is redis"
+        " (set cache.key_secret or GATEWAY_CACHE__KEY_SECRET)"
+    )
 
 
 def test_file_then_environment_then_overrides(
@@ -43,12 +59,16 @@ def test_file_then_environment_then_overrides(
     ("text", "message"),
     [
         ("[upstream]\ntimeout_s = 0\n", "upstream.timeout_s: Input should be greater than 0"),
-        ('[upstream]\nbase_url = "ftp://x"\n', "upstream.base_url: Value error, must be an"),
+        ('[upstream]\nbase_url = "ftp://x"\n', "upstream.base_url: must be an absolute http"),
         ("[server]\nport = 70000\n", "server.port: Input should be less than or equal to 65535"),
         ("[limits]\nmax_limit = 'many'\n", "limits.max_limit: Input should be a valid integer"),
         ("[upstream]\nbase_ur = 'x'\n", "upstream.base_ur: unknown key"),
         ("[caches]\n", "caches: unknown key"),
         ("[server\n", "not valid TOML"),
+        ("[cache.ttl_s]\nexpenses = -1\n", "cache.ttl_s.expenses: Input should be greater than"),
+        ("[cache]\nbackend = 'disk'\n", "cache.backend: Input should be 'redis', 'memory' or"),
+        ("[cache]\nredis_url = 'http://x'\n", "cache.redis_url: must start with redis://"),
+        ("[cache]\nkey_secret = 'short'\n", "cache.key_secret: must be at least 16 characters"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -69,7 +89,10 @@ def test_missing_file(tmp_path: Path) -> None:
         load_settings(tmp_path / "nope.toml")
 
 
-def test_redacted_is_plain_data() -> None:
-    data = redacted(Settings())
+def test_redacted_hides_secrets() -> None:
+    settings = Settings(cache={"key_secret": "super-secret-value-123"})
+    data = redacted(settings)
     assert data["upstream"]["base_url"] == "http://127.0.0.1:9090"
     assert data["limits"] == {"max_limit": 100}
+    assert data["cache"]["key_secret"] == "**********"
+    assert "super-secret-value-123" not in repr(data)

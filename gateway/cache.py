@@ -1,0 +1,166 @@
+"""What the cache stores and under which key, and the seam every backend fits.
+
+An entry is the final published bytes of one answer with its ETag, status and the
+time it was stored, packed into one value, so that a hit is one backend read and no
+JSON work. A key is made of the namespace, the upstream's identity, the route, the
+canonical query and a keyed fingerprint of the caller's token: one token's entries
+are never served to another, switching upstreams never serves the old one's data,
+and no raw token is ever written into a key or a value.
+
+Purges work with generation counters rather than by finding keys: an entry records
+the generations (of the whole namespace and of its route) current when it was
+stored, and an entry whose generations are older than the current ones is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.auth import Credentials
+from gateway.params import RecordQuery
+
+_HEADER = struct.Struct("!4sdIHQQB")
+_MAGIC = b"RGC1"
+
+# The parts of every key, after "namespace:upstream": entries, purge generations.
+ENTRY_PART = "e"
+GENERATION_PART = "gen"
+# Generation counters outlive every entry stored under them.
+GENERATION_LIFETIME_S = 30 * 24 * 3600
+
+
+def generation_key(prefix: str, route: str | None) -> str:
+    """The counter whose increment purges everything (route None) or one route."""
+    return f"{prefix}:{GENERATION_PART}" + ("" if route is None else f":{route}")
+
+
+class CacheCorrupt(ValueError):
+    """A stored value that is not an entry of this format."""
+
+
+@dataclass(frozen=True, slots=True)
+class Generations:
+    """The purge generations an entry was stored under."""
+
+    everything: int = 0
+    route: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    """One stored answer: status 200 with the published body, or a negative 404."""
+
+    body: bytes
+    etag: str
+    stored_at: float
+    ttl_s: int
+    status: int = 200
+    generations: Generations = Generations()
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.stored_at)
+
+    def encode(self) -> bytes:
+        etag = self.etag.encode("ascii")
+        header = _HEADER.pack(
+            _MAGIC,
+            self.stored_at,
+            self.ttl_s,
+            self.status,
+            self.generations.everything,
+            self.generations.route,
+            len(etag),
+        )
+        return header + etag + self.body
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CacheEntry:
+        if len(raw) < _HEADER.size or raw[:4] != _MAGIC:
+            raise CacheCorrupt("not a records-gateway cache entry")
+        _, stored_at, ttl_s, status, everything, route, etag_len = _HEADER.unpack_from(raw)
+        start = _HEADER.size
+        etag = raw[start : start + etag_len].decode("ascii")
+        return cls(
+            body=raw[start + etag_len :],
+            etag=etag,
+            stored_at=stored_at,
+            ttl_s=ttl_s,
+            status=status,
+            generations=Generations(everything, route),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What a read found: the entry (None when absent or purged) and the generations
+    current now, which an entry stored after this read must carry."""
+
+    entry: CacheEntry | None
+    generations: Generations
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """The key of one answer; ``route`` is kept apart for per-route purges."""
+
+    route: str
+    text: str
+
+
+def etag_of(body: bytes) -> str:
+    """A strong ETag of the published bytes."""
+    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+
+
+def upstream_identity(base_url: str) -> str:
+    """A short hash of the upstream's base URL, part of every key."""
+    return hashlib.sha256(base_url.encode()).hexdigest()[:12]
+
+
+class Keyer:
+    """Builds cache keys; holds the secret of the token fingerprints."""
+
+    def __init__(self, *, namespace: str, base_url: str, secret: bytes) -> None:
+        self._prefix = f"{namespace}:{upstream_identity(base_url)}"
+        self._secret = secret
+
+    @property
+    def prefix(self) -> str:
+        """``namespace:upstream``: what every key and generation counter starts with."""
+        return self._prefix
+
+    def fingerprint(self, credentials: Credentials) -> str:
+        """HMAC-SHA256 of the token, shortened; safe for keys and logs."""
+        return hmac.new(self._secret, credentials.token.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def key(self, query: RecordQuery, credentials: Credentials) -> CacheKey:
+        text = f"{self._prefix}:{ENTRY_PART}:{query.canonical()}|{self.fingerprint(credentials)}"
+        return CacheKey(route=query.route.name, text=text)
+
+
+class CacheBackend(Protocol):
+    """Where entries live. Implementations raise only CacheUnavailable."""
+
+    name: str
+
+    async def get(self, key: CacheKey) -> Lookup:
+        """The entry (None when absent, expired from the store, or purged)."""
+        ...
+
+    async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
+        """Store ``entry`` for ``lifetime_s`` seconds (its TTL plus the stale windows)."""
+        ...
+
+    async def purge(self, route: str | None) -> None:
+        """Make every entry (of one route, or all) a miss, for every instance."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise CacheUnavailable when the backend cannot be used."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,114 @@
+"""The in-process cache backend: bounded by bytes, least-recently-used eviction."""
+
+from __future__ import annotations
+
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from gateway.cache import CacheEntry, CacheKey, Generations, Lookup
+from gateway.clock import Clock
+
+# What one entry costs besides its key and body: the entry object, the OrderedDict
+# node, the slot object below, the ETag string. Measured roughly; kept generous so
+# that the process stays under its bound.
+ENTRY_OVERHEAD_BYTES = 400
+
+
+@dataclass(slots=True)
+class _Slot:
+    entry: CacheEntry
+    expires_at: float
+    size: int
+
+
+class MemoryBackend:
+    """Entries in this process only, at most ``max_bytes`` of them (keys, bodies, overhead)."""
+
+    name = "memory"
+
+    def __init__(self, *, max_bytes: int, clock: Clock) -> None:
+        self._max_bytes = max_bytes
+        self._clock = clock
+        self._slots: OrderedDict[str, _Slot] = OrderedDict()
+        self._bytes = 0
+        self._everything = 0
+        self._routes: dict[str, int] = {}
+
+    @staticmethod
+    def new_secret() -> bytes:
+        """A random per-process secret for token fingerprints: memory never leaves it."""
+        return secrets.token_bytes(32)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def _current(self, route: str) -> Generations:
+        return Generations(self._everything, self._routes.get(route, 0))
+
+    async def get(self, key: CacheKey) -> Lookup:
+        current = self._current(key.route)
+        slot = self._slots.get(key.text)
+        if slot is None:
+            return Lookup(None, current)
+        if slot.expires_at <= self._clock() or slot.entry.generations != current:
+            self._drop(key.text)
+            return Lookup(None, current)
+        self._slots.move_to_end(key.text)
+        return Lookup(slot.entry, current)
+
+    async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
+        size = len(key.text) + len(entry.body) + ENTRY_OVERHEAD_BYTES
+        if size > self._max_bytes:
+            return
+        self._drop(key.text)
+        self._slots[key.text] = _Slot(entry, self._clock() + lifetime_s, size)
+        self._bytes += size
+        while self._bytes > self._max_bytes:
+            oldest = next(iter(self._slots))
+            self._drop(oldest)
+
+    def _drop(self, text: str) -> None:
+        slot = self._slots.pop(text, None)
+        if slot is not None:
+            self._bytes -= slot.size
+
+    async def purge(self, route: str | None) -> None:
+        if route is None:
+            self._everything += 1
+            self._slots.clear()
+            self._bytes = 0
+        else:
+            self._routes[route] = self._routes.get(route, 0) + 1
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        self._slots.clear()
+        self._bytes = 0
+
+
+class NullBackend:
+    """``cache.backend = "none"``: nothing is stored."""
+
+    name = "none"
+
+    async def get(self, key: CacheKey) -> Lookup:
+        return Lookup(None, Generations())
+
+    async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
+        return None
+
+    async def purge(self, route: str | None) -> None:
+        return None
+
+    async def ping(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
