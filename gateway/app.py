@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from gateway.admin import add_admin_routes
 from gateway.breaker import CircuitBreaker, GuardedCache
 from gateway.cache import CacheBackend, Keyer
 from gateway.clock import Clock, system_clock
@@ -33,6 +34,8 @@ def create_app(settings: Settings, *, clock: Clock = system_clock) -> web.Applic
         app.router.add_get(route.template, record_handler(route), name=route.name)
     app.router.add_get("/healthz", healthz, name="healthz")
     app.router.add_get("/openapi.json", openapi_json, name="openapi")
+    if settings.admin.token is not None:
+        add_admin_routes(app)
     app.cleanup_ctx.append(_pipeline_ctx)
     return app
 

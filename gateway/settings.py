@@ -124,6 +124,17 @@ class CacheSettings(_Section):
         return self
 
 
+class AdminSettings(_Section):
+    token: SecretStr | None = None
+
+    @field_validator("token")
+    @classmethod
+    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
+        return value
+
+
 class Settings(BaseSettings):
     """Every setting of the gateway, validated once at start."""
 
@@ -138,6 +149,7 @@ class Settings(BaseSettings):
     upstream: UpstreamSettings = UpstreamSettings()
     limits: LimitsSettings = LimitsSettings()
     cache: CacheSettings = CacheSettings()
+    admin: AdminSettings = AdminSettings()
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -199,6 +211,7 @@ def redacted(settings: Settings) -> dict[str, Any]:
 
 
 __all__ = [
+    "AdminSettings",
     "CacheSettings",
     "CacheTTLs",
     "LimitsSettings",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
@@ -13,6 +14,8 @@ from pytest_aiohttp import AiohttpClient, AiohttpServer
 from gateway.app import create_app
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.settings import Settings
+
+from .redis_server import RedisServer
 
 TOKEN = "demo-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -59,9 +62,11 @@ def gateway_factory(aiohttp_client: AiohttpClient) -> GatewayFactory:
     """Start a gateway on a loopback port in front of ``upstream_url``."""
 
     async def start(
-        upstream_url: str, **sections: dict[str, Any]
+        upstream_url: str, clock: Any = None, **sections: dict[str, Any]
     ) -> TestClient[web.Request, web.Application]:
-        return await aiohttp_client(create_app(make_settings(upstream_url, **sections)))
+        settings = make_settings(upstream_url, **sections)
+        app = create_app(settings) if clock is None else create_app(settings, clock=clock)
+        return await aiohttp_client(app)
 
     return start
 
@@ -72,3 +77,48 @@ async def gateway(
 ) -> TestClient[web.Request, web.Application]:
     """The gateway in front of the reference upstream, default settings."""
     return await gateway_factory(base_url(upstream))
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server for the session; tests flush it before use."""
+    server = RedisServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, which it may stop or freeze."""
+    server = RedisServer()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+async def redis_url(redis_server: RedisServer) -> str:
+    """The shared redis-server, emptied for this test."""
+    client = redis.Redis.from_url(redis_server.url)
+    await client.flushall()
+    await client.aclose()
+    return redis_server.url
+
+
+class FakeClock:
+    """Wall time that a test moves forward by hand."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()

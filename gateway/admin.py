@@ -1,0 +1,74 @@
+"""Admin routes under /admin, present only when ``admin.token`` is set.
+
+``DELETE /admin/cache`` purges every entry of this namespace and upstream;
+``DELETE /admin/cache?route=expenses`` purges one route for every token. With the
+redis backend the purge is seen by every instance sharing the Redis.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+import orjson
+from aiohttp import web
+
+from gateway.errors import (
+    AuthenticationRequired,
+    CacheUnavailable,
+    InvalidParameters,
+    ParameterProblem,
+)
+from gateway.params import ROUTES
+from gateway.problems import problem_response
+from gateway.state import CACHE, REQUEST_ID, SETTINGS
+
+log = logging.getLogger("gateway.admin")
+_ROUTE_NAMES = tuple(route.name for route in ROUTES)
+
+
+def check_admin(request: web.Request) -> None:
+    """Raise AuthenticationRequired unless the request carries the admin token."""
+    token = request.app[SETTINGS].admin.token
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if (
+        token is None
+        or scheme.lower() != "bearer"
+        or not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode())
+    ):
+        raise AuthenticationRequired("the admin routes need 'Authorization: Bearer <admin.token>'")
+
+
+async def purge_cache(request: web.Request) -> web.StreamResponse:
+    """DELETE /admin/cache[?route=NAME]."""
+    check_admin(request)
+    unknown = [name for name in request.query if name != "route"]
+    route = request.query.get("route")
+    problems = [
+        ParameterProblem(name, "unknown query parameter; allowed: route") for name in unknown
+    ]
+    if route is not None and route not in _ROUTE_NAMES:
+        problems.append(ParameterProblem("route", "must be one of " + ", ".join(_ROUTE_NAMES)))
+    if problems:
+        raise InvalidParameters(problems)
+    backend = request.app[CACHE].backend
+    try:
+        await backend.purge(route)
+    except CacheUnavailable as exc:
+        return problem_response(
+            request,
+            status=503,
+            slug="cache-unavailable",
+            title="The cache backend is unavailable",
+            detail=f"the purge did not happen: {exc}",
+            request_id=request[REQUEST_ID],
+        )
+    log.info("cache purged", extra={"event": "cache_purge", "purged_route": route or "*"})
+    body = {"purged": route or "all", "backend": backend.name}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def add_admin_routes(app: web.Application) -> None:
+    """Register the admin routes (the caller checks that admin.token is set)."""
+    app.router.add_delete("/admin/cache", purge_cache, name="admin-cache")

@@ -1,0 +1,172 @@
+"""Cache entries, keys, and one suite that every backend passes (memory, fakeredis, real Redis)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis.asyncio as redis
+
+from gateway.auth import Credentials
+from gateway.cache import CacheBackend, CacheEntry, CacheKey, Generations, Keyer, etag_of
+from gateway.memory_cache import ENTRY_OVERHEAD_BYTES, MemoryBackend
+from gateway.params import ACCOUNT, EXPENSES, USERS, parse_record_query
+from gateway.redis_cache import RedisBackend
+
+from .conftest import FakeClock
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+
+
+def creds(token: str) -> Credentials:
+    return Credentials(authorization=f"Bearer {token}", token=token)
+
+
+def entry(body: bytes = b'{"a":1}', *, at: float = 1000.0, ttl: int = 30) -> CacheEntry:
+    return CacheEntry(body=body, etag=etag_of(body), stored_at=at, ttl_s=ttl)
+
+
+def test_entry_round_trips_in_one_value() -> None:
+    original = CacheEntry(
+        body=b'{"amount":"12.5000"}',
+        etag='"abc"',
+        stored_at=1_800_000_000.25,
+        ttl_s=30,
+        status=200,
+        generations=Generations(3, 7),
+    )
+    assert CacheEntry.decode(original.encode()) == original
+
+
+def test_keys_are_canonical_and_per_token() -> None:
+    keyer = Keyer(namespace="rg", base_url="http://up.example/v2", secret=SECRET)
+
+    def key(query: list[tuple[str, str]], token: str = "t1") -> str:
+        return keyer.key(parse_record_query(USERS, None, query, max_limit=100), creds(token)).text
+
+    assert key([]) == key([("page", "1")]) == key([("limit", "10"), ("page", "1")])
+    assert key([("page", "2")]) != key([])
+    assert key([], "t1") != key([], "t2")
+    expenses = keyer.key(
+        parse_record_query(EXPENSES, None, [("type", "cash"), ("amount", "12.50")], max_limit=100),
+        creds("t1"),
+    )
+    same = keyer.key(
+        parse_record_query(EXPENSES, None, [("amount", "12.5"), ("type", "CASH")], max_limit=100),
+        creds("t1"),
+    )
+    assert expenses == same
+    assert expenses.route == "expenses"
+    assert key([]).startswith("rg:")
+
+
+def test_keys_change_with_the_upstream_and_never_hold_the_token() -> None:
+    token = "very-secret-token-value"
+    query = parse_record_query(ACCOUNT, "Caja chica", [], max_limit=100)
+    one = Keyer(namespace="rg", base_url="http://a.example", secret=SECRET).key(query, creds(token))
+    two = Keyer(namespace="rg", base_url="http://b.example", secret=SECRET).key(query, creds(token))
+    assert one.text != two.text
+    assert token not in one.text
+    other_secret = Keyer(namespace="rg", base_url="http://a.example", secret=b"x" * 32)
+    assert other_secret.key(query, creds(token)) != one
+
+
+@pytest.fixture(params=["memory", "fakeredis", "redis"])
+async def backend(
+    request: pytest.FixtureRequest, clock: FakeClock, redis_url: str
+) -> AsyncIterator[CacheBackend]:
+    """Each backend, behind the same interface."""
+    made: Any
+    if request.param == "memory":
+        made = MemoryBackend(max_bytes=1024 * 1024, clock=clock)
+    elif request.param == "fakeredis":
+        made = RedisBackend(fakeredis.FakeAsyncRedis(), prefix="rg:test", timeout_s=1.0)
+    else:
+        made = RedisBackend(redis.Redis.from_url(redis_url), prefix="rg:test", timeout_s=1.0)
+    yield made
+    await made.close()
+
+
+def k(route: str, text: str) -> CacheKey:
+    return CacheKey(route=route, text=f"rg:test:e:{text}")
+
+
+async def test_backend_get_set(backend: CacheBackend) -> None:
+    lookup = await backend.get(k("users", "a"))
+    assert lookup.entry is None
+    assert lookup.generations == Generations(0, 0)
+    stored = entry(b'{"users":[]}')
+    await backend.set(k("users", "a"), stored, 60)
+    assert (await backend.get(k("users", "a"))).entry == stored
+    assert (await backend.get(k("users", "b"))).entry is None
+
+
+async def test_backend_purge_of_one_route(backend: CacheBackend) -> None:
+    users, expenses = k("users", "u"), k("expenses", "e")
+    await backend.set(users, entry(), 60)
+    await backend.set(expenses, entry(), 60)
+    await backend.purge("expenses")
+    assert (await backend.get(users)).entry is not None
+    lookup = await backend.get(expenses)
+    assert lookup.entry is None
+    assert lookup.generations.route == 1
+    # an entry stored under the new generation is served again
+    await backend.set(expenses, entry(at=2000.0), 60)
+    stale_generation = await backend.get(expenses)
+    assert stale_generation.entry is None  # stored with generations (0, 0): still purged
+    fresh = CacheEntry(b"x", '"x"', 2000.0, 30, generations=lookup.generations)
+    await backend.set(expenses, fresh, 60)
+    assert (await backend.get(expenses)).entry == fresh
+
+
+async def test_backend_purge_of_everything(backend: CacheBackend) -> None:
+    await backend.set(k("users", "u"), entry(), 60)
+    await backend.set(k("account", "a"), entry(), 60)
+    await backend.purge(None)
+    assert (await backend.get(k("users", "u"))).entry is None
+    lookup = await backend.get(k("account", "a"))
+    assert lookup.entry is None
+    assert lookup.generations.everything == 1
+
+
+async def test_memory_backend_expires_by_its_clock(clock: FakeClock) -> None:
+    backend = MemoryBackend(max_bytes=1024 * 1024, clock=clock)
+    await backend.set(k("users", "a"), entry(), 10)
+    clock.advance(9.9)
+    assert (await backend.get(k("users", "a"))).entry is not None
+    clock.advance(0.2)
+    assert (await backend.get(k("users", "a"))).entry is None
+    assert len(backend) == 0
+
+
+async def test_redis_backend_sets_an_expiry_on_every_write(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    backend = RedisBackend(client, prefix="rg:test", timeout_s=1.0)
+    await backend.set(k("users", "a"), entry(), 90)
+    await backend.purge("users")
+    await backend.purge(None)
+    keys = [key async for key in client.scan_iter("*")]
+    assert len(keys) == 3
+    for key in keys:
+        assert await client.pttl(key) > 0
+    assert 89_000 < await client.pttl("rg:test:e:a") <= 90_000
+    await backend.close()
+
+
+async def test_memory_backend_holds_its_bound_evicting_least_recently_used(
+    clock: FakeClock,
+) -> None:
+    body = b"x" * 10_000
+    per_entry = len(body) + ENTRY_OVERHEAD_BYTES + len("rg:test:e:000")
+    backend = MemoryBackend(max_bytes=1024 * 1024, clock=clock)
+    await backend.set(k("users", "000"), entry(body), 60)
+    for index in range(1, 300):
+        await backend.get(k("users", "000"))  # keep the first one recently used
+        await backend.set(k("users", f"{index:03d}"), entry(body), 60)
+        assert backend.size_bytes <= 1024 * 1024
+    assert len(backend) == (1024 * 1024) // per_entry
+    assert (await backend.get(k("users", "000"))).entry is not None
+    assert (await backend.get(k("users", "001"))).entry is None
+    assert (await backend.get(k("users", "299"))).entry is not None

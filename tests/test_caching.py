@@ -1,0 +1,388 @@
+"""Caching end to end: the gateway, the reference upstream and a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as redis
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from pytest_aiohttp import AiohttpServer
+
+from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
+
+from .conftest import AUTH, FakeClock, GatewayFactory, base_url
+from .redis_server import RedisServer
+
+Client = TestClient[web.Request, web.Application]
+SECRET = "test-key-secret-0123456789"
+ADMIN = "admin-token-0123456789abcdef"
+
+
+def redis_cache(url: str, **extra: Any) -> dict[str, Any]:
+    return {"backend": "redis", "redis_url": url, "key_secret": SECRET, **extra}
+
+
+@pytest.fixture
+async def cached(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str, clock: FakeClock
+) -> Client:
+    return await gateway_factory(
+        base_url(upstream), clock=clock, cache=redis_cache(redis_url), admin={"token": ADMIN}
+    )
+
+
+async def get(client: Client, path: str, **headers: str) -> tuple[int, bytes, Any]:
+    response = await client.get(path, headers={**AUTH, **headers})
+    return response.status, await response.read(), response.headers
+
+
+async def test_miss_then_hit(cached: Client, upstream_log: RequestLog) -> None:
+    status, body, headers = await get(cached, "/users")
+    assert status == 200
+    assert headers["X-Cache"] == "MISS"
+    assert headers["Cache-Status"] == "records-gateway; fwd=miss; stored"
+    assert headers["Cache-Control"] == "private, max-age=300"
+    assert headers["Age"] == "0"
+    etag = headers["ETag"]
+    status, again, headers = await get(cached, "/users")
+    assert status == 200
+    assert again == body
+    assert headers["X-Cache"] == "HIT"
+    assert headers["Cache-Status"] == "records-gateway; hit; ttl=300"
+    assert headers["ETag"] == etag
+    assert len(upstream_log) == 1
+
+
+async def test_age_and_remaining_ttl_follow_the_clock(cached: Client, clock: FakeClock) -> None:
+    await get(cached, "/expenses")
+    clock.advance(12)
+    _, _, headers = await get(cached, "/expenses")
+    assert headers["Age"] == "12"
+    assert headers["Cache-Control"] == "private, max-age=18"
+    assert headers["Cache-Status"] == "records-gateway; hit; ttl=18"
+
+
+async def test_one_key_for_equivalent_queries(cached: Client, upstream_log: RequestLog) -> None:
+    for path in ("/users", "/users?page=1", "/users?limit=10&page=1", "/users?page=1&limit=10"):
+        assert (await get(cached, path))[0] == 200
+    assert len(upstream_log) == 1
+
+
+async def test_if_none_match_gets_304_on_miss_and_hit(cached: Client) -> None:
+    _, _, headers = await get(cached, "/accounts")
+    etag = headers["ETag"]
+    status, body, headers = await get(cached, "/accounts", **{"If-None-Match": etag})
+    assert status == 304
+    assert body == b""
+    assert headers["ETag"] == etag
+    assert headers["X-Cache"] == "HIT"
+    status, _, _ = await get(cached, "/accounts", **{"If-None-Match": f'W/{etag}, "other"'})
+    assert status == 304
+    status, body, _ = await get(cached, "/accounts", **{"If-None-Match": '"other"'})
+    assert status == 200
+    assert body
+
+
+async def test_ttl_per_route_and_expiry(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_url: str,
+    clock: FakeClock,
+) -> None:
+    client = await gateway_factory(
+        base_url(upstream),
+        clock=clock,
+        cache=redis_cache(
+            redis_url,
+            stale_while_revalidate_s=0,
+            stale_if_error_s=0,
+            ttl_s={"expenses": 5, "users": 100, "clients": 0},
+        ),
+    )
+    for path in ("/expenses", "/users", "/clients"):
+        await get(client, path)
+    clock.advance(6)
+    assert (await get(client, "/users"))[2]["X-Cache"] == "HIT"
+    assert (await get(client, "/expenses"))[2]["X-Cache"] == "MISS"
+    _, _, headers = await get(client, "/clients")
+    assert headers["X-Cache"] == "BYPASS"
+    assert headers["Cache-Status"] == "records-gateway; fwd=bypass"
+    assert [r.path for r in upstream_log.entries] == [
+        "/expenses",
+        "/users",
+        "/clients",
+        "/expenses",
+        "/clients",
+    ]
+
+
+async def test_stale_while_revalidate_serves_at_once_and_refreshes_once(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+) -> None:
+    slow = await aiohttp_server(create_demo_app(latency_ms=100))
+    log = slow.app[REQUEST_LOG]
+    client = await gateway_factory(base_url(slow), clock=clock, cache=redis_cache(redis_url))
+    _, first, _ = await get(client, "/expenses")
+    clock.advance(35)  # ttl 30, within the 30 s window
+    replies = await asyncio.gather(*(get(client, "/expenses") for _ in range(20)))
+    assert {r[2]["X-Cache"] for r in replies} == {"STALE"}
+    assert {r[2]["Cache-Status"] for r in replies} == {"records-gateway; hit; ttl=-5"}
+    assert all(r[1] == first for r in replies)
+    for _ in range(100):  # the refresh runs in the background
+        if len(log) == 2:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)
+    assert len(log) == 2
+    _, _, headers = await get(client, "/expenses")
+    assert headers["X-Cache"] == "HIT"
+    assert headers["Age"] == "0"
+
+
+async def test_stale_if_error_with_the_upstream_stopped(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer, redis_url: str, clock: FakeClock
+) -> None:
+    server = await aiohttp_server(create_demo_app())
+    client = await gateway_factory(base_url(server), clock=clock, cache=redis_cache(redis_url))
+    _, body, _ = await get(client, "/accounts")
+    await server.close()
+    clock.advance(60 + 31 + 100)  # past the ttl and the revalidate window, inside 600 s
+    status, stale, headers = await get(client, "/accounts")
+    assert status == 200
+    assert stale == body
+    assert headers["X-Cache"] == "STALE"
+    assert headers["Cache-Status"] == "records-gateway; fwd=stale"
+    clock.advance(600)
+    status, problem, _ = await get(client, "/accounts")
+    assert status == 502
+    assert b"cannot connect to the upstream" in problem
+
+
+async def test_stale_if_error_reports_the_upstream_status(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer, redis_url: str, clock: FakeClock
+) -> None:
+    failing = False
+
+    async def users(request: web.Request) -> web.Response:
+        if failing:
+            return web.Response(status=503)
+        return web.json_response({"data": [], "total": 0, "page": 1, "limit": 10})
+
+    app = web.Application()
+    app.router.add_get("/users", users)
+    server = await aiohttp_server(app)
+    client = await gateway_factory(base_url(server), clock=clock, cache=redis_cache(redis_url))
+    await get(client, "/users")
+    failing = True
+    clock.advance(400)
+    status, _, headers = await get(client, "/users")
+    assert status == 200
+    assert headers["Cache-Status"] == "records-gateway; fwd=stale; fwd-status=503"
+
+
+async def test_client_no_cache_and_no_store(cached: Client, upstream_log: RequestLog) -> None:
+    await get(cached, "/clients")
+    _, _, headers = await get(cached, "/clients", **{"Cache-Control": "no-cache"})
+    assert headers["X-Cache"] == "BYPASS"
+    assert headers["Cache-Status"] == "records-gateway; fwd=request; stored"
+    assert len(upstream_log) == 2
+    _, _, headers = await get(cached, "/clients")
+    assert headers["X-Cache"] == "HIT"
+    _, _, headers = await get(cached, "/clients?page=2", **{"Cache-Control": "no-store"})
+    assert headers["X-Cache"] == "BYPASS"
+    assert headers["Cache-Status"] == "records-gateway; fwd=request"
+    _, _, headers = await get(cached, "/clients?page=2")
+    assert headers["X-Cache"] == "MISS"
+    assert len(upstream_log) == 4
+
+
+async def test_no_cache_can_be_ignored_by_config(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
+) -> None:
+    client = await gateway_factory(
+        base_url(upstream), cache=redis_cache(redis_url, honor_client_no_cache=False)
+    )
+    await get(client, "/users")
+    _, _, headers = await get(client, "/users", **{"Cache-Control": "no-cache"})
+    assert headers["X-Cache"] == "HIT"
+    assert len(upstream_log) == 1
+
+
+def token_upstream(tokens: list[str]) -> web.Application:
+    """An upstream whose data depends on the token: token n sees user n."""
+
+    async def users(request: web.Request) -> web.Response:
+        token = request.headers["Authorization"].removeprefix("Bearer ")
+        await asyncio.sleep(0.001)
+        user = {"id": None, "username": f"user-{tokens.index(token)}", "role": "ADMIN"}
+        return web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
+
+    app = web.Application()
+    app.router.add_get("/users", users)
+    return app
+
+
+async def test_tokens_never_see_each_others_entries(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer, redis_url: str
+) -> None:
+    tokens = [f"token-{n}-secret" for n in range(4)]
+    server = await aiohttp_server(token_upstream(tokens))
+    client = await gateway_factory(base_url(server), cache=redis_cache(redis_url))
+
+    async def read(token: str) -> tuple[str, str]:
+        response = await client.get("/users", headers={"Authorization": f"Bearer {token}"})
+        body = await response.json()
+        return token, body["data"][0]["username"]
+
+    results = await asyncio.gather(*(read(tokens[n % 4]) for n in range(200)))
+    assert all(username == f"user-{tokens.index(token)}" for token, username in results)
+
+    store = redis.Redis.from_url(redis_url)
+    keys = [key async for key in store.scan_iter("*", count=1000)]
+    assert len(keys) == 4
+    for key in keys:
+        value = await store.get(key)
+        assert value is not None
+        for token in tokens:
+            assert token.encode() not in key
+            assert token.encode() not in value
+    await store.aclose()
+
+
+async def test_cold_key_under_100_concurrent_requests_makes_one_upstream_call(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer, redis_url: str
+) -> None:
+    slow = await aiohttp_server(create_demo_app(latency_ms=200))
+    client = await gateway_factory(base_url(slow), cache=redis_cache(redis_url))
+    replies = await asyncio.gather(*(get(client, "/expenses?limit=5") for _ in range(100)))
+    assert {r[0] for r in replies} == {200}
+    assert len({r[1] for r in replies}) == 1
+    assert [r.path for r in slow.app[REQUEST_LOG].entries] == ["/expenses"]
+
+
+async def test_negative_entries_for_unknown_records(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
+) -> None:
+    client = await gateway_factory(
+        base_url(upstream), cache=redis_cache(redis_url, negative_ttl_s=60)
+    )
+    path = "/expenses/00000000-0000-4000-8000-000000000000"
+    for _ in range(3):
+        status, body, headers = await get(client, path)
+        assert status == 404
+        assert headers["Content-Type"] == "application/problem+json"
+        assert b"Record not found" in body
+    assert len(upstream_log) == 1
+
+
+@pytest.mark.parametrize("fault", ["stopped", "frozen"])
+async def test_redis_faults_never_fail_a_request(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    own_redis: RedisServer,
+    fault: str,
+) -> None:
+    client = await gateway_factory(
+        base_url(upstream), cache=redis_cache(own_redis.url, redis_timeout_ms=50)
+    )
+    assert (await get(client, "/users"))[2]["X-Cache"] == "MISS"
+    assert (await get(client, "/users"))[2]["X-Cache"] == "HIT"
+    if fault == "stopped":
+        own_redis.stop()
+    else:
+        own_redis.freeze()
+
+    async def timed(page: int) -> tuple[float, int, Any, int]:
+        started = time.monotonic()
+        status, body, headers = await get(client, f"/users?page={page}")
+        return time.monotonic() - started, status, headers, orjson.loads(body)["page"]
+
+    replies = await asyncio.gather(*(timed(n % 3 + 1) for n in range(30)))
+    assert {status for _, status, _, _ in replies} == {200}
+    assert {headers["X-Cache"] for _, _, headers, _ in replies} == {"MISS"}
+    assert sorted(page for _, _, _, page in replies) == sorted(n % 3 + 1 for n in range(30))
+    # none hangs on the dead cache: a generous bound next to a 50 ms Redis timeout
+    assert max(elapsed for elapsed, _, _, _ in replies) < 2.0
+    assert {r.query[0] for r in list(upstream_log.entries)[1:]} == {
+        ("page", "1"),
+        ("page", "2"),
+        ("page", "3"),
+    }
+    own_redis.thaw()
+
+
+async def test_purges_are_seen_by_a_second_instance(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
+) -> None:
+    first = await gateway_factory(
+        base_url(upstream), cache=redis_cache(redis_url), admin={"token": ADMIN}
+    )
+    second = await gateway_factory(base_url(upstream), cache=redis_cache(redis_url))
+    for path in ("/users", "/expenses"):
+        assert (await get(first, path))[2]["X-Cache"] == "MISS"
+        assert (await get(second, path))[2]["X-Cache"] == "HIT"
+
+    response = await first.delete(
+        "/admin/cache?route=expenses", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    assert response.status == 200
+    assert await response.json() == {"purged": "expenses", "backend": "redis"}
+    assert (await get(second, "/users"))[2]["X-Cache"] == "HIT"
+    assert (await get(second, "/expenses"))[2]["X-Cache"] == "MISS"
+
+    response = await first.delete("/admin/cache", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert await response.json() == {"purged": "all", "backend": "redis"}
+    assert (await get(second, "/users"))[2]["X-Cache"] == "MISS"
+    assert (await get(second, "/expenses"))[2]["X-Cache"] == "MISS"
+    assert (await get(first, "/expenses"))[2]["X-Cache"] == "HIT"  # stored after the purge
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, "Bearer wrong-admin-token-000000", f"Basic {ADMIN}", "Bearer "]
+)
+async def test_admin_routes_refuse_without_the_admin_token(
+    cached: Client, authorization: str | None
+) -> None:
+    headers = {} if authorization is None else {"Authorization": authorization}
+    response = await cached.delete("/admin/cache", headers=headers)
+    body = await response.json(content_type=None)
+    assert response.status == 401
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert body["title"] == "Authentication required"
+
+
+async def test_admin_routes_are_absent_without_an_admin_token(gateway: Client) -> None:
+    response = await gateway.delete("/admin/cache", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert response.status == 404
+
+
+async def test_admin_purge_rejects_an_unknown_route(cached: Client) -> None:
+    response = await cached.delete(
+        "/admin/cache?route=payments", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    body = await response.json(content_type=None)
+    assert response.status == 400
+    assert body["errors"][0]["parameter"] == "route"
+
+
+async def test_memory_and_none_backends(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
+) -> None:
+    memory = await gateway_factory(base_url(upstream), cache={"backend": "memory"})
+    await get(memory, "/users")
+    assert (await get(memory, "/users"))[2]["X-Cache"] == "HIT"
+    none = await gateway_factory(base_url(upstream), cache={"backend": "none"})
+    _, _, headers = await get(none, "/users")
+    assert headers["X-Cache"] == "BYPASS"
+    assert headers["Cache-Status"] == "records-gateway; fwd=bypass"
+    assert len(upstream_log) == 2
