@@ -21,7 +21,7 @@ from gateway.errors import (
 )
 from gateway.params import ROUTES
 from gateway.problems import problem_response
-from gateway.state import CACHE, REQUEST_ID, SETTINGS
+from gateway.state import CACHE, LIVE, REQUEST_ID
 
 log = logging.getLogger("gateway.admin")
 _ROUTE_NAMES = tuple(route.name for route in ROUTES)
@@ -29,7 +29,7 @@ _ROUTE_NAMES = tuple(route.name for route in ROUTES)
 
 def check_admin(request: web.Request) -> None:
     """Raise AuthenticationRequired unless the request carries the admin token."""
-    token = request.app[SETTINGS].admin.token
+    token = request.app[LIVE].settings.admin.token
     header = request.headers.get("Authorization", "")
     scheme, _, given = header.partition(" ")
     if (
@@ -69,6 +69,31 @@ async def purge_cache(request: web.Request) -> web.StreamResponse:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
+async def effective_config(request: web.Request) -> web.StreamResponse:
+    """GET /admin/config: the effective configuration, secrets redacted."""
+    check_admin(request)
+    body = orjson.dumps(request.app[LIVE].effective())
+    return web.Response(body=body, content_type="application/json")
+
+
+async def reload_config(request: web.Request) -> web.StreamResponse:
+    """POST /admin/reload: what SIGHUP does; 422 when the new configuration is refused."""
+    check_admin(request)
+    result = request.app[LIVE].reload()
+    if not result.ok:
+        return problem_response(
+            request,
+            status=422,
+            slug="config-refused",
+            title="The new configuration was refused",
+            detail=f"the running configuration stays: {result.error}",
+            request_id=request[REQUEST_ID],
+        )
+    return web.Response(body=orjson.dumps(result.as_json()), content_type="application/json")
+
+
 def add_admin_routes(app: web.Application) -> None:
     """Register the admin routes (the caller checks that admin.token is set)."""
     app.router.add_delete("/admin/cache", purge_cache, name="admin-cache")
+    app.router.add_get("/admin/config", effective_config, name="admin-config")
+    app.router.add_post("/admin/reload", reload_config, name="admin-reload")

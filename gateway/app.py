@@ -7,32 +7,49 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway.admin import add_admin_routes
-from gateway.breaker import CircuitBreaker, GuardedCache
+from gateway.breaker import CircuitBreaker, CircuitState, GuardedCache
 from gateway.cache import CacheBackend, Keyer
 from gateway.clock import Clock, system_clock
-from gateway.handlers import healthz, openapi_json, record_handler
+from gateway.handlers import healthz, metrics, openapi_json, readyz, record_handler
+from gateway.health import Readiness
+from gateway.logs import set_level
 from gateway.memory_cache import MemoryBackend, NullBackend
+from gateway.metrics import Metrics
 from gateway.middleware import edge_middleware
 from gateway.normalise import CoercionCounts, Normaliser
 from gateway.openapi import openapi_bytes
 from gateway.params import ROUTES
 from gateway.pipeline import CachePolicy, RecordPipeline
 from gateway.redis_cache import RedisBackend, create_client
+from gateway.runtime import ConfigSource, LiveConfig
 from gateway.settings import CacheSettings, Settings
-from gateway.state import CACHE, CLOCK, COERCIONS, OPENAPI, PIPELINE, SETTINGS
+from gateway.state import CACHE, CLOCK, COERCIONS, LIVE, METRICS, OPENAPI, PIPELINE, READINESS
 from gateway.upstream import UpstreamClient, create_session
 
 
-def create_app(settings: Settings, *, clock: Clock = system_clock) -> web.Application:
-    """Build the gateway application for ``settings``."""
+def create_app(
+    settings: Settings,
+    *,
+    clock: Clock = system_clock,
+    source: ConfigSource | None = None,
+) -> web.Application:
+    """Build the gateway application for ``settings``.
+
+    ``source`` is where a reload reads the settings again (the file and the flags);
+    without it a reload re-reads the environment only.
+    """
     app = web.Application(middlewares=[edge_middleware])
-    app[SETTINGS] = settings
+    metrics_ = Metrics()
+    app[LIVE] = LiveConfig(settings, source or ConfigSource())
     app[CLOCK] = clock
-    app[COERCIONS] = CoercionCounts()
+    app[METRICS] = metrics_
+    app[COERCIONS] = CoercionCounts(metrics_.add_coercions)
     app[OPENAPI] = openapi_bytes(settings)
     for route in ROUTES:
         app.router.add_get(route.template, record_handler(route), name=route.name)
     app.router.add_get("/healthz", healthz, name="healthz")
+    app.router.add_get("/readyz", readyz, name="readyz")
+    app.router.add_get("/metrics", metrics, name="metrics")
     app.router.add_get("/openapi.json", openapi_json, name="openapi")
     if settings.admin.token is not None:
         add_admin_routes(app)
@@ -59,31 +76,55 @@ def _key_secret(settings: CacheSettings) -> bytes:
 
 async def _pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
     """The upstream session and the cache backend for the life of the app."""
-    settings = app[SETTINGS]
+    live = app[LIVE]
+    settings = live.settings
     clock = app[CLOCK]
+    metrics_ = app[METRICS]
     keyer = Keyer(
         namespace=settings.cache.namespace,
         base_url=settings.upstream.base_url,
         secret=_key_secret(settings.cache),
     )
     backend = create_backend(settings.cache, prefix=keyer.prefix, clock=clock)
+    metrics_.circuit_changed(backend.name, CircuitState.CLOSED.value)
     cache = GuardedCache(
         backend,
         CircuitBreaker(
-            failures=settings.cache.breaker_failures, reset_s=settings.cache.breaker_reset_s
+            failures=settings.cache.breaker_failures,
+            reset_s=settings.cache.breaker_reset_s,
+            on_change=lambda state: metrics_.circuit_changed(backend.name, state.value),
         ),
+        on_error=metrics_.cache_errors.labels(backend.name).inc,
     )
     session = create_session(settings.upstream)
+    upstream = UpstreamClient(session, settings.upstream, metrics=metrics_)
     pipeline = RecordPipeline(
-        upstream=UpstreamClient(session, settings.upstream),
+        upstream=upstream,
         normaliser=Normaliser(app[COERCIONS]),
         cache=None if settings.cache.backend == "none" else cache,
         keyer=keyer,
         policy=CachePolicy.from_settings(settings.cache),
         clock=clock,
+        metrics=metrics_,
     )
+    readiness = Readiness(
+        upstream=upstream.health,
+        upstream_check=upstream.check,
+        cache_state=lambda: (cache.breaker.state.value, cache.breaker.last_error),
+        cache_check=None if settings.cache.backend == "none" else backend.ping,
+        interval_s=settings.health.check_interval_s,
+    )
+
+    def apply(new: Settings) -> None:
+        pipeline.policy = CachePolicy.from_settings(new.cache)
+        upstream.reconfigure(new.upstream)
+        readiness.interval_s = new.health.check_interval_s
+        set_level(new.log.level)
+
+    live.on_change(apply)
     app[CACHE] = cache
     app[PIPELINE] = pipeline
+    app[READINESS] = readiness
     try:
         yield
     finally:

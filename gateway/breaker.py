@@ -35,7 +35,9 @@ class CircuitBreaker:
         failures: int,
         reset_s: float,
         monotonic: Callable[[], float] = time.monotonic,
+        on_change: Callable[[CircuitState], None] | None = None,
     ) -> None:
+        self._on_change = on_change
         self._threshold = failures
         self._reset_s = reset_s
         self._monotonic = monotonic
@@ -75,6 +77,8 @@ class CircuitBreaker:
 
     def _change(self, state: CircuitState, error: str | None) -> None:
         previous, self.state = self.state, state
+        if self._on_change is not None:
+            self._on_change(state)
         if state is CircuitState.OPEN:
             log.warning(
                 "cache circuit open: skipping the cache for %gs",
@@ -97,10 +101,17 @@ class CircuitBreaker:
 class GuardedCache:
     """A backend behind the breaker: reads and writes that never raise."""
 
-    def __init__(self, backend: CacheBackend, breaker: CircuitBreaker) -> None:
+    def __init__(
+        self,
+        backend: CacheBackend,
+        breaker: CircuitBreaker,
+        *,
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
         self.backend = backend
         self.breaker = breaker
         self.errors = 0
+        self._on_error = on_error
 
     async def get(self, key: CacheKey) -> Lookup | None:
         """The lookup, or None when the cache cannot be used now (a miss)."""
@@ -128,4 +139,6 @@ class GuardedCache:
 
     def _failed(self, exc: CacheUnavailable) -> None:
         self.errors += 1
+        if self._on_error is not None:
+            self._on_error()
         self.breaker.failed(str(exc))

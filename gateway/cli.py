@@ -3,21 +3,26 @@
 serve          run the gateway
 demo-upstream  run the reference upstream alone
 check-config   validate the configuration and print it, secrets redacted
+probe          check the configured upstream against the published schema
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
 from gateway.errors import ConfigError
 from gateway.settings import Settings, load_settings, redacted
+
+if TYPE_CHECKING:
+    from gateway.probe import ProbeReport
 
 EXIT_CONFIG = 2
 
@@ -55,6 +60,16 @@ def _parser() -> argparse.ArgumentParser:
 
     check = commands.add_parser("check-config", help="validate and print the configuration")
     _config_option(check)
+
+    probe = commands.add_parser(
+        "probe",
+        help="call every route of the upstream once and report how it fits the published schema",
+    )
+    _config_option(probe)
+    probe.add_argument(
+        "--token", required=True, help="bearer token for the upstream (never printed)"
+    )
+    probe.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -72,6 +87,14 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None)
         raise SystemExit(EXIT_CONFIG) from exc
 
 
+async def _probe(settings: Settings, token: str) -> ProbeReport:
+    from gateway.probe import run_probe
+    from gateway.upstream import UpstreamClient, create_session
+
+    async with create_session(settings.upstream) as session:
+        return await run_probe(UpstreamClient(session, settings.upstream), token)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the console script and of ``python -m gateway``."""
     args = _parser().parse_args(argv)
@@ -81,6 +104,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings = _settings(args)
         print(json.dumps(redacted(settings), indent=2, sort_keys=False))
         return
+
+    if args.command == "probe":
+        settings = _settings(args)
+        from gateway.probe import to_json, to_text
+
+        report = asyncio.run(_probe(settings, args.token))
+        print(to_json(report) if args.json else to_text(report))
+        raise SystemExit(report.exit_code)
 
     if args.command == "demo-upstream":
         from gateway.demo import run_demo_upstream
@@ -99,8 +130,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         server["host"] = args.host
     if args.port is not None:
         server["port"] = args.port
-    settings = _settings(args, {"server": server} if server else None)
+    overrides = {"server": server} if server else {}
+    settings = _settings(args, overrides)
 
-    from gateway.server import run, serve
+    from gateway.runtime import ConfigSource
+    from gateway.server import main_serve
 
-    run(serve(settings, demo=args.demo))
+    raise SystemExit(main_serve(settings, ConfigSource(args.config, overrides), demo=args.demo))

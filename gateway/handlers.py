@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import orjson
 from aiohttp import web
 
 from gateway.auth import parse_authorization
 from gateway.params import RouteSpec, parse_record_query
 from gateway.pipeline import NO_DIRECTIVES, Directives, Reply
-from gateway.state import OPENAPI, PIPELINE, REQUEST_ID, SETTINGS
+from gateway.metrics import CONTENT_TYPE
+from gateway.state import LIVE, METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID
+from gateway.trace import current_trace
 
 JSON = "application/json"
 _HEALTHY = b'{"status":"ok"}'
@@ -59,18 +62,20 @@ def record_handler(route: RouteSpec) -> RouteHandler:
 
     async def handle(request: web.Request) -> web.StreamResponse:
         credentials = parse_authorization(request.headers.get("Authorization"))
+        pipeline = request.app[PIPELINE]
+        trace = current_trace()
+        if trace is not None:
+            trace.token_fingerprint = pipeline.keyer.fingerprint(credentials)
         path_value = request.match_info[route.path_param] if route.path_param else None
         query = parse_record_query(
             route,
             path_value,
             request.query.items(),
-            max_limit=request.app[SETTINGS].limits.max_limit,
+            max_limit=request.app[LIVE].settings.limits.max_limit,
         )
         headers = request.headers
         directives = client_directives(headers.get("Cache-Control"), headers.get("Pragma"))
-        reply = await request.app[PIPELINE].read(
-            query, credentials, request[REQUEST_ID], directives
-        )
+        reply = await pipeline.read(query, credentials, request[REQUEST_ID], directives)
         out = reply_headers(reply)
         if_none_match = headers.get("If-None-Match")
         if if_none_match is not None and etag_matches(if_none_match, reply.etag):
@@ -84,6 +89,25 @@ def record_handler(route: RouteSpec) -> RouteHandler:
 async def healthz(request: web.Request) -> web.StreamResponse:
     """Liveness: the process answers. Needs no token and touches nothing."""
     return web.Response(body=_HEALTHY, content_type=JSON, headers={"Cache-Control": "no-store"})
+
+
+async def readyz(request: web.Request) -> web.StreamResponse:
+    """Readiness: each component ok, degraded or down; 503 when nothing can be served."""
+    status, report = await request.app[READINESS].report()
+    return web.Response(
+        status=status,
+        body=orjson.dumps(report),
+        content_type=JSON,
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def metrics(request: web.Request) -> web.StreamResponse:
+    """Prometheus text exposition; for the whole gateway when it runs several workers."""
+    body = request.app[METRICS].exposition()
+    response = web.Response(body=body, headers={"Cache-Control": "no-store"})
+    response.headers["Content-Type"] = CONTENT_TYPE
+    return response
 
 
 async def openapi_json(request: web.Request) -> web.StreamResponse:

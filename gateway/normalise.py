@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -32,17 +32,19 @@ _MAX_LOGGED_VALUES = 1000
 class CoercionCounts:
     """Every coercion the normaliser performed, by (field, kind), since start.
 
-    The metrics expose it; the counts are kept in one place so that a later reader
-    (a Prometheus collector) only has to take a snapshot.
+    ``listener`` (the metrics) receives every batch too.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, listener: Callable[[Counter[tuple[str, str]]], None] | None = None) -> None:
         self._counts: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
+        self._listener = listener
 
     def add(self, counts: Counter[tuple[str, str]]) -> None:
         with self._lock:
             self._counts.update(counts)
+        if self._listener is not None:
+            self._listener(counts)
 
     def snapshot(self) -> dict[tuple[str, str], int]:
         with self._lock:

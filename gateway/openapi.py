@@ -1,17 +1,558 @@
-"""The OpenAPI 3.1 document of the gateway's own interface, built from the models."""
+"""The OpenAPI 3.1 document of the gateway's own interface, built from the models.
+
+Nothing that code already states is written twice here: the paths and the
+parameters of each route come from :data:`gateway.params.ROUTES`, the parameters'
+bounds from the constants the validation reads, the body schemas from the pydantic
+models of :mod:`gateway.models` (through ``ROUTE_MODELS``) and the problem ``type``
+URNs from :mod:`gateway.problems`. What is written here is what no code holds as
+data: the descriptions, which problem types each status carries, and the headers.
+
+The document is built once per app (``create_app``) and served as bytes at
+``GET /openapi.json``, without a token.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
+from pydantic.json_schema import models_json_schema
 
+from gateway import __version__
+from gateway.models import ROUTE_MODELS, SCHEMA_VERSION
+from gateway.params import _NUMBER, MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, TYPES, RouteSpec
+from gateway.problems import _TYPE_BASE, PROBLEM_JSON
 from gateway.settings import Settings
+
+_JSON = "application/json"
+_SCHEMAS = "#/components/schemas/"
+_PARAMETERS = "#/components/parameters/"
+_HEADERS = "#/components/headers/"
+_RESPONSES = "#/components/responses/"
+
+# What params._has_control refuses: C0, DEL and C1.
+_NO_CONTROL = r"^[^\u0000-\u001f\u007f-\u009f]*$"
+# What middleware.choose_request_id echoes; anything else is replaced by a new id.
+_REQUEST_ID = r"^[A-Za-z0-9._-]{1,128}$"
+_DEFAULT_PAGE = 1
+_DEFAULT_LIMIT = 10
+
+_DESCRIPTION = """\
+records-gateway answers the six read routes of the Financial Records Read API with
+one canonical form of every record, whatever variant the upstream sent:
+
+- every field of the published schema is present in every record (each is listed as
+  `required`); a value the upstream did not send is `null`;
+- decimal quantities are JSON strings in plain notation, padded to the scale of the
+  reference (`Expense.amount` and `Account.lastBalance` at least 4 decimal places,
+  `Account.liquidityThreshold` at least 2) and never rounded;
+- `Client.taxRetentionPercentage` is a JSON number, `Bank.country` an integer;
+- UUIDs are lower-case canonical; `issueDate` and `dueDate` are `YYYY-MM-DD`;
+  `paidAt` is ISO 8601 in UTC ending in `Z`;
+- enumerations (`type`, `status`, `role`) are upper case; an unknown value is passed
+  through;
+- fields the reference does not define are dropped; text is never altered.
+
+Every request is validated before anything reaches the upstream; every error is an
+RFC 9457 problem (`application/problem+json`) whose `type` is a
+`urn:records-gateway:problem:` URN. The record routes need
+`Authorization: Bearer <token>`, forwarded to the upstream verbatim. `HEAD` is
+answered like `GET`, without a body; other methods are 405. Answers may come from
+the gateway's cache: `X-Cache`, `Cache-Status`, `Age` and `ETag` say so, and
+`If-None-Match` and `Cache-Control: no-cache` / `no-store` steer it.
+"""
+
+
+def _text(description: str) -> tuple[str, dict[str, Any]]:
+    schema = {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_TEXT_LENGTH,
+        "pattern": _NO_CONTROL,
+    }
+    return (
+        f"{description} Non-empty, at most {MAX_TEXT_LENGTH} characters, no control characters.",
+        schema,
+    )
+
+
+def _parameter_rules(max_limit: int) -> dict[str, tuple[str, dict[str, Any]]]:
+    """(description, JSON Schema) of every path and query parameter, by name.
+
+    Mirrors ``gateway.params.parse_record_query``; tests/test_openapi.py checks both
+    against the same sample values.
+    """
+    limit: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": max_limit}
+    limit_description = f"Items per page, from 1 to {max_limit} (the gateway's limits.max_limit)."
+    if max_limit >= _DEFAULT_LIMIT:
+        limit["default"] = _DEFAULT_LIMIT
+    else:
+        # The validation fills in 10 whatever the maximum; say what that means.
+        limit_description += (
+            f" Give it: the default, {_DEFAULT_LIMIT}, is above the maximum and refused."
+        )
+    return {
+        "page": (
+            "Page number.",
+            {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": _DEFAULT_PAGE},
+        ),
+        "limit": (limit_description, limit),
+        "dateFrom": (
+            "Only expenses issued on or after this day: a real calendar date YYYY-MM-DD,"
+            " not after dateTo.",
+            {"type": "string", "format": "date"},
+        ),
+        "dateTo": (
+            "Only expenses issued on or before this day: a real calendar date YYYY-MM-DD,"
+            " not before dateFrom.",
+            {"type": "string", "format": "date"},
+        ),
+        "amount": (
+            "Only expenses of this amount: a finite decimal number such as 12.50, -3 or"
+            " 1E2, at most 40 digits once written out; forwarded in plain notation"
+            " (12.5, 100).",
+            {"type": "string", "pattern": f"^(?:{_NUMBER.pattern})$"},
+        ),
+        "concept": _text("Text searched in the expenses' description and category."),
+        "account": _text("Only expenses of this account, by id or name."),
+        "status": _text("Only expenses with this status, e.g. PAID."),
+        "type": (
+            " or ".join(TYPES) + ", in any case (e.g. cash); forwarded in upper case.",
+            {"type": "string", "enum": list(TYPES)},
+        ),
+        "user": _text("Only expenses of this user, by id or username."),
+        "bankCode": _text("Only accounts of the bank with this code."),
+        "expenseId": (
+            "The expense's UUID, in any case (the 32-hex-digit form without hyphens is"
+            " accepted too); forwarded in lower-case canonical form.",
+            {"type": "string", "format": "uuid"},
+        ),
+        "accountId": _text(
+            "The account's id or name; percent-encode spaces, '/' and non-ASCII letters."
+            " Forwarded percent-encoded as exactly one path segment."
+        ),
+    }
+
+
+def _parameters(settings: Settings) -> dict[str, dict[str, Any]]:
+    """components.parameters: every route parameter by its name, and the request headers."""
+    rules = _parameter_rules(settings.limits.max_limit)
+    parameters: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        if route.path_param is not None:
+            parameters[route.path_param] = _parameter(route.path_param, "path", rules)
+        for name in route.query_params:
+            parameters[name] = _parameter(name, "query", rules)
+    parameters["If-None-Match"] = _header_parameter(
+        "If-None-Match",
+        "ETags of answers the caller holds (or *); when one matches the current answer's"
+        " ETag, the answer is 304 without a body.",
+    )
+    no_cache = (
+        "no-cache: do not serve a stored answer; ask the upstream and store its answer."
+        if settings.cache.honor_client_no_cache
+        else "no-cache: ignored by this deployment (cache.honor_client_no_cache is off)."
+    )
+    parameters["Cache-Control"] = _header_parameter(
+        "Cache-Control",
+        f"{no_cache} no-store: neither serve nor store a stored answer. Other directives"
+        " are ignored.",
+    )
+    parameters["Pragma"] = _header_parameter(
+        "Pragma", "no-cache is taken as Cache-Control: no-cache when Cache-Control is absent."
+    )
+    parameters["X-Request-ID"] = _header_parameter(
+        "X-Request-ID",
+        "The caller's request id, echoed in X-Request-ID and sent upstream when it is 1"
+        " to 128 characters of [A-Za-z0-9._-]; otherwise the gateway makes a new one.",
+    )
+    return parameters
+
+
+def _parameter(
+    name: str, where: str, rules: dict[str, tuple[str, dict[str, Any]]]
+) -> dict[str, Any]:
+    description, schema = rules[name]
+    return {
+        "name": name,
+        "in": where,
+        "required": where == "path",
+        "description": description,
+        "schema": schema,
+    }
+
+
+def _header_parameter(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+def _headers() -> dict[str, dict[str, Any]]:
+    """components.headers: every response header the gateway documents."""
+    return {
+        "X-Request-ID": {
+            "description": "The id of this request: the caller's X-Request-ID when usable,"
+            " otherwise a new one. Also sent upstream and logged.",
+            "required": True,
+            "schema": {"type": "string", "pattern": _REQUEST_ID},
+        },
+        "X-Cache": {
+            "description": "What the cache did: HIT (a fresh stored answer), STALE (a stored"
+            " answer past its freshness, served while it is refreshed or instead of an"
+            " upstream failure), MISS (fetched from the upstream), BYPASS (the cache was"
+            " not consulted: caching is off for the route, or the caller sent no-store or"
+            " no-cache).",
+            "required": True,
+            "schema": {"type": "string", "enum": ["HIT", "MISS", "STALE", "BYPASS"]},
+        },
+        "Cache-Status": {
+            "description": "The same as an RFC 9211 Cache-Status field, e.g."
+            " `records-gateway; hit; ttl=25` or `records-gateway; fwd=miss; stored`.",
+            "required": True,
+            "schema": {"type": "string"},
+        },
+        "Age": {
+            "description": "Seconds since the answer was fetched from the upstream (RFC 9111).",
+            "required": True,
+            "schema": {"type": "integer", "minimum": 0},
+        },
+        "ETag": {
+            "description": "A strong ETag of the body; send it back in If-None-Match.",
+            "required": True,
+            "schema": {"type": "string"},
+        },
+        "Cache-Control": {
+            "description": "How long the caller may reuse the answer, e.g."
+            " `private, max-age=30`: the seconds it stays fresh in the cache, 0 when it is"
+            " stale or was not stored.",
+            "required": True,
+            "schema": {"type": "string"},
+        },
+        "WWW-Authenticate": {
+            "description": "The scheme to authenticate with.",
+            "required": True,
+            "schema": {"type": "string", "examples": ['Bearer realm="records-gateway"']},
+        },
+        "Retry-After": {
+            "description": "The upstream's Retry-After (seconds or an HTTP date), when it"
+            " sent one.",
+            "schema": {"type": "string"},
+        },
+    }
+
+
+def _header_refs(*names: str) -> dict[str, dict[str, str]]:
+    return {name: {"$ref": _HEADERS + name} for name in names}
+
+
+_REQUEST_HEADERS = ("If-None-Match", "Cache-Control", "Pragma", "X-Request-ID")
+_CACHE_HEADERS = ("X-Cache", "Cache-Status", "Age", "ETag", "Cache-Control")
+
+
+class _ProblemResponse(NamedTuple):
+    """One documented error status: its problem types and extra headers."""
+
+    status: int
+    name: str
+    description: str
+    slugs: tuple[str, ...]
+    headers: tuple[str, ...] = ()
+
+
+_PROBLEMS = (
+    _ProblemResponse(
+        400,
+        "InvalidParameters",
+        "A bad, unknown or repeated parameter; `errors` lists every one. Nothing was"
+        " sent upstream.",
+        ("invalid-parameters",),
+    ),
+    _ProblemResponse(
+        401,
+        "Unauthenticated",
+        "No usable `Authorization: Bearer` header (unauthenticated), or the upstream"
+        " refused the token (upstream-unauthorized).",
+        ("unauthenticated", "upstream-unauthorized"),
+        ("WWW-Authenticate",),
+    ),
+    _ProblemResponse(403, "Forbidden", "The upstream refused access.", ("upstream-forbidden",)),
+    _ProblemResponse(404, "NotFound", "The upstream has no such record.", ("not-found",)),
+    _ProblemResponse(
+        429,
+        "RateLimited",
+        "The upstream is rate limiting this caller; its Retry-After is kept.",
+        ("rate-limited",),
+        ("Retry-After",),
+    ),
+    _ProblemResponse(
+        500,
+        "InternalError",
+        "The gateway failed; the request id is in its logs.",
+        ("internal",),
+    ),
+    _ProblemResponse(
+        502,
+        "BadGateway",
+        "The upstream cannot be reached (upstream-unavailable), answered 5xx or an"
+        " unexpected status (upstream-failed), or sent a body that breaks the API"
+        " contract (upstream-contract).",
+        ("upstream-unavailable", "upstream-failed", "upstream-contract"),
+    ),
+    _ProblemResponse(
+        504,
+        "GatewayTimeout",
+        "The upstream did not answer within upstream.timeout_s.",
+        ("upstream-timeout",),
+    ),
+)
+
+
+def _problem_schemas() -> dict[str, dict[str, Any]]:
+    return {
+        "Problem": {
+            "title": "Problem",
+            "description": "An RFC 9457 problem: the body of every error response.",
+            "type": "object",
+            "required": ["type", "title", "status", "detail", "instance", "requestId"],
+            "properties": {
+                "type": {
+                    "type": "string",
+                    "pattern": f"^{_TYPE_BASE}[a-z0-9-]+$",
+                    "description": "A URN naming the kind of problem.",
+                },
+                "title": {"type": "string", "description": "A summary of the kind."},
+                "status": {
+                    "type": "integer",
+                    "minimum": 400,
+                    "maximum": 599,
+                    "description": "The HTTP status.",
+                },
+                "detail": {
+                    "type": "string",
+                    "description": "What happened, for a person; never contains the token.",
+                },
+                "instance": {
+                    "type": "string",
+                    "description": "The request's path and query, as sent.",
+                },
+                "requestId": {
+                    "type": "string",
+                    "description": "The X-Request-ID of the request.",
+                },
+                "upstreamStatus": {
+                    "type": "integer",
+                    "minimum": 100,
+                    "maximum": 599,
+                    "description": "The upstream's status, when it answered.",
+                },
+                "errors": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {"$ref": _SCHEMAS + "ParameterError"},
+                    "description": "Every bad parameter (400 only).",
+                },
+            },
+        },
+        "ParameterError": {
+            "title": "ParameterError",
+            "type": "object",
+            "required": ["parameter", "message"],
+            "properties": {
+                "parameter": {"type": "string", "description": "The parameter's name."},
+                "message": {"type": "string", "description": "What is wrong with it."},
+            },
+            "additionalProperties": False,
+        },
+    }
+
+
+def _problem_response(problem: _ProblemResponse) -> dict[str, Any]:
+    narrowed: dict[str, Any] = {
+        "properties": {
+            "type": {"enum": [_TYPE_BASE + slug for slug in problem.slugs]},
+            "status": {"const": problem.status},
+        }
+    }
+    if problem.status == 400:
+        narrowed["required"] = ["errors"]
+    return {
+        "description": problem.description,
+        "headers": _header_refs("X-Request-ID", *problem.headers),
+        "content": {
+            PROBLEM_JSON: {"schema": {"allOf": [{"$ref": _SCHEMAS + "Problem"}, narrowed]}}
+        },
+    }
+
+
+def _responses() -> dict[str, dict[str, Any]]:
+    """components.responses: 304 and every problem response."""
+    responses = {
+        "NotModified": {
+            "description": "If-None-Match matched the current ETag; no body.",
+            "headers": _header_refs("X-Request-ID", *_CACHE_HEADERS),
+        }
+    }
+    responses.update({problem.name: _problem_response(problem) for problem in _PROBLEMS})
+    return responses
+
+
+def _model_schemas() -> dict[str, dict[str, Any]]:
+    """The schemas of every route's body and what they embed, from the models.
+
+    pydantic leaves a field with a default out of ``required``; the published
+    contract is that every field is always present (possibly null), so every
+    property is made required, and the defaults and generated titles dropped.
+    """
+    _, top = models_json_schema(
+        [(model, "serialization") for model in ROUTE_MODELS.values()],
+        ref_template=_SCHEMAS + "{model}",
+    )
+    schemas: dict[str, dict[str, Any]] = top["$defs"]
+    for schema in schemas.values():
+        properties: dict[str, dict[str, Any]] = schema["properties"]
+        for prop in properties.values():
+            prop.pop("default", None)
+            prop.pop("title", None)
+        schema["required"] = list(properties)
+        schema["additionalProperties"] = False
+    return schemas
+
+
+def _record_operation(route: RouteSpec) -> dict[str, Any]:
+    model = ROUTE_MODELS[route.name]
+    names = [*([route.path_param] if route.path_param else []), *route.query_params]
+    summary = (model.__doc__ or route.name).strip().splitlines()[0]
+    responses: dict[str, Any] = {
+        "200": {
+            "description": summary,
+            "headers": _header_refs("X-Request-ID", *_CACHE_HEADERS),
+            "content": {_JSON: {"schema": {"$ref": _SCHEMAS + model.__name__}}},
+        },
+        "304": {"$ref": _RESPONSES + "NotModified"},
+    }
+    for problem in _PROBLEMS:
+        responses[str(problem.status)] = {"$ref": _RESPONSES + problem.name}
+    return {
+        "operationId": f"get_{route.name}",
+        "summary": summary,
+        "tags": ["records"],
+        "security": [{"bearer": []}],
+        "parameters": [{"$ref": _PARAMETERS + name} for name in (*names, *_REQUEST_HEADERS)],
+        "responses": responses,
+    }
+
+
+def _plain_operation(
+    operation_id: str,
+    summary: str,
+    schema: dict[str, Any],
+    headers: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A GET of the gateway's own, answered without a token."""
+    return {
+        "operationId": operation_id,
+        "summary": summary,
+        "tags": ["gateway"],
+        "security": [],
+        "responses": {
+            "200": {
+                "description": summary,
+                "headers": {**_header_refs("X-Request-ID"), **(headers or {})},
+                "content": {_JSON: {"schema": schema}},
+            }
+        },
+    }
 
 
 def openapi_document(settings: Settings) -> dict[str, Any]:
     """The document as plain data."""
-    return {"openapi": "3.1.0", "info": {"title": "records-gateway", "version": "0"}, "paths": {}}
+    paths: dict[str, Any] = {route.template: {"get": _record_operation(route)} for route in ROUTES}
+    paths["/healthz"] = {
+        "get": _plain_operation(
+            "healthz",
+            "Liveness: the process answers. Touches neither the upstream nor the cache.",
+            {
+                "type": "object",
+                "required": ["status"],
+                "properties": {"status": {"const": "ok"}},
+                "additionalProperties": False,
+            },
+            {"Cache-Control": {"required": True, "schema": {"const": "no-store"}}},
+        )
+    }
+    component = {
+        "type": "object",
+        "required": ["status", "lastError"],
+        "properties": {
+            "status": {"enum": ["ok", "degraded", "down", "disabled"]},
+            "lastError": {"type": ["string", "null"]},
+            "source": {"enum": ["traffic", "check"]},
+        },
+    }
+    readiness = {
+        "type": "object",
+        "required": ["status", "components"],
+        "properties": {
+            "status": {"enum": ["ok", "degraded", "down"]},
+            "components": {
+                "type": "object",
+                "required": ["upstream", "cache"],
+                "properties": {"upstream": component, "cache": component},
+            },
+        },
+    }
+    ready = _plain_operation(
+        "readyz",
+        "Readiness: 200 while the gateway can serve (a cache that is down only degrades it),"
+        " 503 when the upstream is down and there is no cache to serve from.",
+        readiness,
+    )
+    ready["responses"]["503"] = {
+        "description": "Not ready: the upstream is down and nothing can be served.",
+        "content": {_JSON: {"schema": readiness}},
+    }
+    paths["/readyz"] = {"get": ready}
+    metrics = _plain_operation(
+        "metrics", "Prometheus metrics, text exposition format.", {"type": "string"}
+    )
+    metrics["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
+    paths["/metrics"] = {"get": metrics}
+    paths["/openapi.json"] = {
+        "get": _plain_operation("openapi", "This document.", {"type": "object"})
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "records-gateway",
+            "version": SCHEMA_VERSION,
+            "description": _DESCRIPTION,
+            "x-gateway-version": __version__,
+        },
+        "tags": [
+            {"name": "records", "description": "The six record routes; a bearer token each."},
+            {"name": "gateway", "description": "The gateway's own routes; no token."},
+        ],
+        "paths": paths,
+        "components": {
+            "schemas": {**_model_schemas(), **_problem_schemas()},
+            "parameters": _parameters(settings),
+            "headers": _headers(),
+            "responses": _responses(),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The caller's token for the upstream; the"
+                    " Authorization header is forwarded to it verbatim.",
+                }
+            },
+        },
+    }
 
 
 def openapi_bytes(settings: Settings) -> bytes:

@@ -29,6 +29,7 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.metrics import Metrics
 from gateway.normalise import Normaliser
 from gateway.params import RecordQuery
 from gateway.settings import CacheSettings
@@ -111,7 +112,9 @@ class RecordPipeline:
         keyer: Keyer,
         policy: CachePolicy,
         clock: Clock,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._upstream = upstream
         self._normaliser = normaliser
         self._cache = cache
@@ -124,6 +127,10 @@ class RecordPipeline:
     @property
     def keyer(self) -> Keyer:
         return self._keyer
+
+    @property
+    def upstream(self) -> UpstreamClient:
+        return self._upstream
 
     async def close(self) -> None:
         """Cancel background refreshes and fetches still in flight."""
@@ -189,6 +196,8 @@ class RecordPipeline:
             raise
         if joined:
             self.coalesced_waits += 1
+            if self._metrics is not None:
+                self._metrics.coalesced.labels(query.route.name).inc()
         if generations is None:
             detail = "fwd=miss; detail=cache-unavailable"
         else:

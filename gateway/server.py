@@ -1,22 +1,39 @@
-"""Running the gateway: the event loop, the listening socket, signals and the banner."""
+"""Running the gateway: processes, event loops, the listening socket and signals.
+
+With ``server.workers = 1`` the gateway runs in this process. With N > 1 this process
+becomes a small supervisor: it forks N workers that each listen on the same port
+(SO_REUSEPORT) with their own event loop (uvloop on Linux), forwards SIGHUP, SIGTERM
+and SIGINT to them, and exits 0 once they all have. The workers write their metrics
+to a shared folder so that /metrics of any of them reports the whole gateway.
+
+Signals, in a worker or a single process: SIGHUP re-reads the configuration and
+applies what can change live; SIGTERM or SIGINT stop accepting, let requests in flight
+finish for up to ``server.shutdown_timeout_s``, close the upstream session and the
+Redis pool, and exit 0.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Coroutine
 from typing import Any
 
-from aiohttp import web
-
-from gateway.app import create_app
+from gateway.logs import configure_logging
+from gateway.runtime import ConfigSource
 from gateway.settings import Settings
 
 log = logging.getLogger("gateway.server")
 
 DEMO_TOKEN = "demo-token"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_FORWARDED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -29,8 +46,29 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
         uvloop.run(coro)
 
 
-async def serve(settings: Settings, *, demo: bool = False) -> None:
-    """Serve until SIGTERM or SIGINT, then close everything in order."""
+def main_serve(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
+    """Serve until told to stop; returns the exit status."""
+    configure_logging(settings.log.level, settings.log.format)
+    if settings.server.workers == 1:
+        run(serve(settings, source, demo=demo))
+        return 0
+    return _supervise(settings, source, demo=demo)
+
+
+async def serve(
+    settings: Settings,
+    source: ConfigSource,
+    *,
+    demo: bool = False,
+    reuse_port: bool = False,
+    worker: int | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT, reloading on SIGHUP, then close everything in order."""
+    from aiohttp import web
+
+    from gateway.app import create_app
+    from gateway.state import LIVE
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -41,23 +79,111 @@ async def serve(settings: Settings, *, demo: bool = False) -> None:
         from gateway.demo import start_demo_server
 
         demo_server = await start_demo_server(host="127.0.0.1", port=0)
-        settings = settings.model_copy(
-            update={"upstream": settings.upstream.model_copy(update={"base_url": demo_server.url})}
-        )
+        overrides = {
+            **source.overrides,
+            "upstream": {**source.overrides.get("upstream", {}), "base_url": demo_server.url},
+            "cache": {**source.overrides.get("cache", {}), "backend": "memory"},
+        }
+        source = ConfigSource(source.path, overrides)
+        settings = source.load()
 
-    runner = web.AppRunner(create_app(settings), handle_signals=False, access_log=None)
+    app = create_app(settings, source=source)
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        access_log=None,
+        shutdown_timeout=settings.server.shutdown_timeout_s,
+    )
     await runner.setup()
+    loop.add_signal_handler(signal.SIGHUP, app[LIVE].reload)
     try:
-        site = web.TCPSite(runner, settings.server.host, settings.server.port)
+        site = web.TCPSite(
+            runner, settings.server.host, settings.server.port, reuse_port=reuse_port or None
+        )
         await site.start()
         port = runner.addresses[0][1] if runner.addresses else settings.server.port
-        _print_banner(settings, port, demo_url=demo_server.url if demo_server else None)
+        log.info(
+            "started",
+            extra={
+                "event": "start",
+                "host": settings.server.host,
+                "port": port,
+                "pid": os.getpid(),
+                "worker": worker,
+                "upstream": settings.upstream.base_url,
+                "cache_backend": settings.cache.backend,
+            },
+        )
+        if worker is None or worker == 0:
+            _print_banner(settings, port, demo_url=demo_server.url if demo_server else None)
         await stop.wait()
-        log.info("stopping")
+        log.info(
+            "stopping: no new connections; waiting for requests in flight",
+            extra={"event": "stop", "grace_s": settings.server.shutdown_timeout_s},
+        )
     finally:
+        loop.remove_signal_handler(signal.SIGHUP)
         await runner.cleanup()
         if demo_server is not None:
             await demo_server.close()
+        log.info("stopped", extra={"event": "stopped", "pid": os.getpid()})
+
+
+def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
+    """Fork the workers, forward signals to them, reap them."""
+    metrics_dir = tempfile.mkdtemp(prefix="records-gateway-metrics-")
+    os.environ[MULTIPROC_ENV] = metrics_dir
+    children: dict[int, int] = {}
+    for index in range(settings.server.workers):
+        pid = os.fork()
+        if pid == 0:  # the worker
+            for signum in _FORWARDED:
+                signal.signal(signum, signal.SIG_DFL)
+            code = 0
+            try:
+                run(serve(settings, source, demo=demo, reuse_port=True, worker=index))
+            except BaseException:
+                log.exception("worker failed", extra={"worker": index})
+                code = 1
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        children[pid] = index
+
+    def forward(signum: int, _frame: object) -> None:
+        for pid in list(children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    for signum in _FORWARDED:
+        signal.signal(signum, forward)
+    log.info(
+        "supervising workers",
+        extra={"event": "supervise", "workers": sorted(children), "pid": os.getpid()},
+    )
+    status = 0
+    while children:
+        try:
+            pid, wait_status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries os.wait
+            continue
+        index = children.pop(pid, -1)
+        code = os.waitstatus_to_exitcode(wait_status)
+        _mark_dead(pid)
+        if code != 0:
+            status = 1
+            log.error("worker exited", extra={"worker": index, "pid": pid, "exit": code})
+            forward(signal.SIGTERM, None)
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    return status
+
+
+def _mark_dead(pid: int) -> None:
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 def _print_banner(settings: Settings, port: int, *, demo_url: str | None) -> None:
@@ -71,4 +197,8 @@ def _print_banner(settings: Settings, port: int, *, demo_url: str | None) -> Non
             "try:",
             f"  curl -s -H 'Authorization: Bearer {DEMO_TOKEN}' '{base}/expenses?limit=2'",
         ]
-    print("\n".join(lines), file=sys.stdout, flush=True)
+    print(
+        "\n".join(lines),
+        file=sys.stderr if settings.log.format == "json" else sys.stdout,
+        flush=True,
+    )

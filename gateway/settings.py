@@ -39,6 +39,18 @@ class _Section(BaseModel):
 class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=64)
+    shutdown_timeout_s: float = Field(default=15.0, ge=0, le=600)
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "text"] = "json"
+    access: bool = True
+
+
+class HealthSettings(_Section):
+    check_interval_s: float = Field(default=5.0, ge=0, le=3600)
 
 
 class UpstreamSettings(_Section):
@@ -150,6 +162,8 @@ class Settings(BaseSettings):
     limits: LimitsSettings = LimitsSettings()
     cache: CacheSettings = CacheSettings()
     admin: AdminSettings = AdminSettings()
+    log: LogSettings = LogSettings()
+    health: HealthSettings = HealthSettings()
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -214,7 +228,9 @@ __all__ = [
     "AdminSettings",
     "CacheSettings",
     "CacheTTLs",
+    "HealthSettings",
     "LimitsSettings",
+    "LogSettings",
     "ServerSettings",
     "Settings",
     "UpstreamSettings",

@@ -18,13 +18,17 @@ from yarl import URL
 from gateway import __version__
 from gateway.errors import (
     UpstreamContractError,
+    UpstreamError,
     UpstreamFailed,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.health import UpstreamHealth
+from gateway.metrics import Metrics
 from gateway.params import RecordQuery
 from gateway.settings import UpstreamSettings
+from gateway.trace import current_trace
 
 USER_AGENT = f"records-gateway/{__version__}"
 _PASSED_THROUGH = {401, 403, 404, 429}
@@ -69,14 +73,45 @@ def timeouts(settings: UpstreamSettings) -> aiohttp.ClientTimeout:
 class UpstreamClient:
     """Forwards validated record requests to the upstream."""
 
-    def __init__(self, session: aiohttp.ClientSession, settings: UpstreamSettings) -> None:
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        settings: UpstreamSettings,
+        *,
+        metrics: Metrics | None = None,
+        health: UpstreamHealth | None = None,
+    ) -> None:
         self._session = session
         self._settings = settings
+        self._timeout = timeouts(settings)
+        self._metrics = metrics
+        self.health = health or UpstreamHealth()
+
+    def reconfigure(self, settings: UpstreamSettings) -> None:
+        """Apply new timeouts (a reload); the session and its pool stay."""
+        self._settings = settings.model_copy(update={"base_url": self._settings.base_url})
         self._timeout = timeouts(settings)
 
     @property
     def base_url(self) -> str:
         return self._settings.base_url
+
+    async def check(self) -> None:
+        """Readiness check: the upstream answers at all (any status below 500).
+
+        It sends no token: a 401 proves the upstream is there.
+        """
+        url = URL(self._settings.base_url + "/users", encoded=True)
+        timeout = aiohttp.ClientTimeout(total=min(self._settings.timeout_s, 5.0))
+        try:
+            async with self._session.get(url, timeout=timeout, allow_redirects=False) as response:
+                status = response.status
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise UpstreamUnavailable(f"readiness check: {_reason(exc)}") from exc
+        if status >= 500:
+            raise UpstreamFailed(
+                f"readiness check: upstream status {status}", upstream_status=status
+            )
 
     def url_for(self, query: RecordQuery) -> URL:
         """The full upstream URL for ``query``, with the path prefix of ``base_url``."""
@@ -93,6 +128,33 @@ class UpstreamClient:
 
         Returns the 2xx answer; raises an UpstreamError for anything else.
         """
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            reply = await self._fetch(query, authorization, request_id)
+            outcome = str(reply.status)
+            self.health.succeeded()
+            return reply
+        except UpstreamError as exc:
+            outcome = _outcome(exc)
+            if _is_outage(exc):
+                self.health.failed(exc.detail)
+            else:
+                self.health.succeeded()
+            raise
+        finally:
+            elapsed = time.perf_counter() - started
+            if self._metrics is not None:
+                self._metrics.upstream_requests.labels(query.route.name, outcome).inc()
+                self._metrics.upstream_seconds.labels(query.route.name).observe(elapsed)
+            trace = current_trace()
+            if trace is not None:
+                trace.upstream_status = outcome
+                trace.upstream_ms = round(elapsed * 1000, 2)
+
+    async def _fetch(
+        self, query: RecordQuery, authorization: str, request_id: str
+    ) -> UpstreamReply:
         url = self.url_for(query)
         headers = {"Authorization": authorization, "X-Request-ID": request_id}
         started = time.perf_counter()
@@ -166,6 +228,24 @@ def _status_error(
         " the gateway and the upstream disagree on the API",
         upstream_status=status,
     )
+
+
+def _outcome(exc: UpstreamError) -> str:
+    """The status label of a failed call: the upstream's status, or what went wrong."""
+    if exc.upstream_status is not None and not isinstance(exc, UpstreamContractError):
+        return str(exc.upstream_status)
+    if isinstance(exc, UpstreamTimeout):
+        return "timeout"
+    if isinstance(exc, UpstreamUnavailable):
+        return "unreachable"
+    return "invalid-body"
+
+
+def _is_outage(exc: UpstreamError) -> bool:
+    """Whether the upstream itself is failing (not merely refusing one request)."""
+    if isinstance(exc, UpstreamTimeout | UpstreamUnavailable):
+        return True
+    return isinstance(exc, UpstreamFailed) and (exc.upstream_status or 500) >= 500
 
 
 def _reason(exc: BaseException) -> str:

@@ -54,7 +54,12 @@ async def test_check_config_prints_the_effective_configuration() -> None:
     assert code == 0
     config = json.loads(out)
     assert config["upstream"]["base_url"] == "https://records.example/v2"
-    assert config["server"] == {"host": "127.0.0.1", "port": 8080}
+    assert config["server"] == {
+        "host": "127.0.0.1",
+        "port": 8080,
+        "workers": 1,
+        "shutdown_timeout_s": 15.0,
+    }
     assert config["cache"]["backend"] == "redis"
     assert config["cache"]["key_secret"] == "**********"
     assert "do-not-print-this-secret" not in out

@@ -1,0 +1,147 @@
+"""Readiness: what recent traffic says about the upstream and the cache, plus a
+rate-limited check when traffic says nothing new.
+
+Components are ``ok``, ``degraded`` or ``down`` (the cache may also be ``disabled``).
+The gateway is ready (200) while it can serve: a cache that is down only degrades
+it, since requests fall through to the upstream. It is not ready (503) when the
+upstream is down and there is no cache to serve from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+OK = "ok"
+DEGRADED = "degraded"
+DOWN = "down"
+DISABLED = "disabled"
+
+
+class UpstreamHealth:
+    """The outcome of the latest upstream call, from real traffic."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self.last_ok: float | None = None
+        self.last_failure: float | None = None
+        self.last_error: str | None = None
+
+    def succeeded(self) -> None:
+        self.last_ok = self._monotonic()
+
+    def failed(self, error: str) -> None:
+        self.last_failure = self._monotonic()
+        self.last_error = error
+
+    def status(self) -> str | None:
+        """ok or down by the latest outcome; None when there was no traffic yet."""
+        if self.last_failure is None and self.last_ok is None:
+            return None
+        if self.last_failure is not None and (
+            self.last_ok is None or self.last_failure > self.last_ok
+        ):
+            return DOWN
+        return OK
+
+    def age(self) -> float | None:
+        latest = max((t for t in (self.last_ok, self.last_failure) if t is not None), default=None)
+        return None if latest is None else self._monotonic() - latest
+
+
+@dataclass(slots=True)
+class _Check:
+    """A check that runs at most once per interval; callers in between share its result."""
+
+    run: Callable[[], Awaitable[None]]
+    interval_s: float
+    last_at: float | None = None
+    last_error: str | None = None
+    running: asyncio.Task[None] | None = None
+
+    async def result(self, now: float) -> str | None:
+        """None when the check passed, else the error."""
+        if self.last_at is not None and now - self.last_at < self.interval_s:
+            return self.last_error
+        if self.running is None:
+            self.running = asyncio.ensure_future(self.run())
+        task = self.running
+        try:
+            await asyncio.shield(task)
+            self.last_error = None
+        except Exception as exc:  # noqa: BLE001 - any failure of the check is its result
+            self.last_error = str(exc) or type(exc).__name__
+        finally:
+            if self.running is task:
+                self.running = None
+            self.last_at = now
+        return self.last_error
+
+
+class Readiness:
+    """Puts together the readiness report of /readyz."""
+
+    def __init__(
+        self,
+        *,
+        upstream: UpstreamHealth,
+        upstream_check: Callable[[], Awaitable[None]],
+        cache_state: Callable[[], tuple[str, str | None]],
+        cache_check: Callable[[], Awaitable[None]] | None,
+        interval_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._upstream = upstream
+        self._upstream_check = _Check(upstream_check, interval_s)
+        self._cache_state = cache_state
+        self._cache_check = None if cache_check is None else _Check(cache_check, interval_s)
+        self._monotonic = monotonic
+        self.interval_s = interval_s
+
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    @interval_s.setter
+    def interval_s(self, value: float) -> None:
+        """The least time between two checks of one component (live tunable)."""
+        self._interval_s = value
+        self._upstream_check.interval_s = value
+        if self._cache_check is not None:
+            self._cache_check.interval_s = value
+
+    async def report(self) -> tuple[int, dict[str, Any]]:
+        now = self._monotonic()
+        upstream = await self._upstream_component(now)
+        cache = await self._cache_component(now)
+        if upstream["status"] == DOWN and cache["status"] in (DOWN, DISABLED):
+            overall, code = DOWN, 503
+        elif upstream["status"] == DOWN or cache["status"] in (DOWN, DEGRADED):
+            overall, code = DEGRADED, 200
+        else:
+            overall, code = OK, 200
+        return code, {"status": overall, "components": {"upstream": upstream, "cache": cache}}
+
+    async def _upstream_component(self, now: float) -> dict[str, Any]:
+        age = self._upstream.age()
+        status = self._upstream.status()
+        if status is None or age is None or age > self._interval_s:
+            error = await self._upstream_check.result(now)
+            if error is None:
+                return {"status": OK, "lastError": self._upstream.last_error, "source": "check"}
+            return {"status": DOWN, "lastError": error, "source": "check"}
+        return {"status": status, "lastError": self._upstream.last_error, "source": "traffic"}
+
+    async def _cache_component(self, now: float) -> dict[str, Any]:
+        if self._cache_check is None:
+            return {"status": DISABLED, "lastError": None}
+        state, error = self._cache_state()
+        if state == "open":
+            return {"status": DOWN, "lastError": error}
+        check_error = await self._cache_check.result(now)
+        if check_error is not None:
+            return {"status": DOWN, "lastError": check_error}
+        return {"status": DEGRADED if state == "half-open" else OK, "lastError": error}

@@ -1,0 +1,626 @@
+"""The OpenAPI document: valid OpenAPI 3.1, true to the code, and matched by real answers.
+
+Real answers of the gateway (in front of the reference upstream, or of a stub upstream
+for the failures the reference never produces) are held against the served document:
+the status must be documented, its required headers present, every documented header
+and the body valid under the document's schemas (JSON Schema 2020-12, ``$ref`` resolved
+into the document's components).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import ClientResponse, web
+from aiohttp.test_utils import TestClient, unused_port
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import OpenAPIV31SpecValidator, validate
+from pytest_aiohttp import AiohttpServer
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
+from yarl import URL
+
+from gateway import __version__
+from gateway.demo import create_demo_app
+from gateway.errors import InvalidParameters
+from gateway.models import (
+    ROUTE_MODELS,
+    SCHEMA_VERSION,
+    Account,
+    AccountPage,
+    Bank,
+    CanonicalModel,
+    Client,
+    ClientPage,
+    Expense,
+    ExpensePage,
+    User,
+    UserPage,
+)
+from gateway.openapi import openapi_bytes, openapi_document
+from gateway.params import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
+from gateway.settings import Settings
+from gateway.state import LIVE
+
+from .conftest import AUTH, GatewayFactory, base_url
+
+Gateway = TestClient[web.Request, web.Application]
+EXPENSE_ID = "b1a6b1f1-620e-49d3-bb33-f3d8269cd696"
+CAJA_CHICA = "/accounts/Caja%20chica%20Bogot%C3%A1"
+_BASE_URI = "https://records-gateway.invalid/openapi.json"
+_PROBLEM = "urn:records-gateway:problem:"
+
+
+def pointer(*parts: str, within: str = "") -> str:
+    """A JSON pointer (RFC 6901) to ``parts``, under the pointer ``within``."""
+    return within + "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+class Contract:
+    """A served document, with the lookups needed to hold answers against it."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        resource = DRAFT202012.create_resource(document)
+        self._registry: Registry[Any] = Registry().with_resource(_BASE_URI, resource)
+
+    def _at(self, location: str) -> Any:
+        node: Any = self.document
+        for part in location.split("/")[1:]:
+            node = node[part.replace("~1", "/").replace("~0", "~")]
+        return node
+
+    def node(self, location: str) -> tuple[str, Any]:
+        """The node at ``location`` and where it really is, once every $ref is followed."""
+        node = self._at(location)
+        while isinstance(node, dict) and "$ref" in node:
+            location = node["$ref"].removeprefix("#")
+            node = self._at(location)
+        return location, node
+
+    def validator(self, location: str) -> Any:
+        """A 2020-12 validator of the schema at ``location``; formats are checked too."""
+        return Draft202012Validator(
+            {"$ref": f"{_BASE_URI}#{location}"},
+            registry=self._registry,
+            format_checker=Draft202012Validator.FORMAT_CHECKER,
+        )
+
+    def operation(self, template: str) -> dict[str, Any]:
+        operation: dict[str, Any] = self.document["paths"][template]["get"]
+        return operation
+
+    def parameters(self, template: str) -> list[dict[str, Any]]:
+        return [
+            self.node(p["$ref"].removeprefix("#"))[1]
+            for p in self.operation(template)["parameters"]
+        ]
+
+    async def check(self, template: str, response: ClientResponse) -> Any:
+        """Hold ``response`` to ``GET template``'s documented answer; returns the body."""
+        responses = self.operation(template)["responses"]
+        assert str(response.status) in responses, f"{response.status} is not documented"
+        where, spec = self.node(
+            pointer("paths", template, "get", "responses", str(response.status))
+        )
+        for name in spec.get("headers", {}):
+            header_at, header = self.node(pointer("headers", name, within=where))
+            value = response.headers.get(name)
+            if header.get("required", False):
+                assert value is not None, f"required header {name} is missing"
+            if value is not None:
+                self.validator(header_at + "/schema").validate(typed(value, header["schema"]))
+        raw = await response.read()
+        content = spec.get("content")
+        if content is None:
+            assert raw == b""
+            return None
+        assert list(content) == [response.content_type]
+        body = json.loads(raw)
+        self.validator(pointer("content", response.content_type, "schema", within=where)).validate(
+            body
+        )
+        return body
+
+
+def typed(value: str, schema: dict[str, Any]) -> Any:
+    """A header or query value as the JSON type its schema names (integers only)."""
+    if schema.get("type") == "integer" and re.fullmatch(r"-?[0-9]+", value):
+        return int(value)
+    return value
+
+
+@pytest.fixture
+async def contract(gateway: Gateway) -> Contract:
+    """The document the gateway serves, fetched without a token."""
+    response = await gateway.get("/openapi.json")
+    assert response.status == 200
+    return Contract(await response.json())
+
+
+async def test_document_is_served_without_a_token_and_is_valid_openapi_3_1(
+    gateway: Gateway,
+) -> None:
+    response = await gateway.get("/openapi.json")
+    assert response.status == 200
+    assert response.content_type == "application/json"
+    raw = await response.read()
+    assert raw == openapi_bytes(gateway.app[LIVE].settings)
+    document = json.loads(raw)
+    validate(document, cls=OpenAPIV31SpecValidator)
+    assert document["openapi"] == "3.1.0"
+    assert document["info"]["version"] == SCHEMA_VERSION
+    assert document["info"]["x-gateway-version"] == __version__
+    assert "every field" in document["info"]["description"]
+    bearer = document["components"]["securitySchemes"]["bearer"]
+    assert (bearer["type"], bearer["scheme"]) == ("http", "bearer")
+    contract = Contract(document)
+    assert await contract.check("/openapi.json", response) == document
+
+
+# Real requests, at least one for every route of ROUTES (checked below): the route,
+# the path, what the body holds, and what every item of a page holds.
+RECORD_CALLS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
+    ("/users", "/users?limit=3", {"page": 1, "limit": 3, "hasPrevious": False}, {}),
+    ("/clients", "/clients?page=2&limit=7", {"page": 2, "limit": 7, "hasPrevious": True}, {}),
+    ("/expenses", "/expenses?limit=100", {"page": 1, "limit": 100, "hasNext": True}, {}),
+    ("/expenses", "/expenses?type=bank&limit=50", {"limit": 50}, {"type": "BANK"}),
+    ("/expenses/{expenseId}", f"/expenses/{EXPENSE_ID}", {"id": EXPENSE_ID}, {}),
+    ("/expenses/{expenseId}", f"/expenses/{EXPENSE_ID.upper()}", {"id": EXPENSE_ID}, {}),
+    ("/accounts", "/accounts?limit=100", {"page": 1, "total": 8, "totalPages": 1}, {}),
+    ("/accounts/{accountId}", CAJA_CHICA, {"name": "Caja chica Bogotá", "type": "CASH"}, {}),
+    ("/accounts/{accountId}", "/accounts/ACC-001", {"id": "ACC-001", "type": "BANK"}, {}),
+]
+
+
+def test_every_route_has_a_real_call() -> None:
+    assert {call[0] for call in RECORD_CALLS} == {route.template for route in ROUTES}
+
+
+@pytest.mark.parametrize(("template", "path", "holds", "every_item_holds"), RECORD_CALLS)
+async def test_real_answers_of_every_route_match_the_document(
+    gateway: Gateway,
+    contract: Contract,
+    template: str,
+    path: str,
+    holds: dict[str, Any],
+    every_item_holds: dict[str, Any],
+) -> None:
+    response = await gateway.get(URL(path, encoded=True), headers=AUTH)
+    assert response.status == 200
+    body = await contract.check(template, response)
+    assert {key: body[key] for key in holds} == holds
+    assert response.headers["X-Cache"] == "MISS"
+    if "data" in body:
+        assert body["data"], "an empty page would check nothing"
+        first = body["limit"] * (body["page"] - 1)
+        assert len(body["data"]) == min(body["limit"], body["total"] - first)
+        for item in body["data"]:
+            assert {key: item[key] for key in every_item_holds} == every_item_holds
+
+
+async def test_304_and_cache_bypass_match_the_document(
+    gateway: Gateway, contract: Contract
+) -> None:
+    first = await gateway.get("/users", headers=AUTH)
+    await contract.check("/users", first)
+    etag = first.headers["ETag"]
+
+    again = await gateway.get("/users", headers={**AUTH, "If-None-Match": etag})
+    assert again.status == 304
+    assert await contract.check("/users", again) is None
+    assert again.headers["ETag"] == etag
+    assert again.headers["X-Cache"] == "HIT"
+
+    bypass = await gateway.get("/users", headers={**AUTH, "Cache-Control": "no-store"})
+    assert await contract.check("/users", bypass) == json.loads(await first.read())
+    assert bypass.headers["X-Cache"] == "BYPASS"
+
+
+async def test_gateway_routes_match_the_document(gateway: Gateway, contract: Contract) -> None:
+    response = await gateway.get("/healthz")
+    assert await contract.check("/healthz", response) == {"status": "ok"}
+    assert contract.operation("/healthz")["security"] == []
+    assert contract.operation("/openapi.json")["security"] == []
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "status", "slug", "errors"),
+    [
+        (
+            "/users?limit=0",
+            AUTH,
+            400,
+            "invalid-parameters",
+            [{"parameter": "limit", "message": "must be an integer from 1 to 100"}],
+        ),
+        (
+            "/expenses?page=0&type=card&colour=red",
+            AUTH,
+            400,
+            "invalid-parameters",
+            [
+                {
+                    "parameter": "colour",
+                    "message": "unknown query parameter; allowed: page,"
+                    " limit, dateFrom, dateTo, amount, concept, account, status, type, user",
+                },
+                {"parameter": "page", "message": f"must be an integer from 1 to {MAX_PAGE}"},
+                {"parameter": "type", "message": "must be CASH or BANK"},
+            ],
+        ),
+        ("/expenses/not-a-uuid", AUTH, 400, "invalid-parameters", None),
+        ("/users", {}, 401, "unauthenticated", None),
+        ("/users", {"Authorization": "Basic dXNlcjpwdw=="}, 401, "unauthenticated", None),
+        ("/users", {"Authorization": "Bearer wrong-token"}, 401, "upstream-unauthorized", None),
+        (f"/expenses/{EXPENSE_ID[:-1]}0", AUTH, 404, "not-found", None),
+        ("/accounts/No%20such%20account", AUTH, 404, "not-found", None),
+    ],
+)
+async def test_problems_from_the_reference_upstream_match_the_document(
+    gateway: Gateway,
+    contract: Contract,
+    path: str,
+    headers: dict[str, str],
+    status: int,
+    slug: str,
+    errors: list[dict[str, str]] | None,
+) -> None:
+    response = await gateway.get(URL(path, encoded=True), headers=headers)
+    assert response.status == status
+    template = "/users" if path.startswith("/users") else _template_of(path)
+    body = await contract.check(template, response)
+    assert body["type"] == _PROBLEM + slug
+    assert body["status"] == status
+    assert body["instance"] == path
+    assert body["requestId"] == response.headers["X-Request-ID"]
+    if errors is not None:
+        assert body["errors"] == errors
+    if status == 401:
+        assert response.headers["WWW-Authenticate"] == 'Bearer realm="records-gateway"'
+
+
+def _template_of(path: str) -> str:
+    bare = path.split("?", 1)[0]
+    if bare.startswith("/expenses/"):
+        return "/expenses/{expenseId}"
+    if bare.startswith("/accounts/"):
+        return "/accounts/{accountId}"
+    return bare
+
+
+def stub_upstream(status: int, body: bytes, headers: dict[str, str]) -> web.Application:
+    """An upstream that answers every request with one fixed answer."""
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(
+            status=status, body=body, headers=headers, content_type="application/json"
+        )
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("upstream_status", "upstream_body", "upstream_headers", "status", "slug"),
+    [
+        (401, b'{"error":"unauthorized"}', {}, 401, "upstream-unauthorized"),
+        (403, b'{"error":"forbidden"}', {}, 403, "upstream-forbidden"),
+        (429, b'{"error":"slow down"}', {"Retry-After": "7"}, 429, "rate-limited"),
+        (500, b'{"error":"boom"}', {}, 502, "upstream-failed"),
+        (409, b"{}", {}, 502, "upstream-failed"),
+        (200, b"<html>not json</html>", {}, 502, "upstream-contract"),
+        (200, b'{"data": 3}', {}, 502, "upstream-contract"),
+    ],
+)
+async def test_upstream_failures_match_the_document(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    upstream_status: int,
+    upstream_body: bytes,
+    upstream_headers: dict[str, str],
+    status: int,
+    slug: str,
+) -> None:
+    server = await aiohttp_server(stub_upstream(upstream_status, upstream_body, upstream_headers))
+    gateway = await gateway_factory(base_url(server))
+    contract = Contract(openapi_document(gateway.app[LIVE].settings))
+    response = await gateway.get("/users", headers=AUTH)
+    assert response.status == status
+    body = await contract.check("/users", response)
+    assert body["type"] == _PROBLEM + slug
+    # The normaliser's contract errors do not say what the upstream answered.
+    assert body.get("upstreamStatus") == (None if slug == "upstream-contract" else upstream_status)
+    if upstream_status == 429:
+        assert response.headers["Retry-After"] == "7"
+
+
+async def test_unreachable_and_slow_upstreams_match_the_document(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    unreachable = await gateway_factory(f"http://127.0.0.1:{unused_port()}")
+    contract = Contract(openapi_document(unreachable.app[LIVE].settings))
+    response = await unreachable.get("/clients", headers=AUTH)
+    assert response.status == 502
+    body = await contract.check("/clients", response)
+    assert body["type"] == _PROBLEM + "upstream-unavailable"
+    assert "upstreamStatus" not in body
+
+    slow = await aiohttp_server(create_demo_app(latency_ms=1000))
+    impatient = await gateway_factory(base_url(slow), upstream={"timeout_s": 0.1})
+    response = await impatient.get("/clients", headers=AUTH)
+    assert response.status == 504
+    body = await contract.check("/clients", response)
+    assert body["type"] == _PROBLEM + "upstream-timeout"
+
+
+def test_every_route_is_a_path_with_exactly_its_parameters() -> None:
+    contract = Contract(openapi_document(Settings()))
+    paths = contract.document["paths"]
+    assert set(paths) == {route.template for route in ROUTES} | {
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/openapi.json",
+    }
+    for route in ROUTES:
+        operation = contract.operation(route.template)
+        parameters = contract.parameters(route.template)
+        assert all(p["description"] for p in parameters)
+        assert [p["name"] for p in parameters if p["in"] == "path"] == (
+            [route.path_param] if route.path_param else []
+        )
+        assert [p["name"] for p in parameters if p["in"] == "query"] == list(route.query_params)
+        assert {p["name"] for p in parameters if p["in"] == "header"} == {
+            "If-None-Match",
+            "Cache-Control",
+            "Pragma",
+            "X-Request-ID",
+        }
+        assert operation["security"] == [{"bearer": []}]
+        assert operation["responses"]["200"]["content"] == {
+            "application/json": {
+                "schema": {"$ref": f"#/components/schemas/{ROUTE_MODELS[route.name].__name__}"}
+            }
+        }
+        assert set(operation["responses"]) == {
+            "200",
+            "304",
+            "400",
+            "401",
+            "403",
+            "404",
+            "429",
+            "500",
+            "502",
+            "504",
+        }
+
+
+async def test_every_route_of_the_app_is_documented(gateway: Gateway, contract: Contract) -> None:
+    served = {
+        resource.canonical
+        for resource in gateway.app.router.resources()
+        if any(route.method == "GET" for route in resource)
+    }
+    assert served == set(contract.document["paths"])
+
+
+MODELS: list[type[Any]] = [
+    User,
+    Client,
+    Bank,
+    Account,
+    Expense,
+    UserPage,
+    ClientPage,
+    ExpensePage,
+    AccountPage,
+]
+
+
+def test_every_model_is_documented() -> None:
+    schemas = openapi_document(Settings())["components"]["schemas"]
+    expected = {*CanonicalModel.__subclasses__(), *ROUTE_MODELS.values()}
+    assert set(MODELS) == expected
+    assert {model.__name__ for model in expected} <= set(schemas)
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda model: model.__name__)
+def test_every_field_is_documented_and_required(model: type[Any]) -> None:
+    schema = openapi_document(Settings())["components"]["schemas"][model.__name__]
+    fields = list(model.model_fields)
+    assert list(schema["properties"]) == fields
+    assert schema["required"] == fields
+    assert schema["additionalProperties"] is False
+    for name, field in model.model_fields.items():
+        published = schema["properties"][name]
+        assert published.get("description") == field.description
+        assert "default" not in published
+        if isinstance(field.json_schema_extra, dict):
+            for key, value in field.json_schema_extra.items():
+                assert published[key] == value, f"{model.__name__}.{name}: {key}"
+
+
+def test_percentage_is_a_number_or_null() -> None:
+    schemas = openapi_document(Settings())["components"]["schemas"]
+    assert schemas["Client"]["properties"]["taxRetentionPercentage"]["type"] == ["number", "null"]
+
+
+def test_limit_follows_the_settings() -> None:
+    document = openapi_document(Settings(limits={"max_limit": 25}))
+    limit = document["components"]["parameters"]["limit"]["schema"]
+    assert limit == {"type": "integer", "minimum": 1, "maximum": 25, "default": 10}
+    validate(document, cls=OpenAPIV31SpecValidator)
+
+
+async def test_documented_defaults_are_those_the_gateway_fills_in(
+    gateway: Gateway, contract: Contract
+) -> None:
+    parameters = contract.document["components"]["parameters"]
+    response = await gateway.get("/expenses", headers=AUTH)
+    body = await contract.check("/expenses", response)
+    assert body["page"] == parameters["page"]["schema"]["default"]
+    assert body["limit"] == parameters["limit"]["schema"]["default"]
+
+
+_TEXT = ["concept", "account", "status", "user", "bankCode", "accountId"]
+_UUID_HEX = EXPENSE_ID.replace("-", "")
+
+# (parameter, raw value, the gateway accepts it, the document accepts it). The two
+# differ only where the document's description says so: `type` in any case and the
+# 32-digit UUID are accepted, an amount too long once written out is not.
+PARAMETER_SAMPLES: list[tuple[str, str, bool, bool]] = [
+    ("page", "1", True, True),
+    ("page", str(MAX_PAGE), True, True),
+    ("page", str(MAX_PAGE + 1), False, False),
+    ("page", "0", False, False),
+    ("page", "-1", False, False),
+    ("page", "1.5", False, False),
+    ("page", "one", False, False),
+    ("limit", "1", True, True),
+    ("limit", "100", True, True),
+    ("limit", "101", False, False),
+    ("limit", "0", False, False),
+    ("dateFrom", "2024-02-29", True, True),
+    ("dateFrom", "2023-02-29", False, False),
+    ("dateFrom", "2024-2-1", False, False),
+    ("dateTo", "20240201", False, False),
+    ("dateTo", "2024-12-31", True, True),
+    ("amount", "12.50", True, True),
+    ("amount", "-3", True, True),
+    ("amount", "1E2", True, True),
+    ("amount", ".5", True, True),
+    ("amount", "+7.", True, True),
+    ("amount", "abc", False, False),
+    ("amount", "NaN", False, False),
+    ("amount", "Infinity", False, False),
+    ("amount", "1e", False, False),
+    ("amount", "1,5", False, False),
+    ("amount", "1e999", False, True),
+    ("type", "CASH", True, True),
+    ("type", "BANK", True, True),
+    ("type", "cash", True, False),
+    ("type", "card", False, False),
+    ("expenseId", EXPENSE_ID, True, True),
+    ("expenseId", EXPENSE_ID.upper(), True, True),
+    ("expenseId", _UUID_HEX, True, False),
+    ("expenseId", "not-a-uuid", False, False),
+    ("expenseId", EXPENSE_ID + "0", False, False),
+    *[
+        sample
+        for name in _TEXT
+        for sample in [
+            (name, "x", True, True),
+            (name, "Caja chica Bogotá / año ✓", True, True),
+            (name, "a\u00a0b", True, True),
+            (name, "x" * MAX_TEXT_LENGTH, True, True),
+            (name, "x" * (MAX_TEXT_LENGTH + 1), False, False),
+            (name, "", False, False),
+            *[(name, f"a{c}b", False, False) for c in "\x00\t\x1f\x7f\x85\x9f"],
+        ]
+    ],
+]
+
+
+def _gateway_accepts(name: str, value: str) -> bool:
+    route = next(r for r in ROUTES if name in r.query_params or name == r.path_param)
+    path_value, query = (value, []) if name == route.path_param else (None, [(name, value)])
+    try:
+        parse_record_query(route, path_value, query, max_limit=100)
+    except InvalidParameters:
+        return False
+    return True
+
+
+def test_every_parameter_has_samples() -> None:
+    names = {name for route in ROUTES for name in route.query_params}
+    names |= {route.path_param for route in ROUTES if route.path_param}
+    assert {name for name, *_ in PARAMETER_SAMPLES} == names
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "gateway_accepts", "document_accepts"),
+    PARAMETER_SAMPLES,
+    ids=lambda value: repr(value)[:24] if isinstance(value, str) else str(value),
+)
+def test_parameter_schemas_agree_with_the_validation(
+    name: str, value: str, gateway_accepts: bool, document_accepts: bool
+) -> None:
+    contract = Contract(openapi_document(Settings()))
+    location = pointer("components", "parameters", name, "schema")
+    schema = contract.node(location)[1]
+    assert _gateway_accepts(name, value) is gateway_accepts
+    assert contract.validator(location).is_valid(typed(value, schema)) is document_accepts
+
+
+def _drop(path: str) -> Callable[[dict[str, Any]], None]:
+    def change(body: dict[str, Any]) -> None:
+        *outer, last = path.split(".")
+        for key in outer:
+            body = body[key]
+        del body[last]
+
+    return change
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(body: dict[str, Any]) -> None:
+        *outer, last = path.split(".")
+        for key in outer:
+            body = body[key]
+        body[last] = value
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "break_it",
+    [
+        _drop("amount"),
+        _drop("user"),
+        _drop("account.lastBalance"),
+        _set("amount", 12.5),
+        _set("amount", "12.5"),
+        _set("amount", "1.2e1"),
+        _set("id", EXPENSE_ID.upper()),
+        _set("paidAt", "2024-01-01T10:00:00+02:00"),
+        _set("issueDate", "01/02/2024"),
+        _set("client.taxRetentionPercentage", "11.0000"),
+        _set("account.bank", "none"),
+        _set("colour", "red"),
+    ],
+)
+async def test_bodies_that_break_the_contract_fail_validation(
+    gateway: Gateway, contract: Contract, break_it: Callable[[dict[str, Any]], None]
+) -> None:
+    response = await gateway.get(f"/expenses/{EXPENSE_ID}", headers=AUTH)
+    body = await contract.check("/expenses/{expenseId}", response)
+    validator = contract.validator("/components/schemas/Expense")
+    assert validator.is_valid(body)
+    broken = copy.deepcopy(body)
+    break_it(broken)
+    assert not validator.is_valid(broken)
+
+
+def test_a_page_without_an_envelope_field_fails_validation() -> None:
+    contract = Contract(openapi_document(Settings()))
+    validator = contract.validator("/components/schemas/UserPage")
+    page = {
+        "data": [],
+        "total": 0,
+        "page": 1,
+        "limit": 10,
+        "totalPages": 0,
+        "hasNext": False,
+        "hasPrevious": False,
+    }
+    assert validator.is_valid(page)
+    for key in page:
+        assert not validator.is_valid({k: v for k, v in page.items() if k != key}), key
