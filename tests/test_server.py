@@ -1,0 +1,225 @@
+"""The gateway as a real process: reload on SIGHUP, graceful SIGTERM, several workers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
+
+from .redis_server import free_port
+
+ROOT = Path(__file__).parent.parent
+AUTH = {"Authorization": "Bearer demo-token"}
+
+
+class GatewayProcess:
+    """``python -m gateway serve`` on a free port, its stdout read line by line."""
+
+    def __init__(self, config: Path, env: dict[str, str]) -> None:
+        self.config = config
+        self.env = env
+        self.port = free_port()
+        self.process: asyncio.subprocess.Process | None = None
+        self.lines: list[dict[str, Any]] = []
+        self._reader: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self, *, workers: int = 1) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gateway",
+            "serve",
+            "--config",
+            str(self.config),
+            "--port",
+            str(self.port),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=self.env,
+            cwd=ROOT,
+        )
+        self._reader = asyncio.ensure_future(self._read())
+        await self.wait_for(lambda line: line.get("event") == "start", count=workers)
+
+    async def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        async for raw in self.process.stdout:
+            self.lines.append(orjson.loads(raw))
+
+    async def wait_for(self, predicate: Any, count: int = 1, timeout: float = 20) -> None:
+        async with asyncio.timeout(timeout):
+            while sum(1 for line in self.lines if predicate(line)) < count:
+                assert self.process is not None
+                assert self.process.returncode is None, self.lines[-5:]
+                await asyncio.sleep(0.02)
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    async def wait(self) -> int:
+        assert self.process is not None
+        code = await asyncio.wait_for(self.process.wait(), timeout=30)
+        if self._reader is not None:
+            await asyncio.wait_for(self._reader, timeout=5)
+        return code
+
+    async def kill(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+
+
+@pytest.fixture
+async def slow_upstream() -> AsyncIterator[DemoServer]:
+    server = await start_demo_server(latency_ms=300)
+    yield server
+    await server.close()
+
+
+@pytest.fixture
+async def fast_upstream() -> AsyncIterator[DemoServer]:
+    server = await start_demo_server()
+    yield server
+    await server.close()
+
+
+def write_config(path: Path, upstream: str, *, users_ttl: int = 300, extra: str = "") -> None:
+    path.write_text(
+        f"""
+[upstream]
+base_url = "{upstream}"
+[cache]
+backend = "memory"
+[cache.ttl_s]
+users = {users_ttl}
+[log]
+format = "json"
+{extra}
+"""
+    )
+
+
+def clean_env() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GATEWAY_") and k != "PROMETHEUS_MULTIPROC_DIR"
+    }
+
+
+@pytest.fixture
+async def started(tmp_path: Path) -> AsyncIterator[list[GatewayProcess]]:
+    processes: list[GatewayProcess] = []
+    yield processes
+    for process in processes:
+        await process.kill()
+
+
+async def test_sighup_applies_a_new_ttl_and_refuses_an_invalid_file(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    config = tmp_path / "config.toml"
+    write_config(config, fast_upstream.url, users_ttl=300)
+    gateway = GatewayProcess(config, clean_env())
+    started.append(gateway)
+    await gateway.start()
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{gateway.url}/users", headers=AUTH) as response:
+            assert response.headers["Cache-Control"] == "private, max-age=300"
+
+        write_config(config, fast_upstream.url, users_ttl=42)
+        gateway.signal(signal.SIGHUP)
+        await gateway.wait_for(lambda line: line.get("message") == "config reloaded")
+        async with http.get(f"{gateway.url}/users?page=2", headers=AUTH) as response:
+            assert response.headers["X-Cache"] == "MISS"
+            assert response.headers["Cache-Control"] == "private, max-age=42"
+
+        config.write_text("[cache.ttl_s]\nusers = -5\n")
+        gateway.signal(signal.SIGHUP)
+        await gateway.wait_for(lambda line: line.get("event") == "config_reload" and not line["ok"])
+        refused = next(line for line in gateway.lines if line.get("ok") is False)
+        assert refused["level"] == "error"
+        assert "cache.ttl_s.users" in refused["error"]
+        async with http.get(f"{gateway.url}/users?page=3", headers=AUTH) as response:
+            assert response.status == 200
+            assert response.headers["Cache-Control"] == "private, max-age=42"
+    gateway.signal(signal.SIGTERM)
+    assert await gateway.wait() == 0
+
+
+async def test_sigterm_lets_requests_in_flight_finish(
+    tmp_path: Path, slow_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    config = tmp_path / "config.toml"
+    write_config(config, slow_upstream.url)
+    gateway = GatewayProcess(config, clean_env())
+    started.append(gateway)
+    await gateway.start()
+    async with aiohttp.ClientSession() as http:
+
+        async def read(page: int) -> tuple[int, Any]:
+            async with http.get(f"{gateway.url}/expenses?page={page}", headers=AUTH) as response:
+                return response.status, await response.json()
+
+        in_flight = [asyncio.ensure_future(read(page)) for page in range(1, 6)]
+        log = slow_upstream.app[REQUEST_LOG]
+        async with asyncio.timeout(10):
+            while len(log) < 5:  # all five are waiting on the upstream (300 ms latency)
+                await asyncio.sleep(0.01)
+        gateway.signal(signal.SIGTERM)
+        results = await asyncio.gather(*in_flight)
+    assert [status for status, _ in results] == [200] * 5
+    assert [body["page"] for _, body in results] == [1, 2, 3, 4, 5]
+    assert await gateway.wait() == 0
+    events = [line.get("event") for line in gateway.lines]
+    assert events.index("stop") < events.index("stopped")
+
+
+async def test_two_workers_both_answer_and_metrics_sum_them(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    config = tmp_path / "config.toml"
+    write_config(config, fast_upstream.url, extra="[server]\nworkers = 2\n")
+    gateway = GatewayProcess(config, clean_env())
+    started.append(gateway)
+    await gateway.start(workers=2)
+    requests = 0
+    connector = aiohttp.TCPConnector(force_close=True)  # a new connection each time
+    async with aiohttp.ClientSession(connector=connector) as http:
+        for _ in range(200):
+            async with http.get(f"{gateway.url}/users", headers=AUTH) as response:
+                assert response.status == 200
+                requests += 1
+            pids = {line["pid"] for line in gateway.lines if line.get("logger") == "gateway.access"}
+            if len(pids) == 2 and requests >= 20:
+                break
+        assert len(pids) == 2, "both workers answered"
+        await gateway.wait_for(lambda line: line.get("logger") == "gateway.access", count=requests)
+        async with http.get(f"{gateway.url}/metrics") as response:
+            text = await response.text()
+    total = sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "gateway_requests_total" and sample.labels["route"] == "users"
+    )
+    assert total == requests
+    gateway.signal(signal.SIGTERM)
+    assert await gateway.wait() == 0
+    assert sum(1 for line in gateway.lines if line.get("event") == "stopped") == 2
