@@ -57,12 +57,13 @@ class GatewayProcess:
         await self.wait_for(lambda line: line.get("event") == "start", count=workers)
 
     async def _read(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
+        assert self.process is not None
+        assert self.process.stdout is not None
         async for raw in self.process.stdout:
             self.lines.append(orjson.loads(raw))
 
-    async def wait_for(self, predicate: Any, count: int = 1, timeout: float = 20) -> None:
-        async with asyncio.timeout(timeout):
+    async def wait_for(self, predicate: Any, count: int = 1, within_s: float = 20) -> None:
+        async with asyncio.timeout(within_s):
             while sum(1 for line in self.lines if predicate(line)) < count:
                 assert self.process is not None
                 assert self.process.returncode is None, self.lines[-5:]
