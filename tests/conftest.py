@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gateway.app import create_app
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
+from gateway.logs import JsonFormatter
 from gateway.settings import Settings
 
 from .redis_server import RedisServer
@@ -122,3 +124,43 @@ class FakeClock:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+# Every token the tests send. No log line of the whole run may contain one.
+TOKENS_SENT = (
+    TOKEN,
+    "wrong-secret-token",
+    "token-0-secret",
+    "token-1-secret",
+    "token-2-secret",
+    "token-3-secret",
+    "test-key-secret-0123456789",
+    "admin-token-0123456789abcdef",
+)
+
+
+class _Recorder(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.setFormatter(JsonFormatter())
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_token_in_any_log_line() -> Iterator[None]:
+    """Record every log line of the run, formatted as the gateway writes them, and
+    check at the end that no token ever reached one."""
+    recorder = _Recorder()
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(recorder)
+    root.setLevel(logging.DEBUG)
+    yield
+    root.removeHandler(recorder)
+    root.setLevel(previous)
+    leaked = [line for line in recorder.lines if any(token in line for token in TOKENS_SENT)]
+    assert recorder.lines, "the recorder saw no log line at all"
+    assert leaked == [], f"{len(leaked)} log lines contain a token, e.g. {leaked[:1]}"

@@ -224,3 +224,4 @@ async def test_two_workers_both_answer_and_metrics_sum_them(
     gateway.signal(signal.SIGTERM)
     assert await gateway.wait() == 0
     assert sum(1 for line in gateway.lines if line.get("event") == "stopped") == 2
+    assert not any("demo-token" in orjson.dumps(line).decode() for line in gateway.lines)
