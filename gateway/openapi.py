@@ -19,9 +19,19 @@ import orjson
 from pydantic.json_schema import models_json_schema
 
 from gateway import __version__
+from gateway.middleware import REQUEST_ID_PATTERN
 from gateway.models import ROUTE_MODELS, SCHEMA_VERSION
-from gateway.params import _NUMBER, MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, TYPES, RouteSpec
-from gateway.problems import _TYPE_BASE, PROBLEM_JSON
+from gateway.params import (
+    DEFAULT_LIMIT,
+    DEFAULT_PAGE,
+    MAX_PAGE,
+    MAX_TEXT_LENGTH,
+    NUMBER_PATTERN,
+    ROUTES,
+    TYPES,
+    RouteSpec,
+)
+from gateway.problems import PROBLEM_JSON, PROBLEM_TYPE_BASE
 from gateway.settings import Settings
 
 _JSON = "application/json"
@@ -33,9 +43,7 @@ _RESPONSES = "#/components/responses/"
 # What params._has_control refuses: C0, DEL and C1.
 _NO_CONTROL = r"^[^\u0000-\u001f\u007f-\u009f]*$"
 # What middleware.choose_request_id echoes; anything else is replaced by a new id.
-_REQUEST_ID = r"^[A-Za-z0-9._-]{1,128}$"
-_DEFAULT_PAGE = 1
-_DEFAULT_LIMIT = 10
+_REQUEST_ID = f"^{REQUEST_ID_PATTERN.pattern}$"
 
 _DESCRIPTION = """\
 records-gateway answers the six read routes of the Financial Records Read API with
@@ -84,17 +92,11 @@ def _parameter_rules(max_limit: int) -> dict[str, tuple[str, dict[str, Any]]]:
     """
     limit: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": max_limit}
     limit_description = f"Items per page, from 1 to {max_limit} (the gateway's limits.max_limit)."
-    if max_limit >= _DEFAULT_LIMIT:
-        limit["default"] = _DEFAULT_LIMIT
-    else:
-        # The validation fills in 10 whatever the maximum; say what that means.
-        limit_description += (
-            f" Give it: the default, {_DEFAULT_LIMIT}, is above the maximum and refused."
-        )
+    limit["default"] = min(DEFAULT_LIMIT, max_limit)
     return {
         "page": (
             "Page number.",
-            {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": _DEFAULT_PAGE},
+            {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": DEFAULT_PAGE},
         ),
         "limit": (limit_description, limit),
         "dateFrom": (
@@ -111,7 +113,7 @@ def _parameter_rules(max_limit: int) -> dict[str, tuple[str, dict[str, Any]]]:
             "Only expenses of this amount: a finite decimal number such as 12.50, -3 or"
             " 1E2, at most 40 digits once written out; forwarded in plain notation"
             " (12.5, 100).",
-            {"type": "string", "pattern": f"^(?:{_NUMBER.pattern})$"},
+            {"type": "string", "pattern": f"^(?:{NUMBER_PATTERN.pattern})$"},
         ),
         "concept": _text("Text searched in the expenses' description and category."),
         "account": _text("Only expenses of this account, by id or name."),
@@ -322,7 +324,7 @@ def _problem_schemas() -> dict[str, dict[str, Any]]:
             "properties": {
                 "type": {
                     "type": "string",
-                    "pattern": f"^{_TYPE_BASE}[a-z0-9-]+$",
+                    "pattern": f"^{PROBLEM_TYPE_BASE}[a-z0-9-]+$",
                     "description": "A URN naming the kind of problem.",
                 },
                 "title": {"type": "string", "description": "A summary of the kind."},
@@ -374,7 +376,7 @@ def _problem_schemas() -> dict[str, dict[str, Any]]:
 def _problem_response(problem: _ProblemResponse) -> dict[str, Any]:
     narrowed: dict[str, Any] = {
         "properties": {
-            "type": {"enum": [_TYPE_BASE + slug for slug in problem.slugs]},
+            "type": {"enum": [PROBLEM_TYPE_BASE + slug for slug in problem.slugs]},
             "status": {"const": problem.status},
         }
     }

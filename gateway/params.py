@@ -20,9 +20,11 @@ from gateway.errors import InvalidParameters, ParameterProblem
 
 MAX_TEXT_LENGTH = 200
 MAX_PAGE = 1_000_000_000
+DEFAULT_PAGE = 1
+DEFAULT_LIMIT = 10
 _DIGITS = re.compile(r"[0-9]{1,10}")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+NUMBER_PATTERN = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 _MAX_AMOUNT_DIGITS = 40
 TYPES = ("CASH", "BANK")
 
@@ -141,7 +143,7 @@ def _date(name: str, value: str, problems: _Collector) -> date | None:
 
 def canonical_decimal(value: str) -> str | None:
     """Plain decimal text for a finite number given as text, or None."""
-    if _NUMBER.fullmatch(value) is None:
+    if NUMBER_PATTERN.fullmatch(value) is None:
         return None
     try:
         number = Decimal(value)
@@ -207,8 +209,9 @@ def parse_record_query(
 
     values: dict[str, str] = {}
     if route.is_list:
-        page = _integer("page", given.get("page", "1"), 1, MAX_PAGE, problems)
-        limit = _integer("limit", given.get("limit", "10"), 1, max_limit, problems)
+        default_limit = str(min(DEFAULT_LIMIT, max_limit))
+        page = _integer("page", given.get("page", str(DEFAULT_PAGE)), 1, MAX_PAGE, problems)
+        limit = _integer("limit", given.get("limit", default_limit), 1, max_limit, problems)
         values["page"] = str(page)
         values["limit"] = str(limit)
     dates: dict[str, date] = {}

@@ -20,7 +20,7 @@ from gateway.errors import (
 )
 
 PROBLEM_JSON = "application/problem+json"
-_TYPE_BASE = "urn:records-gateway:problem:"
+PROBLEM_TYPE_BASE = "urn:records-gateway:problem:"
 _MAX_INSTANCE = 1024
 
 
@@ -37,7 +37,7 @@ def problem_response(
 ) -> web.Response:
     """A problem+json response; ``slug`` names the problem type."""
     body: dict[str, Any] = {
-        "type": _TYPE_BASE + slug,
+        "type": PROBLEM_TYPE_BASE + slug,
         "title": title,
         "status": status,
         "detail": detail,

@@ -190,3 +190,7 @@ def test_any_account_id_stays_in_one_segment(value: str) -> None:
     from urllib.parse import unquote
 
     assert unquote(encoded) == value
+
+
+def test_default_limit_never_exceeds_max_limit() -> None:
+    assert parse(USERS, [], max_limit=5).params == (("page", "1"), ("limit", "5"))
