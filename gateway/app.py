@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -16,6 +17,7 @@ from gateway.logs import set_level
 from gateway.memory_cache import MemoryBackend, NullBackend
 from gateway.metrics import Metrics
 from gateway.middleware import edge_middleware
+from gateway.near_cache import NearCache, TieredBackend, invalidation_channel
 from gateway.normalise import CoercionCounts, Normaliser
 from gateway.openapi import openapi_bytes
 from gateway.params import ROUTES
@@ -62,7 +64,15 @@ def create_backend(settings: CacheSettings, *, prefix: str, clock: Clock) -> Cac
     if settings.backend == "redis":
         timeout_s = settings.redis_timeout_ms / 1000
         client = create_client(settings.redis_url, timeout_s=timeout_s)
-        return RedisBackend(client, prefix=prefix, timeout_s=timeout_s)
+        far = RedisBackend(client, prefix=prefix, timeout_s=timeout_s)
+        if not settings.near_cache:
+            return far
+        return TieredBackend(
+            far,
+            NearCache(max_bytes=settings.near_max_bytes, clock=clock),
+            client=create_client(settings.redis_url, timeout_s=None, max_connections=4),
+            channel=invalidation_channel(prefix),
+        )
     if settings.backend == "memory":
         return MemoryBackend(max_bytes=settings.memory_max_bytes, clock=clock)
     return NullBackend()
@@ -86,6 +96,8 @@ async def _pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
         secret=_key_secret(settings.cache),
     )
     backend = create_backend(settings.cache, prefix=keyer.prefix, clock=clock)
+    if isinstance(backend, TieredBackend):
+        backend.start()
     metrics_.circuit_changed(backend.name, CircuitState.CLOSED.value)
     cache = GuardedCache(
         backend,
@@ -116,11 +128,19 @@ async def _pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
     )
 
     def apply(new: Settings) -> None:
+        old_ttls = pipeline.policy.ttl_s
         pipeline.policy = CachePolicy.from_settings(new.cache)
+        if isinstance(backend, TieredBackend):
+            for route, ttl in pipeline.policy.ttl_s.items():
+                if old_ttls.get(route) != ttl:
+                    announcing = asyncio.ensure_future(backend.announce(route))
+                    background.add(announcing)
+                    announcing.add_done_callback(background.discard)
         upstream.reconfigure(new.upstream)
         readiness.interval_s = new.health.check_interval_s
         set_level(new.log.level)
 
+    background: set[asyncio.Future[None]] = set()
     live.on_change(apply)
     app[CACHE] = cache
     app[PIPELINE] = pipeline

@@ -20,6 +20,7 @@ class _Slot:
     entry: CacheEntry
     expires_at: float
     size: int
+    route: str
 
 
 class MemoryBackend:
@@ -52,36 +53,55 @@ class MemoryBackend:
 
     async def get(self, key: CacheKey) -> Lookup:
         current = self._current(key.route)
-        slot = self._slots.get(key.text)
-        if slot is None:
-            return Lookup(None, current)
-        if slot.expires_at <= self._clock() or slot.entry.generations != current:
-            self._drop(key.text)
-            return Lookup(None, current)
-        self._slots.move_to_end(key.text)
-        return Lookup(slot.entry, current)
+        entry = self.peek(key.text)
+        if entry is not None and entry.generations != current:
+            self.drop(key.text)
+            entry = None
+        return Lookup(entry, current)
 
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
-        size = len(key.text) + len(entry.body) + ENTRY_OVERHEAD_BYTES
+        self.put(key.text, entry, lifetime_s, route=key.route)
+
+    def peek(self, text: str) -> CacheEntry | None:
+        """The entry under ``text`` unless expired from the store; marks it recently used."""
+        slot = self._slots.get(text)
+        if slot is None:
+            return None
+        if slot.expires_at <= self._clock():
+            self.drop(text)
+            return None
+        self._slots.move_to_end(text)
+        return slot.entry
+
+    def put(self, text: str, entry: CacheEntry, lifetime_s: float, *, route: str = "") -> None:
+        """Store ``entry`` for ``lifetime_s``, evicting the least recently used beyond the bound."""
+        size = len(text) + len(entry.body) + ENTRY_OVERHEAD_BYTES
         if size > self._max_bytes:
             return
-        self._drop(key.text)
-        self._slots[key.text] = _Slot(entry, self._clock() + lifetime_s, size)
+        self.drop(text)
+        self._slots[text] = _Slot(entry, self._clock() + lifetime_s, size, route)
         self._bytes += size
         while self._bytes > self._max_bytes:
-            oldest = next(iter(self._slots))
-            self._drop(oldest)
+            self.drop(next(iter(self._slots)))
 
-    def _drop(self, text: str) -> None:
+    def drop(self, text: str) -> None:
         slot = self._slots.pop(text, None)
         if slot is not None:
             self._bytes -= slot.size
 
+    def drop_route(self, route: str) -> None:
+        """Drop every entry of ``route`` (a scan: for purges, never on the request path)."""
+        for text in [text for text, slot in self._slots.items() if slot.route == route]:
+            self.drop(text)
+
+    def clear(self) -> None:
+        self._slots.clear()
+        self._bytes = 0
+
     async def purge(self, route: str | None) -> None:
         if route is None:
             self._everything += 1
-            self._slots.clear()
-            self._bytes = 0
+            self.clear()
         else:
             self._routes[route] = self._routes.get(route, 0) + 1
 
@@ -89,8 +109,7 @@ class MemoryBackend:
         return None
 
     async def close(self) -> None:
-        self._slots.clear()
-        self._bytes = 0
+        self.clear()
 
 
 class NullBackend:

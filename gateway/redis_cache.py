@@ -28,12 +28,15 @@ from gateway.errors import CacheUnavailable
 T = TypeVar("T")
 
 
-def create_client(url: str, *, timeout_s: float, max_connections: int = 256) -> redis.Redis:
-    """A client with its own pool; hiredis parses replies when it is installed."""
+def create_client(url: str, *, timeout_s: float | None, max_connections: int = 256) -> redis.Redis:
+    """A client with its own pool; hiredis parses replies when it is installed.
+
+    ``timeout_s`` None: no read timeout (a pub/sub subscription waits for messages).
+    """
     return redis.Redis.from_url(
         url,
         socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
+        socket_connect_timeout=timeout_s or 1.0,
         max_connections=max_connections,
         retry_on_timeout=False,
         health_check_interval=0,

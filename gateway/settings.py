@@ -108,6 +108,8 @@ class CacheSettings(_Section):
     stale_while_revalidate_s: int = Field(default=30, ge=0, le=86_400)
     stale_if_error_s: int = Field(default=600, ge=0, le=7 * 86_400)
     honor_client_no_cache: bool = True
+    near_cache: bool = True
+    near_max_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
     breaker_failures: int = Field(default=5, ge=1, le=1000)
     breaker_reset_s: float = Field(default=5.0, gt=0, le=3600)
     ttl_s: CacheTTLs = CacheTTLs()

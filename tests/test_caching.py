@@ -293,7 +293,8 @@ async def test_redis_faults_never_fail_a_request(
     fault: str,
 ) -> None:
     client = await gateway_factory(
-        base_url(upstream), cache=redis_cache(own_redis.url, redis_timeout_ms=50)
+        base_url(upstream),
+        cache=redis_cache(own_redis.url, redis_timeout_ms=50, near_cache=False),
     )
     assert (await get(client, "/users"))[2]["X-Cache"] == "MISS"
     assert (await get(client, "/users"))[2]["X-Cache"] == "HIT"

@@ -1,0 +1,146 @@
+"""The near cache in front of Redis: fresh copies in process, dropped on every
+instance by a purge or a TTL change, and not used while its channel is down."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as redis
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.demo import RequestLog
+from gateway.near_cache import NearCache, TieredBackend
+from gateway.runtime import ConfigSource
+from gateway.state import CACHE, LIVE
+
+from .conftest import AUTH, GatewayFactory, base_url
+from .redis_server import RedisServer
+
+Client = TestClient[web.Request, web.Application]
+SECRET = "test-key-secret-0123456789"
+ADMIN = "admin-token-0123456789abcdef"
+
+
+def near_of(client: Client) -> NearCache:
+    backend = client.app[CACHE].backend
+    assert isinstance(backend, TieredBackend)
+    return backend.near
+
+
+async def until(predicate: Any, within_s: float = 5.0) -> float:
+    """Seconds it took for ``predicate()`` to hold; fails after ``within_s``."""
+    started = time.monotonic()
+    async with asyncio.timeout(within_s):
+        while not predicate():
+            await asyncio.sleep(0.005)
+    return time.monotonic() - started
+
+
+async def gateway_on(
+    factory: GatewayFactory, upstream: TestServer, url: str, **extra: Any
+) -> Client:
+    client = await factory(
+        base_url(upstream),
+        cache={"backend": "redis", "redis_url": url, "key_secret": SECRET},
+        admin={"token": ADMIN},
+        **extra,
+    )
+    await until(lambda: near_of(client).live)
+    return client
+
+
+async def x_cache(client: Client, path: str) -> str:
+    response = await client.get(path, headers=AUTH)
+    assert response.status == 200
+    return response.headers["X-Cache"]
+
+
+async def test_hits_come_from_the_process_without_redis(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str
+) -> None:
+    client = await gateway_on(gateway_factory, upstream, redis_url)
+    assert await x_cache(client, "/users") == "MISS"
+    assert len(near_of(client)) == 1
+    store = redis.Redis.from_url(redis_url)
+    await store.flushall()  # Redis forgets; the near copy still answers while fresh
+    assert await x_cache(client, "/users") == "HIT"
+    await store.aclose()
+
+
+async def test_a_purge_on_one_instance_empties_the_other_within_a_second(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
+) -> None:
+    first = await gateway_on(gateway_factory, upstream, redis_url)
+    second = await gateway_on(gateway_factory, upstream, redis_url)
+    assert await x_cache(second, "/users") == "MISS"
+    assert await x_cache(second, "/expenses") == "MISS"
+    assert await x_cache(second, "/users") == "HIT"
+    assert len(near_of(second)) == 2
+
+    response = await first.delete(
+        "/admin/cache?route=users", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    assert response.status == 200
+    assert await until(lambda: len(near_of(second)) == 1, within_s=1.0) < 1.0
+    assert await x_cache(second, "/users") == "MISS"
+    assert await x_cache(second, "/expenses") == "HIT"
+
+    await first.delete("/admin/cache", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert await until(lambda: len(near_of(second)) == 0, within_s=1.0) < 1.0
+    assert await x_cache(second, "/expenses") == "MISS"
+    assert [r.path for r in upstream_log.entries] == ["/users", "/expenses", "/users", "/expenses"]
+
+
+async def test_a_ttl_change_on_reload_empties_that_route_everywhere(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    cache = f'backend = "redis"\nredis_url = "{redis_url}"\nkey_secret = "{SECRET}"\n'
+    config.write_text(f'[upstream]\nbase_url = "{base_url(upstream)}"\n[cache]\n{cache}')
+    first = await gateway_on(gateway_factory, upstream, redis_url)
+    first.app[LIVE]._source = ConfigSource(config)  # noqa: SLF001 - reload from this file
+    second = await gateway_on(gateway_factory, upstream, redis_url)
+    await x_cache(second, "/users")
+    await x_cache(second, "/clients")
+    assert len(near_of(second)) == 2
+
+    config.write_text(
+        f'[upstream]\nbase_url = "{base_url(upstream)}"\n[cache]\n{cache}[cache.ttl_s]\nusers = 5\n'
+    )
+    result = first.app[LIVE].reload()
+    assert result.applied == ["cache.ttl_s"]
+    await until(lambda: len(near_of(second)) == 1, within_s=1.0)
+    assert await x_cache(second, "/clients") == "HIT"
+
+
+async def test_the_near_cache_is_off_while_its_channel_is_down(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str
+) -> None:
+    client = await gateway_on(gateway_factory, upstream, redis_url)
+    await x_cache(client, "/users")
+    assert len(near_of(client)) == 1
+    store = redis.Redis.from_url(redis_url)
+    killed = await store.client_kill_filter(_type="pubsub")
+    assert killed >= 1
+    await until(lambda: not near_of(client).live, within_s=3.0)
+    assert len(near_of(client)) == 0
+    await until(lambda: near_of(client).live, within_s=3.0)  # resubscribed
+    assert await x_cache(client, "/users") == "HIT"  # from Redis, copied near again
+    assert len(near_of(client)) == 1
+    await store.aclose()
+
+
+async def test_redis_frozen_turns_the_near_cache_off_and_requests_go_on(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    client = await gateway_on(gateway_factory, upstream, own_redis.url)
+    await x_cache(client, "/users")
+    own_redis.freeze()
+    await until(lambda: not near_of(client).live, within_s=5.0)
+    assert await x_cache(client, "/users") == "MISS"  # answered from the upstream
+    own_redis.thaw()
+    await until(lambda: near_of(client).live, within_s=5.0)
