@@ -8,9 +8,9 @@ import orjson
 from aiohttp import web
 
 from gateway.auth import parse_authorization
+from gateway.metrics import CONTENT_TYPE
 from gateway.params import RouteSpec, parse_record_query
 from gateway.pipeline import NO_DIRECTIVES, Directives, Reply
-from gateway.metrics import CONTENT_TYPE
 from gateway.state import LIVE, METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID
 from gateway.trace import current_trace
 

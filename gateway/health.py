@@ -72,7 +72,7 @@ class _Check:
         try:
             await asyncio.shield(task)
             self.last_error = None
-        except Exception as exc:  # noqa: BLE001 - any failure of the check is its result
+        except Exception as exc:
             self.last_error = str(exc) or type(exc).__name__
         finally:
             if self.running is task:

@@ -102,7 +102,7 @@ async def test_a_ttl_change_on_reload_empties_that_route_everywhere(
     cache = f'backend = "redis"\nredis_url = "{redis_url}"\nkey_secret = "{SECRET}"\n'
     config.write_text(f'[upstream]\nbase_url = "{base_url(upstream)}"\n[cache]\n{cache}')
     first = await gateway_on(gateway_factory, upstream, redis_url)
-    first.app[LIVE]._source = ConfigSource(config)  # noqa: SLF001 - reload from this file
+    first.app[LIVE]._source = ConfigSource(config)
     second = await gateway_on(gateway_factory, upstream, redis_url)
     await x_cache(second, "/users")
     await x_cache(second, "/clients")
