@@ -13,6 +13,7 @@ import logging
 import orjson
 from aiohttp import web
 
+from gateway.edge import Handler
 from gateway.errors import (
     AuthenticationRequired,
     CacheUnavailable,
@@ -92,8 +93,9 @@ async def reload_config(request: web.Request) -> web.StreamResponse:
     return web.Response(body=orjson.dumps(result.as_json()), content_type="application/json")
 
 
-def add_admin_routes(app: web.Application) -> None:
-    """Register the admin routes (the caller checks that admin.token is set)."""
-    app.router.add_delete("/admin/cache", purge_cache, name="admin-cache")
-    app.router.add_get("/admin/config", effective_config, name="admin-config")
-    app.router.add_post("/admin/reload", reload_config, name="admin-reload")
+# (path, route name, handlers by method); registered only when admin.token is set.
+ADMIN_ROUTES: tuple[tuple[str, str, dict[str, Handler]], ...] = (
+    ("/admin/cache", "admin-cache", {"DELETE": purge_cache}),
+    ("/admin/config", "admin-config", {"GET": effective_config}),
+    ("/admin/reload", "admin-reload", {"POST": reload_config}),
+)

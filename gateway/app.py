@@ -1,4 +1,4 @@
-"""The app factory: routes, middleware and the lifetimes of shared resources."""
+"""The app factory: routes, the edge around them, and the lifetimes of shared resources."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from gateway.admin import add_admin_routes
+from gateway.admin import ADMIN_ROUTES
 from gateway.breaker import CircuitBreaker, CircuitState, GuardedCache
 from gateway.cache import CacheBackend, Keyer
 from gateway.clock import Clock, system_clock
+from gateway.edge import Handler, edge, method_not_allowed, not_found
 from gateway.handlers import healthz, metrics, openapi_json, readyz, record_handler
 from gateway.health import Readiness
 from gateway.logs import set_level
 from gateway.memory_cache import MemoryBackend, NullBackend
 from gateway.metrics import Metrics
-from gateway.middleware import edge_middleware
 from gateway.near_cache import NearCache, TieredBackend, invalidation_channel
 from gateway.normalise import CoercionCounts, Normaliser
 from gateway.openapi import openapi_bytes
@@ -25,7 +25,18 @@ from gateway.pipeline import CachePolicy, RecordPipeline
 from gateway.redis_cache import RedisBackend, create_client
 from gateway.runtime import ConfigSource, LiveConfig
 from gateway.settings import CacheSettings, Settings
-from gateway.state import CACHE, CLOCK, COERCIONS, LIVE, METRICS, OPENAPI, PIPELINE, READINESS
+from gateway.state import (
+    CACHE,
+    CLOCK,
+    COERCIONS,
+    LIVE,
+    METRICS,
+    OPENAPI,
+    PIPELINE,
+    READINESS,
+    REQUEST_IDS,
+)
+from gateway.trace import RequestIds
 from gateway.upstream import UpstreamClient, create_session
 
 
@@ -40,23 +51,40 @@ def create_app(
     ``source`` is where a reload reads the settings again (the file and the flags);
     without it a reload re-reads the environment only.
     """
-    app = web.Application(middlewares=[edge_middleware])
+    app = web.Application()
     metrics_ = Metrics()
     app[LIVE] = LiveConfig(settings, source or ConfigSource())
     app[CLOCK] = clock
+    app[REQUEST_IDS] = RequestIds()
     app[METRICS] = metrics_
     app[COERCIONS] = CoercionCounts(metrics_.add_coercions)
     app[OPENAPI] = openapi_bytes(settings)
     for route in ROUTES:
-        app.router.add_get(route.template, record_handler(route), name=route.name)
-    app.router.add_get("/healthz", healthz, name="healthz")
-    app.router.add_get("/readyz", readyz, name="readyz")
-    app.router.add_get("/metrics", metrics, name="metrics")
-    app.router.add_get("/openapi.json", openapi_json, name="openapi")
+        add_routes(app, route.template, {"GET": record_handler(route)}, name=route.name)
+    add_routes(app, "/healthz", {"GET": healthz}, name="healthz")
+    add_routes(app, "/readyz", {"GET": readyz}, name="readyz")
+    add_routes(app, "/metrics", {"GET": metrics}, name="metrics")
+    add_routes(app, "/openapi.json", {"GET": openapi_json}, name="openapi")
     if settings.admin.token is not None:
-        add_admin_routes(app)
+        for path, name, handlers in ADMIN_ROUTES:
+            add_routes(app, path, handlers, name=name)
+    app.router.add_route("*", "/{path:.*}", edge(not_found))
     app.cleanup_ctx.append(_pipeline_ctx)
     return app
+
+
+def add_routes(app: web.Application, path: str, handlers: dict[str, Handler], *, name: str) -> None:
+    """``path`` with its handlers (GET also answers HEAD), each inside the edge, and a
+    405 with ``Allow`` for every other method."""
+    resource = app.router.add_resource(path, name=name)
+    allowed = set(handlers)
+    for method, handler in handlers.items():
+        wrapped = edge(handler)
+        resource.add_route(method, wrapped)
+        if method == "GET":
+            resource.add_route("HEAD", wrapped)
+            allowed.add("HEAD")
+    resource.add_route("*", edge(method_not_allowed(allowed)))
 
 
 def create_backend(settings: CacheSettings, *, prefix: str, clock: Clock) -> CacheBackend:

@@ -2,13 +2,11 @@
 
 The Authorization header is kept verbatim, because it is forwarded upstream as the
 caller sent it; the token itself never leaves this object except through
-``fingerprint`` (a keyed hash) and the header that goes upstream. ``repr`` hides both.
+the cache's keyed fingerprint and the header that goes upstream. ``repr`` hides both.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from dataclasses import dataclass, field
 
 from gateway.errors import AuthenticationRequired
@@ -23,10 +21,6 @@ class Credentials:
     authorization: str = field(repr=False)
     token: str = field(repr=False)
 
-    def fingerprint(self, secret: bytes) -> str:
-        """HMAC-SHA256 of the token under ``secret``, hex, for keys and logs."""
-        return hmac.new(secret, self.token.encode(), hashlib.sha256).hexdigest()
-
 
 def parse_authorization(header: str | None) -> Credentials:
     """Credentials from an Authorization header; AuthenticationRequired if unusable."""
@@ -40,6 +34,6 @@ def parse_authorization(header: str | None) -> Credentials:
     token = token.strip()
     if not token:
         raise AuthenticationRequired("the bearer token is empty")
-    if any(ch < " " or ch == "\x7f" for ch in token):
+    if not token.isprintable():
         raise AuthenticationRequired("the bearer token contains control characters")
     return Credentials(authorization=header, token=token)

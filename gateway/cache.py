@@ -135,10 +135,14 @@ class Keyer:
 
     def fingerprint(self, credentials: Credentials) -> str:
         """HMAC-SHA256 of the token, shortened; safe for keys and logs."""
-        return hmac.new(self._secret, credentials.token.encode(), hashlib.sha256).hexdigest()[:32]
+        return hmac.digest(self._secret, credentials.token.encode(), "sha256").hex()[:32]
 
     def key(self, query: RecordQuery, credentials: Credentials) -> CacheKey:
-        text = f"{self._prefix}:{ENTRY_PART}:{query.canonical()}|{self.fingerprint(credentials)}"
+        return self.key_for(query, self.fingerprint(credentials))
+
+    def key_for(self, query: RecordQuery, fingerprint: str) -> CacheKey:
+        """The key of ``query`` for the caller whose token has ``fingerprint``."""
+        text = f"{self._prefix}:{ENTRY_PART}:{query.canonical_text}|{fingerprint}"
         return CacheKey(route=query.route.name, text=text)
 
 

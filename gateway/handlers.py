@@ -9,7 +9,7 @@ from aiohttp import web
 
 from gateway.auth import parse_authorization
 from gateway.metrics import CONTENT_TYPE
-from gateway.params import RouteSpec, parse_record_query
+from gateway.params import QueryMemo, RouteSpec
 from gateway.pipeline import NO_DIRECTIVES, Directives, Reply
 from gateway.state import LIVE, METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID
 from gateway.trace import current_trace
@@ -60,22 +60,32 @@ def reply_headers(reply: Reply) -> dict[str, str]:
 def record_handler(route: RouteSpec) -> RouteHandler:
     """The handler of one record route."""
 
+    memo = QueryMemo()
+
     async def handle(request: web.Request) -> web.StreamResponse:
-        credentials = parse_authorization(request.headers.get("Authorization"))
+        headers = request.headers
+        credentials = parse_authorization(headers.get("Authorization"))
         pipeline = request.app[PIPELINE]
+        fingerprint = pipeline.keyer.fingerprint(credentials)
         trace = current_trace()
         if trace is not None:
-            trace.token_fingerprint = pipeline.keyer.fingerprint(credentials)
+            trace.token_fingerprint = fingerprint
         path_value = request.match_info[route.path_param] if route.path_param else None
-        query = parse_record_query(
+        query = memo.parse(
             route,
             path_value,
-            request.query.items(),
+            request.query_string,
+            lambda: request.query.items(),
             max_limit=request.app[LIVE].settings.limits.max_limit,
         )
-        headers = request.headers
         directives = client_directives(headers.get("Cache-Control"), headers.get("Pragma"))
-        reply = await pipeline.read(query, credentials, request[REQUEST_ID], directives)
+        reply = await pipeline.read(
+            query,
+            credentials,
+            request[REQUEST_ID],
+            directives,
+            key=pipeline.keyer.key_for(query, fingerprint),
+        )
         out = reply_headers(reply)
         if_none_match = headers.get("If-None-Match")
         if if_none_match is not None and etag_matches(if_none_match, reply.etag):

@@ -35,6 +35,7 @@ class MemoryBackend:
         self._bytes = 0
         self._everything = 0
         self._routes: dict[str, int] = {}
+        self._generations: dict[str, Generations] = {}
 
     @staticmethod
     def new_secret() -> bytes:
@@ -49,7 +50,11 @@ class MemoryBackend:
         return len(self._slots)
 
     def _current(self, route: str) -> Generations:
-        return Generations(self._everything, self._routes.get(route, 0))
+        current = self._generations.get(route)
+        if current is None:
+            current = Generations(self._everything, self._routes.get(route, 0))
+            self._generations[route] = current
+        return current
 
     async def get(self, key: CacheKey) -> Lookup:
         current = self._current(key.route)
@@ -104,6 +109,7 @@ class MemoryBackend:
             self.clear()
         else:
             self._routes[route] = self._routes.get(route, 0) + 1
+        self._generations.clear()
 
     async def ping(self) -> None:
         return None

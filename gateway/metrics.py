@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter as Tally
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -103,6 +104,25 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+
+        # label children by label values: the hot path skips prometheus' own lookup
+        self._answered: dict[tuple[str, int, str], tuple[Any, Any, Any]] = {}
+
+    def answered(self, route: str, status: int, cache: str, seconds: float) -> None:
+        """Count one answered request (cache is "hit", "miss", ..., or "none")."""
+        children = self._answered.get((route, status, cache))
+        if children is None:
+            children = (
+                self.requests.labels(route, str(status), cache),
+                self.request_seconds.labels(route, cache),
+                None if cache == "none" else self.cache_results.labels(route, cache),
+            )
+            self._answered[(route, status, cache)] = children
+        requests, duration, results = children
+        requests.inc()
+        duration.observe(seconds)
+        if results is not None:
+            results.inc()
 
     def add_coercions(self, counts: Tally[tuple[str, str]]) -> None:
         for (field, kind), count in counts.items():

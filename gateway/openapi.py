@@ -19,7 +19,7 @@ import orjson
 from pydantic.json_schema import models_json_schema
 
 from gateway import __version__
-from gateway.middleware import REQUEST_ID_PATTERN
+from gateway.edge import REQUEST_ID_PATTERN
 from gateway.models import ROUTE_MODELS, SCHEMA_VERSION
 from gateway.params import (
     DEFAULT_LIMIT,
@@ -42,7 +42,7 @@ _RESPONSES = "#/components/responses/"
 
 # What params._has_control refuses: C0, DEL and C1.
 _NO_CONTROL = r"^[^\u0000-\u001f\u007f-\u009f]*$"
-# What middleware.choose_request_id echoes; anything else is replaced by a new id.
+# What edge.choose_request_id echoes; anything else is replaced by a new id.
 _REQUEST_ID = f"^{REQUEST_ID_PATTERN.pattern}$"
 
 _DESCRIPTION = """\

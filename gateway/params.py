@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal, InvalidOperation
 from urllib.parse import quote
@@ -64,6 +64,12 @@ class RecordQuery:
     route: RouteSpec
     path_value: str | None
     params: tuple[tuple[str, str], ...]
+    canonical_text: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        segment = "" if self.path_value is None else encode_segment(self.path_value)
+        query = "&".join(f"{name}={quote(value, safe='')}" for name, value in self.params)
+        object.__setattr__(self, "canonical_text", f"{self.route.name}|{segment}|{query}")
 
     def upstream_path(self) -> str:
         """The path to request upstream, already percent-encoded."""
@@ -80,9 +86,7 @@ class RecordQuery:
 
     def canonical(self) -> str:
         """A stable text for this request, e.g. for a cache key."""
-        segment = "" if self.path_value is None else encode_segment(self.path_value)
-        query = "&".join(f"{name}={quote(value, safe='')}" for name, value in self.params)
-        return f"{self.route.name}|{segment}|{query}"
+        return self.canonical_text
 
 
 def encode_segment(value: str) -> str:
@@ -240,3 +244,35 @@ def parse_record_query(
         raise InvalidParameters(problems.problems)
     ordered = tuple((name, values[name]) for name in route.query_params if name in values)
     return RecordQuery(route=route, path_value=canonical_path, params=ordered)
+
+
+class QueryMemo:
+    """Validated queries by their raw form, so that a repeated request is validated once.
+
+    Validation is a pure function of the route, the raw path value, the raw query
+    string and ``max_limit``; only valid queries are remembered, at most ``size``.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._known: dict[tuple[str, str | None, str, int], RecordQuery] = {}
+
+    def parse(
+        self,
+        route: RouteSpec,
+        path_value: str | None,
+        query_string: str,
+        query: Callable[[], Iterable[tuple[str, str]]],
+        *,
+        max_limit: int,
+    ) -> RecordQuery:
+        """``query`` gives the parsed pairs of ``query_string``; called on a miss only."""
+        memo_key = (route.name, path_value, query_string, max_limit)
+        known = self._known.get(memo_key)
+        if known is not None:
+            return known
+        parsed = parse_record_query(route, path_value, query(), max_limit=max_limit)
+        if len(self._known) >= self._size:
+            self._known.clear()
+        self._known[memo_key] = parsed
+        return parsed

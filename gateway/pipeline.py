@@ -142,10 +142,14 @@ class RecordPipeline:
         credentials: Credentials,
         request_id: str,
         directives: Directives = NO_DIRECTIVES,
+        key: CacheKey | None = None,
     ) -> Reply:
+        """Serve ``query`` for ``credentials``; ``key``, when the caller has it, is
+        ``keyer.key(query, credentials)``."""
         policy = self.policy
         ttl = policy.ttl_s.get(query.route.name, 0)
-        key = self._keyer.key(query, credentials)
+        if key is None:
+            key = self._keyer.key(query, credentials)
         if self._cache is None or ttl == 0 or directives.no_store:
             detail = "fwd=request" if directives.no_store and self._cache and ttl else "fwd=bypass"
             fetched = await self._fetch(key, query, credentials, request_id, ttl, None)
