@@ -151,7 +151,7 @@ async def _pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
         upstream=upstream.health,
         upstream_check=upstream.check,
         cache_state=lambda: (cache.breaker.state.value, cache.breaker.last_error),
-        cache_check=None if settings.cache.backend == "none" else backend.ping,
+        cache_check=None if settings.cache.backend == "none" else cache.check,
         interval_s=settings.health.check_interval_s,
     )
 

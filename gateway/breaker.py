@@ -137,6 +137,16 @@ class GuardedCache:
         self.breaker.succeeded()
         return True
 
+    async def check(self) -> None:
+        """The readiness check: ping the backend. A success counts as a passed trial
+        (an open circuit closes without waiting for traffic); a failure raises."""
+        try:
+            await self.backend.ping()
+        except CacheUnavailable as exc:
+            self._failed(exc)
+            raise
+        self.breaker.succeeded()
+
     def _failed(self, exc: CacheUnavailable) -> None:
         self.errors += 1
         if self._on_error is not None:

@@ -58,6 +58,7 @@ class _Check:
 
     run: Callable[[], Awaitable[None]]
     interval_s: float
+    monotonic: Callable[[], float] = time.monotonic
     last_at: float | None = None
     last_error: str | None = None
     running: asyncio.Task[None] | None = None
@@ -68,17 +69,20 @@ class _Check:
             return self.last_error
         if self.running is None:
             self.running = asyncio.ensure_future(self.run())
-        task = self.running
-        try:
-            await asyncio.shield(task)
-            self.last_error = None
-        except Exception as exc:
-            self.last_error = str(exc) or type(exc).__name__
-        finally:
-            if self.running is task:
-                self.running = None
-            self.last_at = now
+            self.running.add_done_callback(self._finished)
+        # A caller that goes away leaves the check running for the next one; the
+        # result is recorded when the check itself finishes, not when a caller does.
+        await asyncio.wait([self.running])
         return self.last_error
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        if self.running is task:
+            self.running = None
+        if task.cancelled():
+            return
+        error = task.exception()
+        self.last_error = None if error is None else (str(error) or type(error).__name__)
+        self.last_at = self.monotonic()
 
 
 class Readiness:
@@ -95,9 +99,11 @@ class Readiness:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._upstream = upstream
-        self._upstream_check = _Check(upstream_check, interval_s)
+        self._upstream_check = _Check(upstream_check, interval_s, monotonic)
         self._cache_state = cache_state
-        self._cache_check = None if cache_check is None else _Check(cache_check, interval_s)
+        self._cache_check = (
+            None if cache_check is None else _Check(cache_check, interval_s, monotonic)
+        )
         self._monotonic = monotonic
         self.interval_s = interval_s
 
@@ -138,10 +144,10 @@ class Readiness:
     async def _cache_component(self, now: float) -> dict[str, Any]:
         if self._cache_check is None:
             return {"status": DISABLED, "lastError": None}
-        state, error = self._cache_state()
-        if state == "open":
-            return {"status": DOWN, "lastError": error}
         check_error = await self._cache_check.result(now)
+        state, error = self._cache_state()
         if check_error is not None:
             return {"status": DOWN, "lastError": check_error}
-        return {"status": DEGRADED if state == "half-open" else OK, "lastError": error}
+        if state != "closed":
+            return {"status": DEGRADED, "lastError": error}
+        return {"status": OK, "lastError": error}

@@ -132,6 +132,11 @@ class RecordPipeline:
     def upstream(self) -> UpstreamClient:
         return self._upstream
 
+    @property
+    def in_flight(self) -> int:
+        """Upstream fetches and background refreshes running now."""
+        return len(self._inflight)
+
     async def close(self) -> None:
         """Cancel background refreshes and fetches still in flight."""
         await self._inflight.close()

@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
+from gateway.state import PIPELINE
 
 from .conftest import AUTH, FakeClock, GatewayFactory, base_url
 from .redis_server import RedisServer
@@ -137,11 +138,10 @@ async def test_stale_while_revalidate_serves_at_once_and_refreshes_once(
     assert {r[2]["X-Cache"] for r in replies} == {"STALE"}
     assert {r[2]["Cache-Status"] for r in replies} == {"records-gateway; hit; ttl=-5"}
     assert all(r[1] == first for r in replies)
-    for _ in range(100):  # the refresh runs in the background
-        if len(log) == 2:
-            break
-        await asyncio.sleep(0.02)
-    await asyncio.sleep(0.2)
+    pipeline = client.app[PIPELINE]
+    async with asyncio.timeout(10):  # the refresh runs in the background
+        while len(log) < 2 or pipeline.in_flight:
+            await asyncio.sleep(0.01)
     assert len(log) == 2
     _, _, headers = await get(client, "/expenses")
     assert headers["X-Cache"] == "HIT"
