@@ -100,8 +100,9 @@ class LiveConfig:
                 extra={"event": "config_reload", "ok": False, "error": str(exc)},
             )
             return ReloadResult(ok=False, applied=[], needs_restart=[], error=str(exc))
-        before = _flatten(redacted(self.settings))
-        after = _flatten(redacted(new))
+        # compared unredacted (SecretStr compares by value); only key names are reported
+        before = _flatten(self.settings.model_dump())
+        after = _flatten(new.model_dump())
         changed = sorted(key for key in after if before.get(key) != after[key])
         applied = [key for key in changed if key in LIVE_KEYS]
         needs_restart = [key for key in changed if key not in LIVE_KEYS]

@@ -178,6 +178,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {exc.strerror}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text ({exc.reason})") from exc
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -221,9 +223,17 @@ def load_settings(
         raise ConfigError(describe_validation_error(exc)) from exc
 
 
+REDACTED = "**********"
+
+
 def redacted(settings: Settings) -> dict[str, Any]:
-    """The effective settings as plain data, every secret replaced by "**********"."""
-    return settings.model_dump(mode="json")
+    """The effective settings as plain data, every secret replaced by "**********",
+    the password of ``cache.redis_url`` too."""
+    data = settings.model_dump(mode="json")
+    url = URL(data["cache"]["redis_url"])
+    if url.password:
+        data["cache"]["redis_url"] = str(url.with_password(REDACTED))
+    return data
 
 
 __all__ = [

@@ -1,0 +1,459 @@
+"""/healthz and /readyz end to end, and the readiness report with fakes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
+from pytest_aiohttp import AiohttpServer
+
+from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
+from gateway.errors import CacheUnavailable, UpstreamUnavailable
+from gateway.health import Readiness, UpstreamHealth
+
+from .conftest import AUTH, GatewayFactory, base_url
+from .redis_server import RedisServer
+
+Client = TestClient[web.Request, web.Application]
+SECRET = "test-key-secret-0123456789"
+NO_CHECK_LIMIT = {"check_interval_s": 0}
+ALL_OK = {
+    "status": "ok",
+    "components": {
+        "upstream": {"status": "ok", "lastError": None, "source": "check"},
+        "cache": {"status": "ok", "lastError": None},
+    },
+}
+
+
+def redis_cache(url: str, **extra: Any) -> dict[str, Any]:
+    return {"backend": "redis", "redis_url": url, "key_secret": SECRET, **extra}
+
+
+async def circuit_states(client: Client) -> list[float]:
+    """The values of gateway_cache_circuit_state on /metrics."""
+    text = await (await client.get("/metrics")).text()
+    return [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "gateway_cache_circuit_state"
+    ]
+
+
+async def ready(client: Client) -> tuple[int, Any]:
+    """GET /readyz without a token: the status and the report."""
+    response = await client.get("/readyz")
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["Cache-Control"] == "no-store"
+    return response.status, await response.json()
+
+
+async def test_healthz_answers_without_a_token_and_touches_nothing(
+    gateway: Client, upstream_log: RequestLog
+) -> None:
+    response = await gateway.get("/healthz")
+    assert response.status == 200
+    assert await response.read() == b'{"status":"ok"}'
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["Cache-Control"] == "no-store"
+    assert len(upstream_log) == 0
+
+
+async def test_readyz_is_ok_with_redis_and_the_upstream(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_url: str,
+) -> None:
+    client = await gateway_factory(base_url(upstream), cache=redis_cache(redis_url))
+    assert await ready(client) == (200, ALL_OK)
+    # the check proves the upstream answers; it carries no token
+    assert [(r.path, r.authorization) for r in upstream_log.entries] == [("/users", None)]
+
+
+async def test_readyz_degraded_while_redis_is_stopped_then_ok_again(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    client = await gateway_factory(
+        base_url(upstream), cache=redis_cache(own_redis.url), health=NO_CHECK_LIMIT
+    )
+    assert await ready(client) == (200, ALL_OK)
+    port = own_redis.port
+
+    own_redis.stop()
+    status, report = await ready(client)
+    assert status == 200
+    assert report["status"] == "degraded"
+    assert report["components"]["upstream"] == {
+        "status": "ok",
+        "lastError": None,
+        "source": "check",
+    }
+    cache = report["components"]["cache"]
+    assert cache["status"] == "down"
+    assert cache["lastError"].startswith("redis PING: ")
+    # requests are still served, from the upstream
+    reply = await client.get("/users", headers=AUTH)
+    assert reply.status == 200
+    assert reply.headers["X-Cache"] == "MISS"
+
+    own_redis.start()
+    assert own_redis.port == port  # the same address: the gateway's client reconnects
+    status, report = await ready(client)
+    assert (status, report["status"]) == (200, "ok")
+    assert report["components"]["upstream"] == {
+        "status": "ok",
+        "lastError": None,
+        "source": "check",
+    }
+    cache = report["components"]["cache"]
+    assert cache["status"] == "ok"
+    # the breaker keeps the last failure of the request made during the outage
+    assert cache["lastError"].startswith("redis GET: ")
+
+
+async def test_readyz_recovers_through_traffic_after_the_circuit_opened(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    reset_s = 0.3
+    client = await gateway_factory(
+        base_url(upstream),
+        cache=redis_cache(own_redis.url, breaker_failures=1, breaker_reset_s=reset_s),
+        health=NO_CHECK_LIMIT,
+    )
+    own_redis.stop()
+    assert (await client.get("/users", headers=AUTH)).status == 200  # opens the circuit
+    assert await circuit_states(client) == [2.0]
+    status, report = await ready(client)
+    assert status == 200
+    assert report["status"] == "degraded"
+    assert report["components"]["cache"]["status"] == "down"
+    assert report["components"]["cache"]["lastError"].startswith("redis PING: ")
+
+    own_redis.start()
+    await asyncio.sleep(reset_s + 0.1)
+    trial = await client.get("/users?page=2", headers=AUTH)
+    assert trial.headers["Cache-Status"] == "records-gateway; fwd=miss; stored"
+    status, report = await ready(client)
+    assert (status, report["status"], report["components"]["cache"]["status"]) == (200, "ok", "ok")
+
+
+async def test_readyz_recovers_without_traffic_after_the_circuit_opened(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    reset_s = 0.3
+    client = await gateway_factory(
+        base_url(upstream),
+        cache=redis_cache(own_redis.url, breaker_failures=1, breaker_reset_s=reset_s),
+        health=NO_CHECK_LIMIT,
+    )
+    own_redis.stop()
+    assert (await client.get("/users", headers=AUTH)).status == 200  # opens the circuit
+    assert (await ready(client))[1]["status"] == "degraded"
+    own_redis.start()
+    await asyncio.sleep(reset_s + 0.1)
+    # Redis answers PING again: the readiness check sees it and closes the circuit
+    # (this once stayed "down" until a request passed through the breaker)
+    status, report = await ready(client)
+    assert (status, report["status"], report["components"]["cache"]["status"]) == (200, "ok", "ok")
+    assert await circuit_states(client) == [0.0]
+
+
+async def test_readyz_503_when_the_upstream_is_down_and_there_is_no_cache(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    server = await aiohttp_server(create_demo_app())
+    client = await gateway_factory(
+        base_url(server), cache={"backend": "none"}, health=NO_CHECK_LIMIT
+    )
+    assert (await ready(client))[1]["status"] == "ok"
+    await server.close()
+    status, report = await ready(client)
+    assert status == 503
+    assert report["status"] == "down"
+    upstream = report["components"]["upstream"]
+    assert (upstream["status"], upstream["source"]) == ("down", "check")
+    assert upstream["lastError"].startswith("readiness check: ")
+    assert report["components"]["cache"] == {"status": "disabled", "lastError": None}
+
+
+async def test_readyz_degraded_when_the_upstream_is_down_but_a_cache_can_serve(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    server = await aiohttp_server(create_demo_app())
+    client = await gateway_factory(
+        base_url(server), cache={"backend": "memory"}, health=NO_CHECK_LIMIT
+    )
+    await server.close()
+    status, report = await ready(client)
+    assert status == 200
+    assert report["status"] == "degraded"
+    assert report["components"]["upstream"]["status"] == "down"
+    assert report["components"]["cache"] == {"status": "ok", "lastError": None}
+
+
+async def test_readyz_reports_an_upstream_5xx_as_down(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    async def failing(request: web.Request) -> web.Response:
+        return web.Response(status=503)
+
+    app = web.Application()
+    app.router.add_get("/users", failing)
+    server = await aiohttp_server(app)
+    client = await gateway_factory(base_url(server), cache={"backend": "none"})
+    status, report = await ready(client)
+    assert status == 503
+    assert report["components"]["upstream"] == {
+        "status": "down",
+        "lastError": "readiness check: upstream status 503",
+        "source": "check",
+    }
+
+
+async def test_readyz_from_failed_traffic_without_a_check(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    server = await aiohttp_server(create_demo_app())
+    client = await gateway_factory(base_url(server), cache={"backend": "none"})
+    await server.close()
+    assert (await client.get("/users", headers=AUTH)).status == 502
+    status, report = await ready(client)
+    assert status == 503
+    upstream = report["components"]["upstream"]
+    assert (upstream["status"], upstream["source"]) == ("down", "traffic")
+    assert upstream["lastError"].startswith("GET /users: cannot connect to the upstream")
+
+
+async def test_ten_probes_make_at_most_one_upstream_check(
+    gateway: Client, upstream_log: RequestLog
+) -> None:
+    reports = [await ready(gateway) for _ in range(10)]
+    assert reports == [(200, ALL_OK)] * 10
+    assert [(r.path, r.authorization) for r in upstream_log.entries] == [("/users", None)]
+
+
+async def test_concurrent_probes_share_one_upstream_check(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    slow = await aiohttp_server(create_demo_app(latency_ms=100))
+    client = await gateway_factory(base_url(slow))
+    reports = await asyncio.gather(*(ready(client) for _ in range(10)))
+    assert reports == [(200, ALL_OK)] * 10
+    assert len(slow.app[REQUEST_LOG]) == 1
+
+
+async def test_probes_make_no_upstream_call_after_recent_good_traffic(
+    gateway: Client, upstream_log: RequestLog
+) -> None:
+    assert (await gateway.get("/users", headers=AUTH)).status == 200
+    upstream_log.clear()
+    for _ in range(10):
+        status, report = await ready(gateway)
+        assert status == 200
+        assert report["components"]["upstream"] == {
+            "status": "ok",
+            "lastError": None,
+            "source": "traffic",
+        }
+    assert len(upstream_log) == 0
+
+
+# Readiness with fakes
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeCheck:
+    """An awaitable check that counts its runs and fails with ``error`` when set."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.error: Exception | None = None
+        self.gate: asyncio.Event | None = None
+
+    async def __call__(self) -> None:
+        self.calls += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+
+
+class Parts:
+    def __init__(self, *, cache: bool = True, interval_s: float = 5.0) -> None:
+        self.clock = FakeMonotonic()
+        self.health = UpstreamHealth(self.clock)
+        self.upstream_check = FakeCheck()
+        self.cache_check = FakeCheck()
+        self.breaker: tuple[str, str | None] = ("closed", None)
+        self.readiness = Readiness(
+            upstream=self.health,
+            upstream_check=self.upstream_check,
+            cache_state=lambda: self.breaker,
+            cache_check=self.cache_check if cache else None,
+            interval_s=interval_s,
+            monotonic=self.clock,
+        )
+
+
+@pytest.fixture
+def parts() -> Parts:
+    return Parts()
+
+
+async def test_checks_run_at_most_once_per_interval(parts: Parts) -> None:
+    for _ in range(5):
+        assert await parts.readiness.report() == (200, ALL_OK)
+        parts.clock.now += 1
+    assert (parts.upstream_check.calls, parts.cache_check.calls) == (1, 1)
+    parts.clock.now += 0.5  # 5.5 s after the first check
+    await parts.readiness.report()
+    assert (parts.upstream_check.calls, parts.cache_check.calls) == (2, 2)
+
+
+async def test_a_check_failure_is_remembered_for_the_interval(parts: Parts) -> None:
+    parts.upstream_check.error = UpstreamUnavailable("readiness check: Connection refused")
+    assert await parts.readiness.report() == (
+        200,
+        {
+            "status": "degraded",
+            "components": {
+                "upstream": {
+                    "status": "down",
+                    "lastError": "readiness check: Connection refused",
+                    "source": "check",
+                },
+                "cache": {"status": "ok", "lastError": None},
+            },
+        },
+    )
+    parts.upstream_check.error = None
+    parts.clock.now += 4
+    assert (await parts.readiness.report())[1]["status"] == "degraded"
+    parts.clock.now += 2
+    assert await parts.readiness.report() == (200, ALL_OK)
+    assert parts.upstream_check.calls == 2
+
+
+async def test_an_error_without_a_message_is_named_by_its_type(parts: Parts) -> None:
+    parts.cache_check.error = ConnectionResetError()
+    _, report = await parts.readiness.report()
+    assert report["components"]["cache"] == {"status": "down", "lastError": "ConnectionResetError"}
+
+
+async def test_recent_traffic_stands_in_for_the_upstream_check(parts: Parts) -> None:
+    parts.health.failed("GET /users: the upstream failed with status 500")
+    parts.clock.now += 1
+    parts.health.succeeded()
+    _, report = await parts.readiness.report()
+    assert report["components"]["upstream"] == {
+        "status": "ok",
+        "lastError": "GET /users: the upstream failed with status 500",
+        "source": "traffic",
+    }
+    parts.clock.now += 1
+    parts.health.failed("GET /users: cannot connect to the upstream (Connection refused)")
+    _, report = await parts.readiness.report()
+    assert report["components"]["upstream"]["status"] == "down"
+    assert report["components"]["upstream"]["source"] == "traffic"
+    assert parts.upstream_check.calls == 0
+    parts.clock.now += 6  # traffic too old to say anything: check
+    _, report = await parts.readiness.report()
+    assert report["components"]["upstream"]["source"] == "check"
+    assert parts.upstream_check.calls == 1
+
+
+async def test_upstream_down_without_a_cache_is_not_ready() -> None:
+    parts = Parts(cache=False)
+    parts.health.failed("GET /users: the upstream did not answer within 10 s")
+    assert await parts.readiness.report() == (
+        503,
+        {
+            "status": "down",
+            "components": {
+                "upstream": {
+                    "status": "down",
+                    "lastError": "GET /users: the upstream did not answer within 10 s",
+                    "source": "traffic",
+                },
+                "cache": {"status": "disabled", "lastError": None},
+            },
+        },
+    )
+
+
+async def test_an_open_circuit_follows_the_ping(parts: Parts) -> None:
+    parts.breaker = ("open", "redis GET: no answer within 50 ms")
+    status, report = await parts.readiness.report()
+    # the backend answers but the circuit has not closed (yet): degraded
+    assert (status, report["status"]) == (200, "degraded")
+    assert report["components"]["cache"] == {
+        "status": "degraded",
+        "lastError": "redis GET: no answer within 50 ms",
+    }
+    assert parts.cache_check.calls == 1
+    parts.cache_check.error = CacheUnavailable("redis PING: no answer within 50 ms")
+    parts.clock.now += 6
+    _, report = await parts.readiness.report()
+    assert report["components"]["cache"] == {
+        "status": "down",
+        "lastError": "redis PING: no answer within 50 ms",
+    }
+    parts.cache_check.error = None
+    parts.breaker = ("half-open", None)
+    parts.clock.now += 6
+    _, report = await parts.readiness.report()
+    assert report["components"]["cache"] == {"status": "degraded", "lastError": None}
+    assert parts.cache_check.calls == 3
+
+
+async def test_concurrent_reports_share_one_running_check(parts: Parts) -> None:
+    parts.upstream_check.gate = asyncio.Event()
+    reports = [asyncio.ensure_future(parts.readiness.report()) for _ in range(5)]
+    await asyncio.sleep(0)
+    parts.upstream_check.gate.set()
+    assert await asyncio.gather(*reports) == [(200, ALL_OK)] * 5
+    assert parts.upstream_check.calls == 1
+
+
+async def test_the_interval_is_live(parts: Parts) -> None:
+    await parts.readiness.report()
+    parts.readiness.interval_s = 0
+    parts.clock.now += 0.001
+    await parts.readiness.report()
+    assert (parts.upstream_check.calls, parts.cache_check.calls) == (2, 2)
+
+
+async def test_a_cancelled_report_does_not_count_as_a_passed_check(parts: Parts) -> None:
+    parts.upstream_check.gate = asyncio.Event()  # the upstream hangs
+    parts.upstream_check.error = UpstreamUnavailable("readiness check: timeout")
+    first = asyncio.ensure_future(parts.readiness.report())
+    await asyncio.sleep(0)
+    first.cancel()  # the prober gave up
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    parts.clock.now += 1
+    second = asyncio.ensure_future(parts.readiness.report())
+    await asyncio.sleep(0)
+    parts.upstream_check.gate.set()
+    status, report = await second
+    # the second report waited for the check still running, and shares its failure
+    assert (status, report["status"]) == (200, "degraded")
+    assert report["components"]["upstream"] == {
+        "status": "down",
+        "lastError": "readiness check: timeout",
+        "source": "check",
+    }
+    assert parts.upstream_check.calls == 1
