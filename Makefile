@@ -44,5 +44,19 @@ lint: $(VENV)/.installed-test
 test: $(VENV)/.installed-test redis-server lint
 	$(BIN)/pytest
 
+## bench: load every configuration with wrk on loopback, write bench/results/ (bench/README.md)
+bench: $(VENV)/.installed-run redis-server
+	@missing=""; \
+	command -v wrk >/dev/null 2>&1 || missing="wrk"; \
+	{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1 || missing="$$missing nginx"; \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else \
+		echo "missing:$$missing; install (e.g. apt-get install$$missing) and retry" >&2; exit 1; \
+	fi
+	$(BIN)/python bench/run.py
+
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

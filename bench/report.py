@@ -1,0 +1,323 @@
+"""The bench's results: medians, ratios, targets, and how they are written down.
+
+``results/latest.json`` holds everything (every round of every configuration too);
+``results/latest.md`` and the block between the markers in ``bench/README.md`` show
+the same tables. Targets are reported, PASS or FAIL, never asserted: the bench
+exits 0 whatever they say.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wrk import WrkResult
+
+MIB = 1024 * 1024
+README_START = "<!-- bench:latest:start -->"
+README_END = "<!-- bench:latest:end -->"
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The medians of one configuration over the rounds, and its ratios."""
+
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    x_floor: float
+    x_nginx: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "requests_per_s": round(self.requests_per_s, 1),
+            "p50_ms": round(self.p50_ms, 3),
+            "p99_ms": round(self.p99_ms, 3),
+            "x_floor": round(self.x_floor, 2),
+            "x_nginx": round(self.x_nginx, 2),
+        }
+
+
+def summarise(rounds: Mapping[str, Sequence[WrkResult]]) -> dict[str, Summary]:
+    medians = {
+        name: (
+            statistics.median(r.requests_per_s for r in results),
+            statistics.median(r.p50_ms for r in results),
+            statistics.median(r.p99_ms for r in results),
+        )
+        for name, results in rounds.items()
+    }
+    floor = medians["floor"][0]
+    nginx = medians["nginx"][0]
+    return {
+        name: Summary(rps, p50, p99, rps / floor, rps / nginx)
+        for name, (rps, p50, p99) in medians.items()
+    }
+
+
+def summarise_unloaded(rounds: Mapping[str, Sequence[WrkResult]]) -> dict[str, dict[str, float]]:
+    return {
+        name: {
+            "requests_per_s": round(statistics.median(r.requests_per_s for r in results), 1),
+            "p50_ms": round(statistics.median(r.p50_ms for r in results), 3),
+            "p99_ms": round(statistics.median(r.p99_ms for r in results), 3),
+        }
+        for name, results in rounds.items()
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    wanted: str
+    measured: str
+    passed: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "wanted": self.wanted,
+            "measured": self.measured,
+            "pass": self.passed,
+        }
+
+
+def targets(data: Mapping[str, Any]) -> list[Target]:
+    """PASS or FAIL of every target, from the same (rounded) numbers the tables show."""
+    table, single = data["configs"], data["unloaded"]["configs"]
+    coalesce, soak = data["coalesce"], data["soak"]
+    found: list[Target] = []
+    for name, share in (("hit-memory", 0.85), ("hit-redis", 0.80)):
+        row = table[name]
+        found.append(
+            Target(
+                name,
+                f">= {share:.2f} x floor, p99 <= 5 ms",
+                f"{row['x_floor']:.2f} x floor, p99 {row['p99_ms']:.2f} ms",
+                row["x_floor"] >= share and row["p99_ms"] <= 5.0,
+            )
+        )
+    x_nginx = table["hit-redis-2w"]["x_nginx"]
+    found.append(
+        Target("hit-redis-2w", ">= 0.60 x nginx", f"{x_nginx:.2f} x nginx", x_nginx >= 0.6)
+    )
+    for name, rows, wanted in (
+        ("miss", table, "p50 <= direct's p50 + 1 ms"),
+        ("miss, 1 connection", single, "p50 <= direct's p50 + 1 ms (information: no queueing)"),
+    ):
+        miss, direct = rows["miss"]["p50_ms"], rows["direct"]["p50_ms"]
+        found.append(
+            Target(
+                name,
+                wanted,
+                f"p50 {miss:.2f} ms vs {direct:.2f} ms (+{miss - direct:.2f} ms)",
+                miss - direct <= 1.0,
+            )
+        )
+    calls = coalesce["upstream_calls"]
+    found.append(
+        Target(
+            "coalesce",
+            f"{coalesce['requests']} concurrent requests, 1 upstream call",
+            f"{calls} upstream call{'s' if calls != 1 else ''}",
+            calls == 1,
+        )
+    )
+    found.append(
+        Target(
+            "soak",
+            f"RSS <= memory_max_bytes + 60 MiB = {soak['bound_bytes'] / MIB:.0f} MiB",
+            f"peak RSS {soak['rss_peak_bytes'] / MIB:.1f} MiB",
+            bool(soak["pass"]),
+        )
+    )
+    return found
+
+
+def cpu_snapshot() -> tuple[float, float, float]:
+    """(machine busy, this process and its reaped children, wall) in CPU-seconds."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # up to steal; guests included
+    own = os.times()
+    mine = own.user + own.system + own.children_user + own.children_system
+    return busy, mine, own.elapsed
+
+
+def foreign_cpu(
+    before: tuple[float, float, float], after: tuple[float, float, float]
+) -> dict[str, float]:
+    """CPU the rest of the machine used meanwhile (every server the bench started is
+    stopped and reaped by then, so its time is in the children's)."""
+    busy, mine, wall = (b - a for a, b in zip(before, after, strict=True))
+    available = wall * (os.cpu_count() or 1)
+    others = max(0.0, busy - mine)
+    return {
+        "cpu_seconds": round(others, 1),
+        "available_cpu_seconds": round(available, 1),
+        "share": round(others / available, 3) if available else 0.0,
+    }
+
+
+def load_average() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def machine() -> dict[str, object]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "arch": platform.machine(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "wrk": _version(["wrk", "-v"], r"wrk (\S+)"),
+        "nginx": _version(["nginx", "-v"], r"nginx/(\S+)"),
+        "redis": _version(["redis-server", "--version"], r"v=(\S+)"),
+    }
+
+
+def _version(command: list[str], pattern: str) -> str:
+    for candidate in (command[0], f"/usr/sbin/{command[0]}"):
+        try:
+            done = subprocess.run(
+                [candidate, *command[1:]], capture_output=True, text=True, timeout=10, check=False
+            )
+        except OSError:
+            continue
+        found = re.search(pattern, done.stdout + done.stderr)
+        return found.group(1) if found else "unknown"
+    return "missing"
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+def _trajectory(soak: Mapping[str, Any]) -> str:
+    samples = soak["rss_by_second"]
+    if not samples:
+        return "no samples"
+    picks = sorted({samples[min(len(samples) - 1, len(samples) * q // 8)][0] for q in range(1, 9)})
+    by_second = dict(samples)
+    return ", ".join(f"{second} s {by_second[second] / MIB:.0f} MiB" for second in picks)
+
+
+def markdown_body(data: Mapping[str, Any]) -> str:
+    """The tables and notes of one run, without a title (shared by latest.md and README)."""
+    m = data["machine"]
+    s = data["settings"]
+    lines = [
+        f"Run on {data['date']} in {_duration(data['elapsed_s'])}: {m['arch']}, {m['cpu']}, "
+        f"{m['cores']} cores, Python {m['python']}, Linux {m['kernel']}; "
+        f"wrk {m['wrk']}, nginx {m['nginx']}, redis {m['redis']}. "
+        f"Load average at the start {' / '.join(str(v) for v in data['load_average_at_start'])}; "
+        f"other processes used {data['foreign_cpu']['share']:.0%} of the CPU during the run.",
+        "",
+        f"Load: `{s['wrk']}` on `GET {s['hit_path']}` with `Authorization: Bearer demo-token`, "
+        f"a {s['warmup_s']} s warm-up before every run, {s['rounds']} interleaved rounds, "
+        f"medians. Reference upstream latency {s['upstream_latency_ms']:g} ms.",
+        "",
+        "| config | requests/s | p50 ms | p99 ms | x floor | x nginx |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in data["configs"].items():
+        lines.append(
+            f"| {name} | {_n(row['requests_per_s'])} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
+            f"| {row['x_floor']:.2f} | {row['x_nginx']:.2f} |"
+        )
+    u = data["unloaded"]
+    lines += [
+        "",
+        f"What a miss adds without queueing, `{u['wrk']}`:",
+        "",
+        "| config | requests/s | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {name} (1 conn) | {_n(row['requests_per_s'])} | {row['p50_ms']:.2f} "
+            f"| {row['p99_ms']:.2f} |"
+            for name, row in u["configs"].items()
+        ),
+    ]
+    sizes = ", ".join(f"{name} {row['body_bytes']:,}" for name, row in data["configs"].items())
+    lines += ["", f"Body bytes: {sizes}."]
+    trouble = [
+        f"{name}: {row['socket_errors']} socket errors, {row['non_2xx']} non-2xx"
+        for name, row in data["configs"].items()
+        if row["socket_errors"] or row["non_2xx"]
+    ]
+    if trouble:
+        lines += ["", "**Errors during the runs:** " + "; ".join(trouble) + "."]
+    lines += ["", "| target | wanted | measured | result |", "|---|---|---|---|"]
+    for target in data["targets"]:
+        result = "PASS" if target["pass"] else "**FAIL**"
+        lines.append(f"| {target['name']} | {target['wanted']} | {target['measured']} | {result} |")
+    c = data["coalesce"]
+    x_cache = ", ".join(f"{label} {count}" for label, count in c["x_cache"].items())
+    statuses = ", ".join(f"{count} x {code}" for code, count in c["statuses"].items())
+    lines += [
+        "",
+        f"Coalesce: {c['requests']} concurrent requests for one cold key (`{c['path']}`): "
+        f"**{c['upstream_calls']} upstream call(s)**; answers {statuses}, "
+        f"{c['distinct_bodies']} distinct bod{'y' if c['distinct_bodies'] == 1 else 'ies'}; "
+        f"X-Cache {x_cache}; {c['coalesced_requests_metric']} counted as coalesced; "
+        f"{c['seconds'] * 1000:.0f} ms for all.",
+    ]
+    k = data["soak"]
+    statuses = ", ".join(f"{count:,} x {code}" for code, count in k["statuses"].items())
+    lines += [
+        "",
+        f"Soak: memory backend with `memory_max_bytes` = {k['memory_max_bytes'] / MIB:.0f} MiB, "
+        f"{k['distinct_keys']:,} distinct keys, {k['concurrency']} concurrent callers, "
+        f"{k['seconds']:.0f} s: {k['requests']:,} requests ({statuses}; {k['errors']} errors), "
+        f"{k['body_bytes'] / MIB:,.0f} MiB of bodies. Gateway RSS: "
+        f"{k['rss_start_bytes'] / MIB:.1f} MiB before, peak {k['rss_peak_bytes'] / MIB:.1f} MiB, "
+        f"{k['rss_end_bytes'] / MIB:.1f} MiB after; bound {k['bound_bytes'] / MIB:.0f} MiB: "
+        f"{'PASS' if k['pass'] else '**FAIL**'}. RSS along the run: {_trajectory(k)}.",
+    ]
+    notes = data.get("notes") or []
+    if notes:
+        lines += ["", "Notes:", *(f"- {note}" for note in notes)]
+    return "\n".join(lines) + "\n"
+
+
+def write(results_dir: Path, readme: Path | None, data: Mapping[str, Any]) -> str:
+    """Write latest.json and latest.md, refresh the README's block; returns the markdown."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    body = markdown_body(data)
+    markdown = f"# records-gateway bench: latest results\n\n{body}"
+    _replace(results_dir / "latest.json", json.dumps(data, indent=2) + "\n")
+    _replace(results_dir / "latest.md", markdown)
+    if readme is not None and readme.exists():
+        text = readme.read_text()
+        start, end = text.find(README_START), text.find(README_END)
+        if 0 <= start < end:
+            block = f"{README_START}\n{body}{README_END}"
+            _replace(readme, text[:start] + block + text[end + len(README_END) :])
+    return markdown
+
+
+def _replace(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(text)
+    partial.replace(path)

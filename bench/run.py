@@ -1,0 +1,349 @@
+"""``make bench``: the gateway's throughput and latency next to a floor and nginx.
+
+Starts everything on 127.0.0.1 (the reference upstream with 20 ms latency, a
+redis-server, the floor app, nginx, the gateway in each configuration), loads each
+with the same wrk command after a warm-up, in interleaved rounds, then checks
+coalescing and the memory backend's bound, writes ``bench/results/latest.{md,json}``,
+refreshes the table in ``bench/README.md`` and prints it. Everything it started is
+stopped on the way out, Ctrl-C included. bench/README.md explains how to read it.
+
+    .venv/bin/python bench/run.py [--rounds 3] [--duration 5] [--warmup 2] [--soak 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import probes
+import report
+import wrk
+from servers import (
+    AUTH,
+    BENCH,
+    BenchError,
+    Gateway,
+    Stack,
+    http_get,
+    nginx_binary,
+    start_floor,
+    start_gateway,
+    start_nginx,
+    start_redis,
+    start_upstream,
+)
+
+UPSTREAM_LATENCY_MS = 20.0
+HIT_PATH = "/expenses?limit=10"
+COLD_PATH = "/expenses?limit=10&page=7"
+COALESCE_REQUESTS = 500
+SOAK_MAX_BYTES = 16 * 1024 * 1024
+SOAK_CONCURRENCY = 32
+KEY_SECRET = "bench-key-secret-0123456789"
+LONG_TTL = 3600
+# Interleaved in this order (rotated by one each round).
+CONFIGS = ("floor", "hit-memory", "hit-redis", "hit-redis-2w", "nginx", "miss", "direct")
+HITS = ("hit-memory", "hit-redis", "hit-redis-2w")
+RESULTS = BENCH / "results"
+# What a miss adds to one request, without queueing: these two again with one connection.
+UNLOADED = ("miss", "direct")
+
+
+def gateway_config(
+    upstream: str, backend: str, *, redis_url: str = "", workers: int = 1, namespace: str = "rg"
+) -> dict[str, dict[str, object]]:
+    """A gateway config for the bench: no access log (it would measure the logger)."""
+    cache: dict[str, object] = {"backend": backend}
+    if backend == "redis":
+        cache.update(redis_url=redis_url, key_secret=KEY_SECRET, namespace=namespace)
+    return {
+        "server": {"workers": workers},
+        "upstream": {"base_url": upstream},
+        "cache": cache,
+        "cache.ttl_s": {"expenses": LONG_TTL, "expense": LONG_TTL},
+        "log": {"access": False},
+    }
+
+
+def _x_cache(url: str) -> str:
+    answer = http_get(url, AUTH)
+    if answer.status != 200:
+        raise BenchError(f"GET {url}: {answer.status} {answer.body[:300]!r}")
+    return answer.headers.get("X-Cache", "-")
+
+
+def prime(name: str, url: str) -> int:
+    """One request to fill the cache, a second that must be a hit; returns the body size."""
+    answer = http_get(url, AUTH)
+    if answer.status != 200:
+        raise BenchError(f"{name}: GET {url} answered {answer.status}: {answer.body[:300]!r}")
+    seen = _x_cache(url)
+    if seen != "HIT":
+        raise BenchError(f"{name}: the second GET {url} is X-Cache {seen}, not HIT")
+    return len(answer.body)
+
+
+def one_body(name: str, url: str, headers: dict[str, str] | None = None) -> int:
+    answer = http_get(url, headers if headers is not None else AUTH)
+    if answer.status != 200:
+        raise BenchError(f"{name}: GET {url} answered {answer.status}: {answer.body[:300]!r}")
+    return len(answer.body)
+
+
+def cache_results(gateway: Gateway) -> dict[str, float]:
+    exposition = http_get(gateway.url + "/metrics").body.decode()
+    return probes.by_label(exposition, "gateway_cache_results_total", "result")
+
+
+def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
+    say = _printer()
+    _, upstream = start_upstream(stack, UPSTREAM_LATENCY_MS)
+    say(f"reference upstream {upstream} ({UPSTREAM_LATENCY_MS:g} ms latency)")
+    redis_proc, redis_url = start_redis(stack)
+    say(f"redis-server {redis_url}")
+
+    gateways = {
+        "hit-memory": start_gateway(stack, "hit-memory", gateway_config(upstream, "memory")),
+        "hit-redis": start_gateway(
+            stack,
+            "hit-redis",
+            gateway_config(upstream, "redis", redis_url=redis_url, namespace="b1"),
+        ),
+        "hit-redis-2w": start_gateway(
+            stack,
+            "hit-redis-2w",
+            gateway_config(upstream, "redis", redis_url=redis_url, workers=2, namespace="b2"),
+        ),
+        "miss": start_gateway(stack, "miss", gateway_config(upstream, "none")),
+    }
+    for name, gateway in gateways.items():
+        say(f"gateway {name} {gateway.url}")
+
+    sizes = {name: prime(name, gateways[name].url + HIT_PATH) for name in HITS}
+    if len(set(sizes.values())) != 1:
+        raise BenchError(f"the hit configurations answer different bodies: {sizes}")
+    hit_size = sizes["hit-memory"]
+    floor_proc, floor = start_floor(stack, hit_size)
+    say(f"floor {floor} ({hit_size} bytes, the gateway's hit body)")
+    nginx_proc, nginx = start_nginx(stack, upstream)
+    sizes["nginx"] = prime("nginx", nginx + HIT_PATH)
+    say(f"nginx {nginx} (proxy_cache, primed)")
+    sizes["floor"] = one_body("floor", floor + HIT_PATH)
+    seen = _x_cache(gateways["miss"].url + HIT_PATH)
+    if seen != "BYPASS":
+        raise BenchError(f"miss: X-Cache {seen}, expected BYPASS with cache.backend = none")
+    sizes["miss"] = one_body("miss", gateways["miss"].url + HIT_PATH)
+    sizes["direct"] = one_body("direct", upstream + HIT_PATH)
+    before = {name: cache_results(gateways[name]) for name in HITS}
+
+    urls = {
+        "floor": floor + HIT_PATH,
+        **{name: gateways[name].url + HIT_PATH for name in (*HITS, "miss")},
+        "nginx": nginx + HIT_PATH,
+        "direct": upstream + HIT_PATH,
+    }
+    settings = wrk.WrkSettings(args.threads, args.connections, args.duration)
+    single = wrk.WrkSettings(1, 1, args.duration)
+    rounds: dict[str, list[wrk.WrkResult]] = {name: [] for name in CONFIGS}
+    unloaded: dict[str, list[wrk.WrkResult]] = {name: [] for name in UNLOADED}
+    for index in range(args.rounds):
+        order = CONFIGS[index % len(CONFIGS) :] + CONFIGS[: index % len(CONFIGS)]
+        runs = [(name, settings, rounds) for name in order]
+        runs += [(name, single, unloaded) for name in UNLOADED]
+        for name, how, into in runs:
+            label = name if how is settings else f"{name} (1 conn)"
+            warm = wrk.run(how, urls[name], duration_s=args.warmup)
+            if warm.non_2xx or warm.socket_errors:
+                notes.append(
+                    f"{label}, round {index + 1}: warm-up had {warm.non_2xx} non-2xx "
+                    f"and {warm.socket_errors} socket errors"
+                )
+            result = wrk.run(how, urls[name])
+            into[name].append(result)
+            say(
+                f"round {index + 1}/{args.rounds} {label:<16} {result.requests_per_s:>9,.0f} req/s"
+                f"  p50 {result.p50_ms:6.2f} ms  p99 {result.p99_ms:6.2f} ms"
+                + (
+                    f"  ({result.non_2xx} non-2xx, {result.socket_errors} socket errors)"
+                    if result.non_2xx or result.socket_errors
+                    else ""
+                )
+            )
+
+    for name in HITS:
+        seen = _x_cache(urls[name])
+        after = cache_results(gateways[name])
+        other = {
+            result: after.get(result, 0) - before[name].get(result, 0)
+            for result in ("miss", "stale", "bypass")
+            if after.get(result, 0) - before[name].get(result, 0)
+        }
+        if seen != "HIT" or other:
+            notes.append(
+                f"{name} was not all hits: X-Cache {seen} after the runs; during them {other}"
+            )
+    for proc in (*[g.proc for g in gateways.values()], floor_proc, nginx_proc, redis_proc):
+        stack.stop(proc)
+
+    table = report.summarise(rounds)
+    configs = {
+        name: {
+            **table[name].as_dict(),
+            "body_bytes": sizes[name],
+            "socket_errors": sum(r.socket_errors for r in rounds[name]),
+            "non_2xx": sum(r.non_2xx for r in rounds[name]),
+            "rounds": [r.as_dict() for r in rounds[name]],
+        }
+        for name in CONFIGS
+    }
+    single_table = report.summarise_unloaded(unloaded)
+
+    say(f"coalesce: {COALESCE_REQUESTS} concurrent requests for {COLD_PATH}")
+    fresh = start_gateway(stack, "coalesce", gateway_config(upstream, "memory"))
+    coalesced = asyncio.run(probes.coalesce(fresh.url, COLD_PATH, COALESCE_REQUESTS))
+    stack.stop(fresh.proc)
+    say(f"coalesce: {coalesced.upstream_calls} upstream call(s), X-Cache {coalesced.x_cache}")
+
+    total = json.loads(http_get(upstream + "/expenses?limit=1", AUTH).body)["total"]
+    paths = probes.soak_paths(int(total), max_limit=100)
+    config = gateway_config(upstream, "memory")
+    config["cache"]["memory_max_bytes"] = SOAK_MAX_BYTES
+    soaked = start_gateway(stack, "soak", config)
+    say(f"soak: {len(paths):,} keys, {SOAK_CONCURRENCY} callers, up to {args.soak:g} s")
+    soak = asyncio.run(
+        probes.soak(
+            soaked.url,
+            soaked.proc.pid,
+            paths,
+            max_bytes=SOAK_MAX_BYTES,
+            concurrency=SOAK_CONCURRENCY,
+            duration_s=args.soak,
+        )
+    )
+    stack.stop(soaked.proc)
+    say(f"soak: {soak.requests:,} requests, peak RSS {soak.rss_peak / probes.MIB:.1f} MiB")
+
+    return {
+        "settings": {
+            "wrk": settings.shown(),
+            "warmup_s": args.warmup,
+            "rounds": args.rounds,
+            "upstream_latency_ms": UPSTREAM_LATENCY_MS,
+            "hit_path": HIT_PATH,
+            "gateway_configs": {
+                name: gateway.config_path.read_text() for name, gateway in gateways.items()
+            },
+        },
+        "configs": configs,
+        "unloaded": {
+            "wrk": single.shown(),
+            "configs": {
+                name: {
+                    **single_table[name],
+                    "non_2xx": sum(r.non_2xx for r in unloaded[name]),
+                    "rounds": [r.as_dict() for r in unloaded[name]],
+                }
+                for name in UNLOADED
+            },
+        },
+        "coalesce": coalesced.as_dict(),
+        "soak": soak.as_dict(),
+    }
+
+
+def _printer() -> Callable[[str], None]:
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f} s] {message}", flush=True)
+
+    return say
+
+
+def _missing_tools() -> list[str]:
+    missing = [tool for tool in ("wrk", "redis-server") if shutil.which(tool) is None]
+    return [*missing, "nginx"] if nginx_binary() is None else missing
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="records-gateway bench (see bench/README.md)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=int, default=5, help="seconds of each measured run")
+    parser.add_argument("--warmup", type=int, default=2, help="seconds of the warm-up before each")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--soak", type=float, default=40.0, help="seconds of the memory soak")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="folder of latest.md and latest.json"
+    )
+    args = parser.parse_args()
+
+    missing = _missing_tools()
+    if missing:
+        print(
+            f"bench: missing {', '.join(missing)}; `make bench` installs them as root",
+            file=sys.stderr,
+        )
+        return 1
+    started = time.monotonic()
+    cpu_before = report.cpu_snapshot()
+    load_before = report.load_average()
+    # Explicitly: a shell that starts the bench in the background leaves SIGINT ignored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    notes: list[str] = []
+    stack = Stack()
+    try:
+        data = bench(stack, args, notes)
+    except KeyboardInterrupt:
+        print("\nbench: interrupted; stopping everything it started", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        # Stopping must not be cut short by a second Ctrl-C or SIGTERM.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stack.close()
+    elapsed = time.monotonic() - started
+    others = report.foreign_cpu(cpu_before, report.cpu_snapshot())
+    if others["share"] > 0.05:
+        notes.append(
+            f"other processes on the machine used {others['share']:.0%} of its CPU during the "
+            "run: the numbers are noisier and lower than on a quiet machine"
+        )
+    data = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": report.machine(),
+        "elapsed_s": round(elapsed, 1),
+        "load_average_at_start": load_before,
+        "foreign_cpu": others,
+        **data,
+        "targets": [target.as_dict() for target in report.targets(data)],
+        "notes": notes,
+    }
+    print()
+    # Only a run into the default folder is "the latest" that the README quotes.
+    readme = BENCH / "README.md" if args.results == RESULTS else None
+    print(report.write(args.results, readme, data))
+    print(f"bench: done in {elapsed:.0f} s; results in {args.results}/latest.md and latest.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
