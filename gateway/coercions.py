@@ -14,19 +14,31 @@ import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC, date, datetime
-from decimal import Decimal
+from decimal import Context, Decimal
 from functools import lru_cache
 from typing import Any
 
 NUMERIC_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
 _DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_DATE_ONLY = re.compile(r"[0-9]{4}-?[0-9]{2}-?[0-9]{2}")
 _CANONICAL_INSTANT = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?Z"
 )
 CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# What uuid.UUID means to accept; on its own it also takes signs, spaces and "_"
+# (it ends in int(hex, 16)), which would turn garbage into an id.
+_UUID_TEXT = re.compile(
+    r"(?:urn:uuid:)?\{?[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+    r"[0-9a-fA-F]{12}\}?"
+)
 MAX_DIGITS = 60
 MAX_EXPONENT = 100
+# Room for every digit the limits above allow, so that padding and normalising never
+# round (the default context's 28 digits would, or signal InvalidOperation).
+_EXACT = Context(prec=MAX_DIGITS + MAX_EXPONENT + 10)
+# orjson writes integers of at most 64 bits.
+_INTEGER_LIMIT = 2**63
 
 Coercion = Callable[[Any], tuple[Any, str | None]]
 FastCheck = Callable[[str], object]
@@ -95,7 +107,7 @@ def decimal_text(number: Decimal, scale: int) -> str:
     exponent = number.as_tuple().exponent
     assert isinstance(exponent, int)
     if exponent > -scale:
-        number = number.quantize(Decimal(1).scaleb(-scale))
+        number = number.quantize(Decimal(1).scaleb(-scale), context=_EXACT)
     text = format(number, "f")
     return text[1:] if text.startswith("-") and number.is_zero() else text
 
@@ -109,28 +121,42 @@ def scaled_decimal(scale: int) -> tuple[FastCheck, Coercion]:
 
     def coerce(value: Any) -> tuple[str, str | None]:
         number, kind = to_decimal(value)
-        return decimal_text(number, scale), kind
+        text = decimal_text(number, scale)
+        if kind is None and text != value:
+            kind = "reformatted"
+        return text, kind
 
     return is_canonical, coerce
 
 
-@lru_cache(maxsize=4096, typed=True)
 def to_number(value: Any) -> tuple[Decimal, str | None]:
-    """A JSON number (published through orjson.Fragment, exactly) from a number or text.
+    """A JSON number (published through orjson.Fragment, exactly) from a number or text."""
+    if isinstance(value, list | dict):  # unhashable: the cache would raise TypeError
+        raise ValueError(f"a JSON {json_type(value)} is not a decimal number")
+    return _to_number(value)
 
-    Cached: the same few percentages recur in every page.
-    """
+
+@lru_cache(maxsize=4096, typed=True)
+def _to_number(value: Any) -> tuple[Decimal, str | None]:
+    # Cached: the same few percentages recur in every page.
     number, kind = to_decimal(value)
-    return number.normalize(), "string->number" if kind is None else None
+    return number.normalize(_EXACT), "string->number" if kind is None else None
 
 
 def to_integer(value: Any) -> tuple[int, str | None]:
     if isinstance(value, bool):
         raise ValueError("a boolean is not an integer")
+    number: int | Decimal | None
     if isinstance(value, int):
-        return value, None
-    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
-        return int(value), "number->integer"
+        number, kind = value, None
+    elif isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        number, kind = value, "number->integer"
+    else:
+        number = None
+    if number is not None:
+        if not -_INTEGER_LIMIT <= number < _INTEGER_LIMIT:
+            raise ValueError("an integer out of the 64-bit range")
+        return int(number), kind
     if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):
         return int(value), "string->integer"
     raise ValueError(f"a JSON {json_type(value)} that is not an integer")
@@ -149,10 +175,9 @@ def to_uuid(value: Any) -> tuple[str, str | None]:
         raise ValueError(f"a JSON {json_type(value)} is not a UUID")
     if CANONICAL_UUID.fullmatch(value) is not None:
         return value, None
-    try:
-        return str(uuid.UUID(value)), "uuid->canonical"
-    except ValueError:
-        raise ValueError(f"the string {_show(value)} is not a UUID") from None
+    if _UUID_TEXT.fullmatch(value) is None:
+        raise ValueError(f"the string {_show(value)} is not a UUID")
+    return str(uuid.UUID(value)), "uuid->canonical"
 
 
 # Dates repeat across records; the valid ones seen are remembered (bounded) so that
@@ -191,15 +216,20 @@ def to_instant(value: Any) -> tuple[str, str | None]:
         raise ValueError(f"the string {_show(value)} is not an ISO 8601 date-time") from None
     if _CANONICAL_INSTANT.fullmatch(value) is not None:
         return value, None
+    if _DATE_ONLY.fullmatch(value) is not None:  # midnight would be a guess
+        raise ValueError(f"the string {_show(value)} is a date without a time")
     kind = "reformatted"
     if moment.tzinfo is None:
         moment, kind = moment.replace(tzinfo=UTC), "naive->utc"
     elif moment.utcoffset():
-        moment, kind = moment.astimezone(UTC), "offset->utc"
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if moment.microsecond:
-        text += f".{moment.microsecond // 1000:03d}"
-    return text + "Z", kind
+        try:
+            moment = moment.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(f"{value} is outside the years 1 to 9999 in UTC") from None
+        kind = "offset->utc"
+    # isoformat, not strftime: glibc's %Y does not pad years before 1000.
+    timespec = "milliseconds" if moment.microsecond else "seconds"
+    return moment.replace(tzinfo=None).isoformat(timespec=timespec) + "Z", kind
 
 
 def is_canonical_instant(value: str) -> bool:
