@@ -173,26 +173,15 @@ def canonicalise(
     without, they are left to pydantic, which validates them with their own model.
     Raises CanonicalError locating the first value that cannot be made canonical.
     """
-    if tuple(data) != model._order:
-        data = _reshape(model, data, context)
     if context.track_variants:
         for name, qualified in model._qualified.items():
-            context.saw(qualified, json_type(data[name]))
+            context.saw(qualified, json_type(data[name]) if name in data else "missing")
+    if tuple(data) != model._order:
+        data = _reshape(model, data, context)
     for name in model._texts:
         value = data[name]
         if value is not None and type(value) is not str:
             raise CanonicalError(name, f"a JSON {json_type(value)} where text is expected")
-    for name, embedded in model._nested:
-        value = data[name]
-        if value is None:
-            continue
-        if type(value) is not dict:
-            raise CanonicalError(name, f"a JSON {json_type(value)} where an object is expected")
-        if nested:
-            try:
-                data[name] = canonicalise(embedded, value, context, nested=True)
-            except CanonicalError as exc:
-                raise exc.within(name) from None
     coercions = context.coercions
     for name, qualified, fast, coerce in model._steps:
         value = data[name]
@@ -207,6 +196,17 @@ def canonicalise(
                 context.unknown_values.add((qualified, canonical))
             coercions[(qualified, kind)] += 1
         data[name] = canonical
+    for name, embedded in model._nested:
+        value = data[name]
+        if value is None:
+            continue
+        if type(value) is not dict:
+            raise CanonicalError(name, f"a JSON {json_type(value)} where an object is expected")
+        if nested:
+            try:
+                data[name] = canonicalise(embedded, value, context, nested=True)
+            except CanonicalError as exc:
+                raise exc.within(name) from None
     return model._complete(data, context)
 
 
@@ -225,8 +225,6 @@ def _reshape(
         else:
             shaped[key] = None
             context.coerced(qualified, "missing->null")
-            if context.track_variants:
-                context.saw(qualified, "missing")
     return shaped
 
 

@@ -53,7 +53,7 @@ class CoercionCounts:
 
 def parse_lossless(body: bytes) -> Any:
     """Parse JSON with every fractional number as a Decimal; ValueError if not JSON."""
-    return jiter.from_json(body, float_mode="decimal")
+    return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
 
 
 def json_path(location: Iterable[int | str]) -> str:

@@ -38,7 +38,6 @@ from gateway.models import (
     CanonicalModel,
     NormaliseContext,
     Page,
-    User,
     canonical_body,
 )
 from gateway.normalise import json_path, parse_lossless
@@ -381,12 +380,9 @@ def _fields(route_name: str, context: NormaliseContext) -> tuple[FieldReport, ..
         context.variants.keys() | coercions.keys(),
         key=lambda name: (order.get(name, len(order)), name),
     )
-    null_too = _missing_counted_as_null()
     reports = []
     for name in names:
         variants = Counter(context.variants.get(name, {}))
-        if null_too and variants["missing"]:
-            variants["null"] -= variants["missing"]
         reports.append(
             FieldReport(
                 field=name,
@@ -416,19 +412,6 @@ def _field_order(model: type[BaseModel]) -> dict[str, int]:
     else:
         walk(model, model.__name__)
     return {name: index for index, name in enumerate(dict.fromkeys(names))}
-
-
-@functools.cache
-def _missing_counted_as_null() -> bool:
-    """Whether ``NormaliseContext.variants`` counts a missing field as null as well.
-
-    ``gateway.models.canonicalise`` records "missing" for an absent key, fills it with
-    null, then records the JSON type of every value, that null included. The probe
-    reports what the upstream sent, so it takes the extra null off while that is so.
-    """
-    context = NormaliseContext(track_variants=True)
-    User.model_validate({}, context=context)
-    return context.variants["User.id"]["null"] == 1
 
 
 def _ordered(counts: Counter[str] | dict[str, int]) -> dict[str, int]:

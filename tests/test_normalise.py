@@ -24,7 +24,8 @@ from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 from pytest_aiohttp import AiohttpServer
 
-from gateway.models import ROUTE_MODELS, NormaliseContext
+from gateway.coercions import CanonicalError
+from gateway.models import ROUTE_MODELS, Expense, NormaliseContext, canonical_body
 from gateway.normalise import (
     CoercionCounts,
     Normaliser,
@@ -343,7 +344,7 @@ def test_the_pydantic_path_names_the_same_bad_value(
         assert got_reason == reason
 
 
-def test_json_paths() -> None:
+def testjson_paths() -> None:
     assert json_path(["data", 3, "amount"]) == "data[3].amount"
     assert json_path(["data", 0, "account", "bank", "country"]) == "data[0].account.bank.country"
     assert json_path(["(body)"]) == "(body)"
@@ -452,3 +453,19 @@ async def test_unknown_enumeration_values_pass_upper_cased_and_are_logged_once(
     snapshot = client.app[COERCIONS].snapshot()
     assert snapshot[("Expense.status", "unknown-value")] == 6
     assert snapshot[("User.role", "unknown-value")] == 6
+
+
+def test_both_paths_name_the_same_first_bad_value_of_a_record() -> None:
+    def record() -> dict[str, Any]:
+        return {
+            "id": "3f2c1a9e-8b7d-4c6e-9f10-2a3b4c5d6e7f",
+            "amount": "abc",
+            "account": {"id": "ACC-001", "liquidityThreshold": "1,000.00"},
+        }
+
+    with pytest.raises(CanonicalError) as direct:
+        canonical_body("expense", record(), NormaliseContext())
+    with pytest.raises(ValidationError) as pydantic_path:
+        Expense.model_validate(record(), context=NormaliseContext())
+    assert json_path(direct.value.path) == "amount"
+    assert first_problem(pydantic_path.value)[0] == "amount"
