@@ -167,4 +167,13 @@ class CacheBackend(Protocol):
         """Raise CacheUnavailable when the backend cannot be used."""
         ...
 
+    def start(self) -> None:
+        """Begin background work, if the backend has any (in the running event loop)."""
+        ...
+
+    async def announce(self, route: str | None) -> None:
+        """Tell every instance that entries of ``route`` (None: all) changed, so that
+        copies kept in process are dropped; a no-op for backends without any."""
+        ...
+
     async def close(self) -> None: ...

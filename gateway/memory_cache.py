@@ -114,6 +114,12 @@ class MemoryBackend:
     async def ping(self) -> None:
         return None
 
+    def start(self) -> None:
+        return None
+
+    async def announce(self, route: str | None) -> None:
+        return None
+
     async def close(self) -> None:
         self.clear()
 
@@ -133,6 +139,12 @@ class NullBackend:
         return None
 
     async def ping(self) -> None:
+        return None
+
+    def start(self) -> None:
+        return None
+
+    async def announce(self, route: str | None) -> None:
         return None
 
     async def close(self) -> None:

@@ -100,5 +100,11 @@ class RedisBackend:
     async def ping(self) -> None:
         await self._call("PING", self._client.ping)
 
+    def start(self) -> None:
+        return None
+
+    async def announce(self, route: str | None) -> None:
+        return None
+
     async def close(self) -> None:
         await self._client.aclose()

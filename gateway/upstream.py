@@ -188,20 +188,26 @@ class UpstreamClient:
 
     async def _read_limited(self, response: aiohttp.ClientResponse, what: str) -> bytes:
         limit = self._settings.max_body_bytes
-        too_large = UpstreamContractError(
-            f"{what}: the upstream's body is larger than upstream.max_body_bytes ({limit})",
-            upstream_status=response.status,
-        )
-        if response.content_length is not None and response.content_length > limit:
-            raise too_large
+        length = response.content_length
+        if length is not None:
+            if length > limit:
+                raise _too_large(what, limit, response.status)
+            return await response.read()
         chunks: list[bytes] = []
         size = 0
         async for chunk in response.content.iter_chunked(_READ_CHUNK):
             size += len(chunk)
             if size > limit:
-                raise too_large
+                raise _too_large(what, limit, response.status)
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _too_large(what: str, limit: int, status: int) -> UpstreamContractError:
+    return UpstreamContractError(
+        f"{what}: the upstream's body is larger than upstream.max_body_bytes ({limit})",
+        upstream_status=status,
+    )
 
 
 def _status_error(
