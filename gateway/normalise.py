@@ -19,6 +19,7 @@ from typing import Any
 import jiter
 import orjson
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from gateway.coercions import CanonicalError
 from gateway.errors import UpstreamContractError
@@ -71,7 +72,13 @@ def json_path(location: Iterable[int | str]) -> str:
 
 def first_problem(exc: ValidationError) -> tuple[str, str]:
     """The JSON path and the reason of the first bad value in ``exc``."""
-    error = exc.errors(include_url=False)[0]
+    location, reason = locate(exc.errors(include_url=False)[0])
+    return json_path(location), reason
+
+
+def locate(error: ErrorDetails) -> tuple[tuple[int | str, ...], str]:
+    """The location and the reason of one validation error: a record's coercion failure
+    (type "canonical") names its field in the error's context."""
     location: list[int | str] = list(error["loc"])
     reason = error["msg"]
     context = error.get("ctx") or {}
@@ -82,7 +89,7 @@ def first_problem(exc: ValidationError) -> tuple[str, str]:
         reason = str(context["reason"])
     elif error["type"] == "missing":
         reason = "missing"
-    return json_path(location), reason
+    return tuple(location), reason
 
 
 def _json_default(value: Any) -> Any:

@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
 
 from gateway.coercions import CanonicalError, json_type
 from gateway.errors import InvalidParameters, UpstreamError
@@ -40,7 +39,7 @@ from gateway.models import (
     Page,
     canonical_body,
 )
-from gateway.normalise import json_path, parse_lossless
+from gateway.normalise import json_path, locate, parse_lossless
 from gateway.params import (
     ACCOUNT,
     ACCOUNTS,
@@ -286,7 +285,7 @@ def _problems(
         except ValidationError as exc:
             new = [
                 (location, reason)
-                for location, reason in map(_located, exc.errors(include_url=False))
+                for location, reason in map(locate, exc.errors(include_url=False))
                 if location not in found
             ]
         else:
@@ -298,21 +297,6 @@ def _problems(
         if not any([_set_null(current, location) for location, _ in new]):  # noqa: C419 - null all
             break
     return list(found.items())
-
-
-def _located(error: ErrorDetails) -> tuple[Location, str]:
-    """The location and the reason of one validation error (first_problem, for each)."""
-    location: list[int | str] = list(error["loc"])
-    reason = error["msg"]
-    context = error.get("ctx") or {}
-    if error["type"] == "canonical":
-        location.extend(
-            int(part) if part.isdigit() else part for part in str(context["field"]).split(".")
-        )
-        reason = str(context["reason"])
-    elif error["type"] == "missing":
-        reason = "missing"
-    return tuple(location), reason
 
 
 def _set_null(value: Any, location: Location) -> bool:
