@@ -235,3 +235,59 @@ async def soak(
     result.rss_peak = max(result.rss_peak, result.rss_end)
     result.statuses = dict(statuses)
     return result
+
+
+@dataclass(slots=True)
+class InvalidationResult:
+    """How long a purge on one instance took to reach another instance's near cache."""
+
+    trials: int
+    milliseconds: list[float] = field(default_factory=list)
+
+    @property
+    def worst_ms(self) -> float:
+        return max(self.milliseconds) if self.milliseconds else float("inf")
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "trials": self.trials,
+            "milliseconds": [round(ms, 2) for ms in self.milliseconds],
+            "worst_ms": round(self.worst_ms, 2),
+            "pass": self.worst_ms <= 1000.0,
+        }
+
+
+async def invalidation(
+    first: str, second: str, path: str, admin_token: str, *, trials: int = 5
+) -> InvalidationResult:
+    """Prime ``path`` in ``second``'s near cache, purge its route through ``first``, and
+    time until ``second`` stops answering from its copy (its first non-HIT answer)."""
+    result = InvalidationResult(trials=trials)
+    route = path.split("?", 1)[0].strip("/").split("/", 1)[0]
+    admin = {"Authorization": f"Bearer {admin_token}"}
+    async with _session() as session:
+        for _ in range(trials):
+            for _ in range(2):
+                async with session.get(second + path, headers=AUTH) as response:
+                    await response.read()
+            async with session.get(second + path, headers=AUTH) as response:
+                await response.read()
+                if response.headers.get("X-Cache") != "HIT":
+                    raise RuntimeError(f"{second}{path} is not a hit before the purge")
+            async with session.delete(f"{first}/admin/cache?route={route}", headers=admin) as r:
+                await r.read()
+                purged = time.monotonic()
+                if r.status != 200:
+                    raise RuntimeError(f"purge through {first} answered {r.status}")
+            while True:
+                # the answer that is no longer a hit was looked up just after it was sent:
+                # its send time bounds when the copy was dropped
+                sent = time.monotonic()
+                async with session.get(second + path, headers=AUTH) as response:
+                    await response.read()
+                    if response.headers.get("X-Cache") != "HIT":
+                        break
+                if sent - purged > 10:
+                    raise RuntimeError("the purge never reached the second instance")
+            result.milliseconds.append((sent - purged) * 1000)
+    return result

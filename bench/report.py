@@ -131,6 +131,15 @@ def targets(data: Mapping[str, Any]) -> list[Target]:
             calls == 1,
         )
     )
+    near = data["invalidation"]
+    found.append(
+        Target(
+            "near-cache invalidation",
+            "a purge reaches another instance's near cache within 1 s",
+            f"worst {near['worst_ms']:.1f} ms over {near['trials']} purges",
+            bool(near["pass"]),
+        )
+    )
     found.append(
         Target(
             "soak",

