@@ -193,6 +193,17 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
             notes.append(
                 f"{name} was not all hits: X-Cache {seen} after the runs; during them {other}"
             )
+    say("near cache: a purge on one instance, timed until another stops serving its copy")
+    shared = gateway_config(upstream, "redis", redis_url=redis_url, namespace="near")
+    shared["admin"] = {"token": ADMIN_TOKEN}
+    near = [start_gateway(stack, f"near-{n}", shared) for n in ("a", "b")]
+    invalidated = asyncio.run(
+        probes.invalidation(near[0].url, near[1].url, HIT_PATH, ADMIN_TOKEN, trials=5)
+    )
+    for gateway in near:
+        stack.stop(gateway.proc)
+    say(f"near cache: worst {invalidated.worst_ms:.1f} ms over {invalidated.trials} purges")
+
     for proc in (*[g.proc for g in gateways.values()], floor_proc, nginx_proc, redis_proc):
         stack.stop(proc)
 
@@ -214,17 +225,6 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
     coalesced = asyncio.run(probes.coalesce(fresh.url, COLD_PATH, COALESCE_REQUESTS))
     stack.stop(fresh.proc)
     say(f"coalesce: {coalesced.upstream_calls} upstream call(s), X-Cache {coalesced.x_cache}")
-
-    say("near cache: a purge on one instance, timed until another stops serving its copy")
-    shared = gateway_config(upstream, "redis", redis_url=redis_url, namespace="near")
-    shared["admin"] = {"token": ADMIN_TOKEN}
-    near = [start_gateway(stack, f"near-{n}", shared) for n in ("a", "b")]
-    invalidated = asyncio.run(
-        probes.invalidation(near[0].url, near[1].url, HIT_PATH, ADMIN_TOKEN, trials=5)
-    )
-    for gateway in near:
-        stack.stop(gateway.proc)
-    say(f"near cache: worst {invalidated.worst_ms:.1f} ms over {invalidated.trials} purges")
 
     total = json.loads(http_get(upstream + "/expenses?limit=1", AUTH).body)["total"]
     paths = probes.soak_paths(int(total), max_limit=100)
