@@ -18,7 +18,7 @@ import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gateway.auth import Credentials
 from gateway.params import RecordQuery
@@ -94,8 +94,11 @@ class CacheEntry:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Lookup:
+# Lookup and CacheKey are made on every request: named tuples cost a fraction of a
+# frozen dataclass's __init__ and are just as immutable.
+
+
+class Lookup(NamedTuple):
     """What a read found: the entry (None when absent or purged) and the generations
     current now, which an entry stored after this read must carry."""
 
@@ -103,8 +106,7 @@ class Lookup:
     generations: Generations
 
 
-@dataclass(frozen=True, slots=True)
-class CacheKey:
+class CacheKey(NamedTuple):
     """The key of one answer; ``route`` is kept apart for per-route purges."""
 
     route: str
@@ -126,7 +128,8 @@ class Keyer:
 
     def __init__(self, *, namespace: str, base_url: str, secret: bytes) -> None:
         self._prefix = f"{namespace}:{upstream_identity(base_url)}"
-        self._secret = secret
+        # keyed once: each fingerprint copies the keyed state instead of re-keying
+        self._keyed = hmac.new(secret, digestmod=hashlib.sha256)
 
     @property
     def prefix(self) -> str:
@@ -135,7 +138,9 @@ class Keyer:
 
     def fingerprint(self, credentials: Credentials) -> str:
         """HMAC-SHA256 of the token, shortened; safe for keys and logs."""
-        return hmac.digest(self._secret, credentials.token.encode(), "sha256").hex()[:32]
+        mac = self._keyed.copy()
+        mac.update(credentials.token.encode())
+        return mac.hexdigest()[:32]
 
     def key(self, query: RecordQuery, credentials: Credentials) -> CacheKey:
         return self.key_for(query, self.fingerprint(credentials))

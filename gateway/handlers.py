@@ -45,8 +45,9 @@ def etag_matches(if_none_match: str, etag: str) -> bool:
 
 
 def reply_headers(reply: Reply) -> dict[str, str]:
-    """The cache headers of a reply (see the README's header table)."""
+    """The headers of a reply: its type and the cache headers (README's header table)."""
     headers = {
+        "Content-Type": JSON,
         "X-Cache": reply.x_cache,
         "Cache-Status": reply.cache_status,
         "Age": str(reply.age_s),
@@ -89,8 +90,9 @@ def record_handler(route: RouteSpec) -> RouteHandler:
         out = reply_headers(reply)
         if_none_match = headers.get("If-None-Match")
         if if_none_match is not None and etag_matches(if_none_match, reply.etag):
+            del out["Content-Type"]
             return web.Response(status=304, headers=out)
-        return web.Response(body=reply.body, content_type=JSON, headers=out)
+        return web.Response(body=reply.body, headers=out)
 
     handle.__name__ = f"get_{route.name}"
     return handle

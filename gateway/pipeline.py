@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gateway.auth import Credentials
 from gateway.breaker import GuardedCache
@@ -80,9 +81,9 @@ class Directives:
 NO_DIRECTIVES = Directives()
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """What the gateway serves for one read, with what the cache did."""
+class Reply(NamedTuple):
+    """What the gateway serves for one read, with what the cache did (a named tuple:
+    one is made on every request)."""
 
     body: bytes
     etag: str
