@@ -38,8 +38,9 @@ from gateway.demo import generate_dataset
 from gateway.demo.params import PageRequest
 from gateway.demo.representations import expense_json
 from gateway.demo.store import page_envelope
-from gateway.models import ExpensePage, NormaliseContext
+from gateway.models import NormaliseContext
 from gateway.normalise import CoercionCounts, Normaliser, dump, parse_lossless
+from gateway.pages import ExpensePage
 from gateway.params import EXPENSES, parse_record_query
 
 PAGE_SIZE = 100

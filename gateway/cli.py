@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if args.command == "probe":
         settings = _settings(args)
-        from gateway.probe import to_json, to_text
+        from gateway.probe_report import to_json, to_text
 
         report = asyncio.run(_probe(settings, args.token))
         print(to_json(report) if args.json else to_text(report))

@@ -23,7 +23,8 @@ from pydantic_core import ErrorDetails
 
 from gateway.coercions import CanonicalError
 from gateway.errors import UpstreamContractError
-from gateway.models import NormaliseContext, canonical_body
+from gateway.models import NormaliseContext
+from gateway.pages import canonical_body
 from gateway.params import RecordQuery
 
 log = logging.getLogger("gateway.normalise")

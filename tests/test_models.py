@@ -39,7 +39,6 @@ from gateway.models import (
     ACCOUNT_TYPES,
     CLIENT_TYPES,
     EXPENSE_STATUSES,
-    ROUTE_MODELS,
     USER_ROLES,
     Account,
     Bank,
@@ -47,10 +46,10 @@ from gateway.models import (
     Client,
     Expense,
     NormaliseContext,
-    Page,
     User,
 )
 from gateway.normalise import CoercionCounts, Normaliser, dump, parse_lossless
+from gateway.pages import ROUTE_MODELS, Page
 from gateway.params import ROUTES, parse_record_query
 
 Counts = Counter[tuple[str, str]]

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from pytest_aiohttp import AiohttpServer
 
 from gateway.coercions import CanonicalError
-from gateway.models import ROUTE_MODELS, Expense, NormaliseContext, canonical_body
+from gateway.models import Expense, NormaliseContext
 from gateway.normalise import (
     CoercionCounts,
     Normaliser,
@@ -34,6 +34,7 @@ from gateway.normalise import (
     json_path,
     parse_lossless,
 )
+from gateway.pages import ROUTE_MODELS, canonical_body
 from gateway.params import ROUTES, RouteSpec, parse_record_query
 from gateway.state import COERCIONS
 

@@ -28,21 +28,9 @@ from yarl import URL
 from gateway import __version__
 from gateway.demo import create_demo_app
 from gateway.errors import InvalidParameters
-from gateway.models import (
-    ROUTE_MODELS,
-    SCHEMA_VERSION,
-    Account,
-    AccountPage,
-    Bank,
-    CanonicalModel,
-    Client,
-    ClientPage,
-    Expense,
-    ExpensePage,
-    User,
-    UserPage,
-)
+from gateway.models import SCHEMA_VERSION, Account, Bank, CanonicalModel, Client, Expense, User
 from gateway.openapi import openapi_bytes, openapi_document
+from gateway.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.params import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
 from gateway.settings import Settings
 from gateway.state import LIVE

@@ -23,7 +23,8 @@ from yarl import URL
 from gateway.coercions import CanonicalError
 from gateway.demo import start_demo_server
 from gateway.models import NormaliseContext
-from gateway.probe import Failure, ProbeReport, check_body, run_probe, to_json, to_text
+from gateway.probe import Failure, ProbeReport, check_body, run_probe
+from gateway.probe_report import to_json, to_text
 from gateway.settings import UpstreamSettings
 from gateway.upstream import UpstreamClient, create_session
 from tests.conftest import AUTH, TOKEN, base_url
