@@ -159,14 +159,14 @@ class RecordPipeline:
         if self._cache is None or ttl == 0 or directives.no_store:
             detail = "fwd=request" if directives.no_store and self._cache and ttl else "fwd=bypass"
             fetched = await self._fetch(key, query, credentials, request_id, ttl, None)
-            return _reply(fetched.entry, BYPASS, detail)
+            return _served(fetched.entry, BYPASS, detail)
         if directives.no_cache and policy.honor_client_no_cache:
             lookup_generations = await self._current_generations(key)
             fetched = await self._fetch(
                 key, query, credentials, request_id, ttl, lookup_generations
             )
             stored = "; stored" if fetched.stored else ""
-            return _reply(fetched.entry, BYPASS, f"fwd=request{stored}", max_age=ttl)
+            return _served(fetched.entry, BYPASS, f"fwd=request{stored}", left=ttl)
 
         lookup = await self._cache.get(key)
         stale: CacheEntry | None = None
@@ -175,11 +175,11 @@ class RecordPipeline:
             age = entry.age(self._clock())
             left = entry.ttl_s - age
             if left > 0:
-                return _served(entry, HIT, f"hit; ttl={int(left)}", age, int(left))
+                return _served(entry, HIT, f"hit; ttl={int(left)}", age=age, left=int(left))
             overdue = -left
             if overdue < policy.stale_while_revalidate_s:
                 self._refresh(key, query, credentials, request_id, ttl, lookup.generations)
-                return _served(entry, STALE, f"hit; ttl={-int(overdue) or -1}", age, 0)
+                return _served(entry, STALE, f"hit; ttl={-int(overdue) or -1}", age=age)
             if overdue < policy.stale_if_error_s:
                 stale = entry
 
@@ -196,13 +196,7 @@ class RecordPipeline:
                     extra={"route": query.route.template, "error": exc.detail},
                 )
                 status = f"; fwd-status={exc.upstream_status}" if exc.upstream_status else ""
-                return _served(
-                    stale,
-                    STALE,
-                    f"fwd=stale{status}",
-                    stale.age(self._clock()),
-                    0,
-                )
+                return _served(stale, STALE, f"fwd=stale{status}", age=stale.age(self._clock()))
             raise
         if joined:
             self.coalesced_waits += 1
@@ -212,7 +206,7 @@ class RecordPipeline:
             detail = "fwd=miss; detail=cache-unavailable"
         else:
             detail = "fwd=miss; stored" if fetched.stored else "fwd=miss"
-        return _reply(fetched.entry, MISS, detail, max_age=ttl)
+        return _served(fetched.entry, MISS, detail, left=ttl)
 
     async def _current_generations(self, key: CacheKey) -> Generations | None:
         assert self._cache is not None
@@ -293,8 +287,11 @@ def _is_failure(exc: UpstreamError) -> bool:
     return isinstance(exc, UpstreamFailed) and (exc.upstream_status or 500) >= 500
 
 
-def _served(entry: CacheEntry, x_cache: str, status: str, age: float, left: int) -> Reply:
-    """A reply from a stored entry (a negative entry raises the 404 again)."""
+def _served(
+    entry: CacheEntry, x_cache: str, status: str, *, age: float = 0.0, left: int = 0
+) -> Reply:
+    """The reply of an entry, ``age`` seconds old with ``left`` seconds of freshness
+    (a negative entry raises its 404 again)."""
     if entry.status == 404:
         raise UpstreamRejected(entry.body.decode(), upstream_status=404)
     return Reply(
@@ -304,15 +301,4 @@ def _served(entry: CacheEntry, x_cache: str, status: str, age: float, left: int)
         cache_status=f"{CACHE_NAME}; {status}",
         age_s=int(age),
         max_age_s=left,
-    )
-
-
-def _reply(entry: CacheEntry, x_cache: str, status: str, *, max_age: int = 0) -> Reply:
-    return Reply(
-        body=entry.body,
-        etag=entry.etag,
-        x_cache=x_cache,
-        cache_status=f"{CACHE_NAME}; {status}",
-        age_s=0,
-        max_age_s=max_age,
     )
