@@ -123,7 +123,6 @@ class RecordPipeline:
         self.policy = policy
         self._clock = clock
         self._inflight: Coalescer[_Fetched] = Coalescer()
-        self.coalesced_waits = 0
 
     @property
     def keyer(self) -> Keyer:
@@ -199,7 +198,6 @@ class RecordPipeline:
                 return _served(stale, STALE, f"fwd=stale{status}", age=stale.age(self._clock()))
             raise
         if joined:
-            self.coalesced_waits += 1
             if self._metrics is not None:
                 self._metrics.coalesced.labels(query.route.name).inc()
         if generations is None:
