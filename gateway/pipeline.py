@@ -197,9 +197,8 @@ class RecordPipeline:
                 status = f"; fwd-status={exc.upstream_status}" if exc.upstream_status else ""
                 return _served(stale, STALE, f"fwd=stale{status}", age=stale.age(self._clock()))
             raise
-        if joined:
-            if self._metrics is not None:
-                self._metrics.coalesced.labels(query.route.name).inc()
+        if joined and self._metrics is not None:
+            self._metrics.coalesced.labels(query.route.name).inc()
         if generations is None:
             detail = "fwd=miss; detail=cache-unavailable"
         else:
