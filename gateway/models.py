@@ -127,6 +127,7 @@ class CanonicalModel(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, validate_default=False)
 
     _rules: ClassVar[dict[str, tuple[FastCheck | None, Coercion]]] = {}
+    _derived: ClassVar[frozenset[str]] = frozenset()
     _embedded: ClassVar[dict[str, str]] = {}
     _order: ClassVar[tuple[str, ...]] = ()
     _names: ClassVar[frozenset[str]] = frozenset()
@@ -149,8 +150,14 @@ class CanonicalModel(BaseModel):
         cls._nested = tuple(embedded.items())
 
     @classmethod
-    def _complete(cls, values: dict[str, Any], context: NormaliseContext) -> dict[str, Any]:
-        """Fill what one field implies about another (Account: bankCode from bank.code)."""
+    def _complete(
+        cls, values: dict[str, Any], context: NormaliseContext, missing: frozenset[str]
+    ) -> dict[str, Any]:
+        """Fill what one field implies about another (Account: bankCode from bank.code).
+
+        ``missing`` names the fields of ``_derived`` that the upstream left out; their
+        "missing->null" is counted here, where it is known whether they stay null.
+        """
         return values
 
     @model_validator(mode="before")
@@ -176,8 +183,9 @@ def canonicalise(
     if context.track_variants:
         for name, qualified in model._qualified.items():
             context.saw(qualified, json_type(data[name]) if name in data else "missing")
+    missing: frozenset[str] = frozenset()
     if tuple(data) != model._order:
-        data = _reshape(model, data, context)
+        data, missing = _reshape(model, data, context)
     for name in model._texts:
         value = data[name]
         if value is not None and type(value) is not str:
@@ -207,25 +215,31 @@ def canonicalise(
                 data[name] = canonicalise(embedded, value, context, nested=True)
             except CanonicalError as exc:
                 raise exc.within(name) from None
-    return model._complete(data, context)
+    return model._complete(data, context, missing)
 
 
 def _reshape(
     model: type[CanonicalModel], data: dict[str, Any], context: NormaliseContext
-) -> dict[str, Any]:
-    """Every field, in the reference's order; missing ones null, unknown ones dropped."""
+) -> tuple[dict[str, Any], frozenset[str]]:
+    """Every field, in the reference's order; missing ones null, unknown ones dropped.
+
+    Also returns the missing fields that the model may derive (counted by _complete)."""
     name = model.__name__
     for key in data.keys() - model._names:
         context.coerced(name, "extra-field-dropped")
         context.dropped.add(f"{name}.{key}")
     shaped: dict[str, Any] = {}
+    derived: list[str] = []
     for key, qualified in model._qualified.items():
         if key in data:
             shaped[key] = data[key]
         else:
             shaped[key] = None
-            context.coerced(qualified, "missing->null")
-    return shaped
+            if key in model._derived:
+                derived.append(key)
+            else:
+                context.coerced(qualified, "missing->null")
+    return shaped, frozenset(derived)
 
 
 def _enum_rule(known: frozenset[str]) -> tuple[FastCheck, Coercion]:
@@ -323,14 +337,19 @@ class Account(CanonicalModel):
         "lastBalance": scaled_decimal(4),
     }
 
+    _derived: ClassVar[frozenset[str]] = frozenset({"bankCode"})
+
     @classmethod
-    def _complete(cls, values: dict[str, Any], context: NormaliseContext) -> dict[str, Any]:
+    def _complete(
+        cls, values: dict[str, Any], context: NormaliseContext, missing: frozenset[str]
+    ) -> dict[str, Any]:
         bank = values.get("bank")
-        if values.get("bankCode") is None and isinstance(bank, dict):
-            code = bank.get("code")
-            if isinstance(code, str):
-                values["bankCode"] = code
-                context.coerced("Account.bankCode", "filled-from-bank.code")
+        code = bank.get("code") if isinstance(bank, dict) else None
+        if values.get("bankCode") is None and isinstance(code, str):
+            values["bankCode"] = code
+            context.coerced("Account.bankCode", "filled-from-bank.code")
+        elif "bankCode" in missing:
+            context.coerced("Account.bankCode", "missing->null")
         return values
 
 

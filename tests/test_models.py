@@ -425,6 +425,8 @@ def records(draw: st.DrawFn, model: type[CanonicalModel]) -> Generated:
         if isinstance(bank, dict) and isinstance(bank["code"], str):
             out.expected["bankCode"] = bank["code"]
             out.counts[("Account.bankCode", "filled-from-bank.code")] += 1
+            if "bankCode" not in out.raw:  # filled, so not counted as left null
+                out.counts[("Account.bankCode", "missing->null")] -= 1
             out.checks.append((("bankCode",), Check("text", bank["code"])))
     extras = draw(
         st.dictionaries(

@@ -145,7 +145,7 @@ async def test_reference_upstream_normalises_with_its_known_inconsistencies(
     }
     assert variants(report, "expenses", "Account.lastBalance") == {"missing": 10}
     assert coercions(report, "accounts", "Account.bankCode") == {
-        "missing->null": 8,
+        "missing->null": 2,
         "filled-from-bank.code": 6,
     }
     assert report.route("clients").filled_with_null == {"Client.description": 10}
