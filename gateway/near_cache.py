@@ -27,7 +27,7 @@ import time
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from gateway.cache import CacheBackend, CacheEntry, CacheKey, Lookup
+from gateway.cache import CacheBackend, CacheEntry, CacheKey, Generations, Lookup
 from gateway.clock import Clock
 from gateway.memory_cache import MemoryBackend
 
@@ -52,6 +52,18 @@ class NearCache:
         self._store = MemoryBackend(max_bytes=max_bytes, clock=clock)
         self._clock = clock
         self.live = False
+        # The purge generations Redis last reported per route; dropped by every
+        # invalidation, so that an answer fetched before a purge is never kept here.
+        self._known: dict[str, Generations] = {}
+        # Bumped by every invalidation: what a Redis read that overlapped one
+        # reported is not learnt.
+        self.epoch = 0
+
+    def learn(self, route: str, generations: Generations, epoch: int) -> None:
+        """Redis reported these as the current generations of ``route``, in a read
+        that began at ``epoch``."""
+        if epoch == self.epoch:
+            self._known[route] = generations
 
     def get(self, key: CacheKey) -> CacheEntry | None:
         if not self.live:
@@ -65,21 +77,28 @@ class NearCache:
         return entry
 
     def put(self, key: CacheKey, entry: CacheEntry) -> None:
-        if not self.live:
+        """Keep a copy of ``entry`` if it was stored under the generations Redis last
+        reported for its route (not if a purge came in between)."""
+        if not self.live or self._known.get(key.route) != entry.generations:
             return
         left = entry.ttl_s - entry.age(self._clock())
         if left > 0:
             self._store.put(key.text, entry, left, route=key.route)
 
     def invalidate(self, route: str | None) -> None:
+        self.epoch += 1
         if route is None:
             self._store.clear()
+            self._known.clear()
         else:
             self._store.drop_route(route)
+            self._known.pop(route, None)
 
     def set_live(self, live: bool) -> None:
         if live != self.live:
+            self.epoch += 1
             self._store.clear()
+            self._known.clear()
             self.live = live
 
     def __len__(self) -> int:
@@ -114,7 +133,9 @@ class TieredBackend:
         entry = self.near.get(key)
         if entry is not None:
             return Lookup(entry, entry.generations)
+        epoch = self.near.epoch
         lookup = await self._far.get(key)
+        self.near.learn(key.route, lookup.generations, epoch)
         if lookup.entry is not None:
             self.near.put(key, lookup.entry)
         return lookup

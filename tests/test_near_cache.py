@@ -11,7 +11,7 @@ import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.demo import RequestLog
+from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.near_cache import NearCache, TieredBackend
 from gateway.runtime import ConfigSource
 from gateway.state import CACHE, LIVE
@@ -142,3 +142,23 @@ async def test_redis_frozen_turns_the_near_cache_off_and_requests_go_on(
     assert await x_cache(client, "/users") == "MISS"  # answered from the upstream
     own_redis.thaw()
     await until(lambda: near_of(client).live, within_s=10.0)
+
+
+async def test_an_answer_fetched_across_a_purge_is_not_kept_near(
+    gateway_factory: GatewayFactory, aiohttp_server: Any, redis_url: str
+) -> None:
+    slow = await aiohttp_server(create_demo_app(latency_ms=400))
+    client = await gateway_on(gateway_factory, slow, redis_url)
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    fetching = asyncio.ensure_future(client.get("/clients?limit=5", headers=AUTH))
+    log = slow.app[REQUEST_LOG]
+    await until(lambda: len(log) == 1)  # the fetch is at the upstream
+    purged = await client.delete("/admin/cache?route=clients", headers=admin)
+    assert purged.status == 200
+    response = await fetching
+    assert response.headers["Cache-Status"] == "records-gateway; fwd=miss; stored"
+    # stored under the generations read before the purge: neither Redis nor the near
+    # cache may answer with it
+    assert len(near_of(client)) == 0
+    assert await x_cache(client, "/clients?limit=5") == "MISS"
+    assert len(log) == 2
