@@ -36,7 +36,9 @@ def check_admin(request: web.Request) -> None:
     if (
         token is None
         or scheme.lower() != "bearer"
-        or not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode())
+        or not hmac.compare_digest(
+            given.strip().encode("utf-8", "surrogateescape"), token.get_secret_value().encode()
+        )
     ):
         raise AuthenticationRequired("the admin routes need 'Authorization: Bearer <admin.token>'")
 
@@ -49,6 +51,8 @@ async def purge_cache(request: web.Request) -> web.StreamResponse:
     problems = [
         ParameterProblem(name, "unknown query parameter; allowed: route") for name in unknown
     ]
+    if len(request.query.getall("route", [])) > 1:
+        problems.append(ParameterProblem("route", "given more than once; purge one route"))
     if route is not None and route not in _ROUTE_NAMES:
         problems.append(ParameterProblem("route", "must be one of " + ", ".join(_ROUTE_NAMES)))
     if problems:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -74,7 +75,9 @@ def create_app(
 def add_routes(app: web.Application, path: str, handlers: dict[str, Handler], *, name: str) -> None:
     """``path`` with its handlers (GET also answers HEAD), each inside the edge, and a
     405 with ``Allow`` for every other method."""
-    resource = app.router.add_resource(path, name=name)
+    # a path parameter is one segment of any characters but "/" (aiohttp's default
+    # also refuses braces, which an account name may hold)
+    resource = app.router.add_resource(re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path), name=name)
     allowed = set(handlers)
     for method, handler in handlers.items():
         wrapped = edge(handler)

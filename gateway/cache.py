@@ -137,9 +137,10 @@ class Keyer:
         return self._prefix
 
     def fingerprint(self, credentials: Credentials) -> str:
-        """HMAC-SHA256 of the token, shortened; safe for keys and logs."""
+        """HMAC-SHA256 of the Authorization header exactly as sent (the token and its
+        spelling, since that is what goes upstream), shortened; safe for keys and logs."""
         mac = self._keyed.copy()
-        mac.update(credentials.token.encode())
+        mac.update(credentials.authorization.encode("utf-8", "surrogateescape"))
         return mac.hexdigest()[:32]
 
     def key(self, query: RecordQuery, credentials: Credentials) -> CacheKey:

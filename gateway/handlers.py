@@ -75,7 +75,7 @@ def record_handler(route: RouteSpec) -> RouteHandler:
         query = memo.parse(
             route,
             path_value,
-            request.query_string,
+            request.rel_url.raw_query_string,
             lambda: request.query.items(),
             max_limit=request.app[LIVE].settings.limits.max_limit,
         )

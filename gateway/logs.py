@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
+from aiohttp.http_exceptions import BadHttpMessage
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
@@ -59,6 +60,22 @@ class TextFormatter(logging.Formatter):
         return text
 
 
+class MalformedRequestFilter(logging.Filter):
+    """aiohttp logs a request its parser rejects (a header too long, control bytes in
+    a header) with the exception, whose text quotes the offending line: an
+    Authorization header, token and all. Keep the event, drop the quote."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, BadHttpMessage):
+            record.msg = "rejected a malformed HTTP request (%s)"
+            record.args = (type(error).__name__,)
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def configure_logging(level: str, fmt: LogFormat) -> None:
     """Send every log record to stdout in ``fmt`` at ``level`` (replaces earlier setup)."""
     handler = logging.StreamHandler(sys.stdout)
@@ -69,6 +86,9 @@ def configure_logging(level: str, fmt: LogFormat) -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").disabled = True
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedRequestFilter) for f in server_log.filters):
+        server_log.addFilter(MalformedRequestFilter())
 
 
 def set_level(level: str) -> None:

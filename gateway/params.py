@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from urllib.parse import quote
 
 from gateway.errors import InvalidParameters, ParameterProblem
@@ -26,6 +26,7 @@ _DIGITS = re.compile(r"[0-9]{1,10}")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 NUMBER_PATTERN = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 _MAX_AMOUNT_DIGITS = 40
+_EXACT = Context(prec=_MAX_AMOUNT_DIGITS + 1000)
 TYPES = ("CASH", "BANK")
 
 
@@ -122,6 +123,10 @@ def _text(name: str, value: str, problems: _Collector) -> str | None:
         problems.add(name, f"must be at most {MAX_TEXT_LENGTH} characters")
     elif _has_control(value):
         problems.add(name, "must not contain control characters")
+    elif "\ufffd" in value:
+        # aiohttp decodes an invalid percent-escape (%ff) to U+FFFD: refuse rather than
+        # forward a value the caller never sent
+        problems.add(name, "is not valid UTF-8 once percent-decoded")
     else:
         return value
     return None
@@ -153,9 +158,10 @@ def canonical_decimal(value: str) -> str | None:
         number = Decimal(value)
     except InvalidOperation:
         return None
-    if not number.is_finite():
+    if not number.is_finite() or len(number.as_tuple().digits) > _MAX_AMOUNT_DIGITS:
         return None
-    text = format(number.normalize(), "f")
+    # normalised in a context wide enough never to round (the default keeps 28 digits)
+    text = format(number.normalize(_EXACT), "f")
     if len(text.lstrip("-").replace(".", "")) > _MAX_AMOUNT_DIGITS:
         return None
     return "0" if text in ("-0", "0") else text
@@ -249,12 +255,14 @@ def parse_record_query(
 class QueryMemo:
     """Validated queries by their raw form, so that a repeated request is validated once.
 
-    Validation is a pure function of the route, the raw path value, the raw query
-    string and ``max_limit``; only valid queries are remembered, at most ``size``.
+    Validation is a pure function of the route, the path value, the raw (undecoded)
+    query string and ``max_limit``; only valid queries up to ``longest`` characters are
+    remembered, at most ``size`` of them.
     """
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, size: int = 4096, longest: int = 512) -> None:
         self._size = size
+        self._longest = longest
         self._known: dict[tuple[str, str | None, str, int], RecordQuery] = {}
 
     def parse(
@@ -272,6 +280,8 @@ class QueryMemo:
         if known is not None:
             return known
         parsed = parse_record_query(route, path_value, query(), max_limit=max_limit)
+        if len(query_string) + len(path_value or "") > self._longest:
+            return parsed  # long ones are rare: remembering them would only cost memory
         if len(self._known) >= self._size:
             self._known.clear()
         self._known[memo_key] = parsed

@@ -71,7 +71,10 @@ class RedisBackend:
         raw, everything, route = await self._call(
             "GET", lambda: self._client.mget(key.text, self._everything_key, route_key)
         )
-        current = Generations(int(everything or 0), int(route or 0))
+        try:
+            current = Generations(int(everything or 0), int(route or 0))
+        except ValueError as exc:
+            raise CacheUnavailable(f"redis GET: a purge generation is not a number: {exc}") from exc
         if not isinstance(raw, bytes):
             return Lookup(None, current)
         try:

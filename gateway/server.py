@@ -49,6 +49,8 @@ def run(coro: Coroutine[Any, Any, None]) -> None:
 def main_serve(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
     """Serve until told to stop; returns the exit status."""
     configure_logging(settings.log.level, settings.log.format)
+    # until the event loop handles SIGHUP (a reload), one must not end the process
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if settings.server.workers == 1:
         run(serve(settings, source, demo=demo))
         return 0
@@ -137,8 +139,10 @@ def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
     for index in range(settings.server.workers):
         pid = os.fork()
         if pid == 0:  # the worker
-            for signum in _FORWARDED:
+            for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, signal.SIG_DFL)
+            # a reload before the worker's loop listens for it must not end the worker
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
             code = 0
             try:
                 run(serve(settings, source, demo=demo, reuse_port=True, worker=index))

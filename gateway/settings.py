@@ -26,6 +26,7 @@ from pydantic_settings import (
     InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 from yarl import URL
 
@@ -72,6 +73,11 @@ class UpstreamSettings(_Section):
             raise ValueError("must be an absolute http:// or https:// URL")
         if url.query_string or url.fragment:
             raise ValueError("must not carry a query or a fragment")
+        if url.user is not None or url.password is not None:
+            raise ValueError(
+                "must not carry credentials: the caller's Authorization header is what"
+                " goes upstream"
+            )
         return value.rstrip("/")
 
     @field_validator("bank_code_param")
@@ -180,6 +186,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: not valid TOML: {exc}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path}: not UTF-8 text ({exc.reason})") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"config file {path}: nested too deeply") from exc
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -221,6 +229,9 @@ def load_settings(
         return _Loaded(**(overrides or {}))
     except ValidationError as exc:
         raise ConfigError(describe_validation_error(exc)) from exc
+    except SettingsError as exc:
+        # an environment variable that should hold JSON (a whole section) does not
+        raise ConfigError(str(exc).splitlines()[0]) from exc
 
 
 REDACTED = "**********"

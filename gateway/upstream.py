@@ -189,10 +189,9 @@ class UpstreamClient:
     async def _read_limited(self, response: aiohttp.ClientResponse, what: str) -> bytes:
         limit = self._settings.max_body_bytes
         length = response.content_length
-        if length is not None:
-            if length > limit:
-                raise _too_large(what, limit, response.status)
-            return await response.read()
+        if length is not None and length > limit:
+            raise _too_large(what, limit, response.status)
+        # counted as decoded: a compressed body's length says nothing of its size
         chunks: list[bytes] = []
         size = 0
         async for chunk in response.content.iter_chunked(_READ_CHUNK):

@@ -394,3 +394,45 @@ async def test_memory_and_none_backends(
     assert headers["X-Cache"] == "BYPASS"
     assert headers["Cache-Status"] == "records-gateway; fwd=bypass"
     assert len(upstream_log) == 2
+
+
+async def test_admin_token_that_is_not_utf8_is_a_401(cached: Client) -> None:
+    assert cached.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", cached.server.port)
+    writer.write(
+        b"DELETE /admin/cache HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n"
+        b"Connection: close\r\n\r\n"
+    )
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 401 ")
+    assert b"application/problem+json" in answer
+
+
+async def test_a_purge_takes_one_route(cached: Client) -> None:
+    response = await cached.delete(
+        "/admin/cache?route=users&route=clients", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    body = await response.json(content_type=None)
+    assert response.status == 400
+    assert body["errors"] == [
+        {"parameter": "route", "message": "given more than once; purge one route"}
+    ]
+
+
+async def test_a_corrupt_purge_generation_is_a_cache_fault_not_a_500(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str
+) -> None:
+    client = await gateway_factory(
+        base_url(upstream), cache=redis_cache(redis_url, near_cache=False)
+    )
+    assert (await get(client, "/users"))[0] == 200
+    store = redis.Redis.from_url(redis_url, decode_responses=True)
+    entries = [key async for key in store.scan_iter("*:e:*")]
+    prefix = entries[0].split(":e:")[0]
+    await store.set(f"{prefix}:gen:users", "not-a-number")
+    status, _, headers = await get(client, "/users")
+    assert status == 200
+    assert headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"
+    await store.aclose()

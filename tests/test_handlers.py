@@ -283,3 +283,29 @@ async def test_healthz_needs_no_token(gateway: Client) -> None:
     response = await gateway.get("/healthz")
     assert response.status == 200
     assert await response.json() == {"status": "ok"}
+
+
+async def test_an_account_id_with_braces_reaches_the_upstream(
+    gateway: Client, upstream_log: RequestLog
+) -> None:
+    status, body, _ = await get_json(gateway, "/accounts/a%7Bb%7D")
+    assert status == 404
+    assert body["title"] == "Record not found"  # the upstream's 404, not "no such route"
+    assert [r.raw_path for r in upstream_log.entries] == ["/accounts/a%7Bb%7D"]
+
+
+async def test_an_invalid_percent_escape_is_a_400_not_a_replacement_character(
+    gateway: Client, upstream_log: RequestLog
+) -> None:
+    status, body, _ = await get_json(gateway, "/expenses?concept=20%de")
+    assert status == 400
+    assert body["errors"] == [
+        {"parameter": "concept", "message": "is not valid UTF-8 once percent-decoded"}
+    ]
+    status, _, _ = await get_json(gateway, "/expenses?concept=20%25de")
+    assert status == 200
+    assert upstream_log.entries[0].query == (
+        ("page", "1"),
+        ("limit", "10"),
+        ("concept", "20%de"),
+    )

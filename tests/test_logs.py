@@ -375,3 +375,27 @@ async def test_an_upstream_contract_violation_is_logged_once_per_request(
     assert lines[0].route == "expenses"  # type: ignore[attr-defined]
     assert "data" in lines[0].detail  # type: ignore[attr-defined]
     assert lines[0].request_id == response.headers["X-Request-ID"]  # type: ignore[attr-defined]
+
+
+def test_a_malformed_request_is_logged_without_quoting_it() -> None:
+    from aiohttp.http_exceptions import LineTooLong
+
+    from gateway.logs import MalformedRequestFilter
+
+    try:
+        raise LineTooLong("Authorization: Bearer wrong-secret-token" * 3, "8190")
+    except LineTooLong:
+        record = logging.LogRecord(
+            "aiohttp.server",
+            logging.ERROR,
+            __file__,
+            1,
+            "Error handling request from %s",
+            ("127.0.0.1",),
+            sys.exc_info(),
+        )
+    assert MalformedRequestFilter().filter(record)
+    line = JsonFormatter().format(record)
+    assert "wrong-secret-token" not in line
+    assert orjson.loads(line)["message"] == "rejected a malformed HTTP request (LineTooLong)"
+    assert orjson.loads(line)["level"] == "warning"

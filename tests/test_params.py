@@ -194,3 +194,24 @@ def test_any_account_id_stays_in_one_segment(value: str) -> None:
 
 def test_default_limit_never_exceeds_max_limit() -> None:
     assert parse(USERS, [], max_limit=5).params == (("page", "1"), ("limit", "5"))
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["99999999999999999999999999999", "12345678901234567890.123456789012"],
+)
+def test_amount_is_never_rounded_on_its_way_upstream(value: str) -> None:
+    assert ("amount", value) in parse(EXPENSES, [("amount", value)]).params
+
+
+@pytest.mark.parametrize(("name", "value"), [("concept", "20\ufffd"), ("user", "\ufffd")])
+def test_text_that_was_not_valid_percent_encoded_utf8_is_refused(name: str, value: str) -> None:
+    assert problems_of(EXPENSES, [(name, value)]) == {
+        name: "is not valid UTF-8 once percent-decoded"
+    }
+
+
+def test_an_account_id_that_was_not_valid_utf8_is_refused() -> None:
+    assert problems_of(ACCOUNT, [], "caja\ufffd") == {
+        "accountId": "is not valid UTF-8 once percent-decoded"
+    }

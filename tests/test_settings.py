@@ -69,6 +69,8 @@ def test_file_then_environment_then_overrides(
         ("[cache]\nbackend = 'disk'\n", "cache.backend: Input should be 'redis', 'memory' or"),
         ("[cache]\nredis_url = 'http://x'\n", "cache.redis_url: must start with redis://"),
         ("[cache]\nkey_secret = 'short'\n", "cache.key_secret: must be at least 16 characters"),
+        ('[upstream]\nbase_url = "http://u:p@x.example"\n', "upstream.base_url: must not carry"),
+        ("a = " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -96,3 +98,9 @@ def test_redacted_hides_secrets() -> None:
     assert data["limits"] == {"max_limit": 100}
     assert data["cache"]["key_secret"] == "**********"
     assert "super-secret-value-123" not in repr(data)
+
+
+def test_an_environment_section_that_is_not_json_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_CACHE__TTL_S", "abc")
+    with pytest.raises(ConfigError, match='field "cache"'):
+        load_settings()

@@ -202,3 +202,23 @@ async def test_one_session_serves_every_request(gateway: Client) -> None:
     assert pipeline._upstream._session is first
     assert first.connector is not None
     assert first.connector.limit == 100
+
+
+async def test_a_compressed_body_is_limited_by_its_decoded_size(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory
+) -> None:
+    import gzip
+
+    bomb = gzip.compress(b'{"data": "' + b"0" * 200_000 + b'"}')
+
+    async def compressed(request: web.Request) -> web.Response:
+        return web.Response(
+            body=bomb, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        )
+
+    url, _ = await fake_upstream(aiohttp_server, compressed)
+    client = await gateway_factory(url, upstream={"max_body_bytes": 65536})
+    status, body, _ = await problem(client)
+    assert len(bomb) < 65536
+    assert status == 502
+    assert "larger than upstream.max_body_bytes (65536)" in body["detail"]
