@@ -242,8 +242,12 @@ def redacted(settings: Settings) -> dict[str, Any]:
     the password of ``cache.redis_url`` too."""
     data = settings.model_dump(mode="json")
     url = URL(data["cache"]["redis_url"])
-    if url.password:
-        data["cache"]["redis_url"] = str(url.with_password(REDACTED))
+    if url.password or "password" in url.query:
+        if url.password:
+            url = url.with_password(REDACTED)
+        if "password" in url.query:
+            url = url.update_query(password=REDACTED)
+        data["cache"]["redis_url"] = str(url)
     return data
 
 

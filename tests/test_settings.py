@@ -104,3 +104,15 @@ def test_an_environment_section_that_is_not_json_names_it(monkeypatch: pytest.Mo
     monkeypatch.setenv("GATEWAY_CACHE__TTL_S", "abc")
     with pytest.raises(ConfigError, match='field "cache"'):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw-secret@h:6379/0", "redis://:**********@h:6379/0"),
+        ("redis://h:6379/0?password=pw-secret&db=1", "redis://h:6379/0?password=**********&db=1"),
+        ("unix:///tmp/redis.sock", "unix:///tmp/redis.sock"),
+    ],
+)
+def test_a_redis_password_is_redacted(url: str, shown: str) -> None:
+    assert redacted(Settings(cache={"redis_url": url}))["cache"]["redis_url"] == shown
