@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test lint unit bench redis-server clean
+.PHONY: run test lint bench redis-server clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
