@@ -32,6 +32,7 @@ from gateway.settings import Settings
 log = logging.getLogger("gateway.server")
 
 DEMO_TOKEN = "demo-token"
+MAX_HEADER_BYTES = 32 * 1024
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _FORWARDED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
 
@@ -95,6 +96,9 @@ async def serve(
         handle_signals=False,
         access_log=None,
         shutdown_timeout=settings.server.shutdown_timeout_s,
+        # room for large bearer tokens (JWTs with many claims) in one header line
+        max_field_size=MAX_HEADER_BYTES,
+        max_line_size=MAX_HEADER_BYTES,
     )
     await runner.setup()
     loop.add_signal_handler(signal.SIGHUP, app[LIVE].reload)
