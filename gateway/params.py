@@ -260,7 +260,7 @@ class QueryMemo:
     remembered, at most ``size`` of them.
     """
 
-    def __init__(self, size: int = 4096, longest: int = 512) -> None:
+    def __init__(self, size: int = 512, longest: int = 512) -> None:
         self._size = size
         self._longest = longest
         self._known: dict[tuple[str, str | None, str, int], RecordQuery] = {}
