@@ -39,6 +39,22 @@ def base_url(server: TestServer) -> str:
     return str(server.make_url("")).rstrip("/")
 
 
+KEY_SECRET = "test-key-secret-0123456789"
+
+
+def redis_cache(url: str, **extra: Any) -> dict[str, Any]:
+    """A [cache] section for the redis backend. Its Redis timeout is generous: a test
+    machine under load must not turn a slow first connection into a cache fault (the
+    tests of faults set their own)."""
+    return {
+        "backend": "redis",
+        "redis_url": url,
+        "key_secret": KEY_SECRET,
+        "redis_timeout_ms": 1000,
+        **extra,
+    }
+
+
 def make_settings(upstream_url: str, **sections: dict[str, Any]) -> Settings:
     """Settings for a test: the given upstream plus any section overrides."""
     data: dict[str, Any] = {

@@ -16,16 +16,12 @@ from gateway.breaker import CircuitState
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.state import CACHE, PIPELINE
 
-from .conftest import AUTH, FakeClock, GatewayFactory, base_url
+from .conftest import AUTH, FakeClock, GatewayFactory, base_url, redis_cache
 from .redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
 SECRET = "test-key-secret-0123456789"
 ADMIN = "admin-token-0123456789abcdef"
-
-
-def redis_cache(url: str, **extra: Any) -> dict[str, Any]:
-    return {"backend": "redis", "redis_url": url, "key_secret": SECRET, **extra}
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.errors import CacheUnavailable, UpstreamUnavailable
 from gateway.health import Readiness, UpstreamHealth
 
-from .conftest import AUTH, GatewayFactory, base_url
+from .conftest import AUTH, GatewayFactory, base_url, redis_cache
 from .redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
@@ -28,10 +28,6 @@ ALL_OK = {
         "cache": {"status": "ok", "lastError": None},
     },
 }
-
-
-def redis_cache(url: str, **extra: Any) -> dict[str, Any]:
-    return {"backend": "redis", "redis_url": url, "key_secret": SECRET, **extra}
 
 
 async def circuit_states(client: Client) -> list[float]:

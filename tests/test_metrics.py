@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from aiohttp import ClientResponse, web
@@ -16,7 +15,7 @@ from yarl import URL
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.metrics import MULTIPROC_ENV
 
-from .conftest import AUTH, TOKEN, GatewayFactory, base_url
+from .conftest import AUTH, TOKEN, GatewayFactory, base_url, redis_cache
 from .redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
@@ -87,10 +86,6 @@ async def get(client: Client, path: str, headers: dict[str, str] | None = None) 
     )
     await response.read()
     return response
-
-
-def redis_cache(url: str, **extra: Any) -> dict[str, Any]:
-    return {"backend": "redis", "redis_url": url, "key_secret": SECRET, **extra}
 
 
 async def test_exact_counts_after_a_known_sequence(

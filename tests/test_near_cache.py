@@ -16,7 +16,7 @@ from gateway.near_cache import NearCache, TieredBackend
 from gateway.runtime import ConfigSource
 from gateway.state import CACHE, LIVE
 
-from .conftest import AUTH, GatewayFactory, base_url
+from .conftest import AUTH, GatewayFactory, base_url, redis_cache
 from .redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
@@ -43,7 +43,7 @@ async def gateway_on(
 ) -> Client:
     client = await factory(
         base_url(upstream),
-        cache={"backend": "redis", "redis_url": url, "key_secret": SECRET},
+        cache=redis_cache(url),
         admin={"token": ADMIN},
         **extra,
     )
