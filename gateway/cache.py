@@ -152,6 +152,19 @@ class Keyer:
         return CacheKey(route=query.route.name, text=text)
 
 
+class QuietBackend:
+    """Defaults for backends with nothing in the background and no one to tell."""
+
+    async def ping(self) -> None:
+        return None
+
+    def start(self) -> None:
+        return None
+
+    async def announce(self, route: str | None) -> None:
+        return None
+
+
 class CacheBackend(Protocol):
     """Where entries live. Implementations raise only CacheUnavailable."""
 

@@ -6,7 +6,7 @@ import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from gateway.cache import CacheEntry, CacheKey, Generations, Lookup
+from gateway.cache import CacheEntry, CacheKey, Generations, Lookup, QuietBackend
 from gateway.clock import Clock
 
 # What one entry costs besides its key and body: the entry, its slot and OrderedDict
@@ -24,7 +24,7 @@ class _Slot:
     route: str
 
 
-class MemoryBackend:
+class MemoryBackend(QuietBackend):
     """Entries in this process only, at most ``max_bytes`` of them (keys, bodies, overhead)."""
 
     name = "memory"
@@ -112,20 +112,11 @@ class MemoryBackend:
             self._routes[route] = self._routes.get(route, 0) + 1
         self._generations.clear()
 
-    async def ping(self) -> None:
-        return None
-
-    def start(self) -> None:
-        return None
-
-    async def announce(self, route: str | None) -> None:
-        return None
-
     async def close(self) -> None:
         self.clear()
 
 
-class NullBackend:
+class NullBackend(QuietBackend):
     """``cache.backend = "none"``: nothing is stored."""
 
     name = "none"
@@ -137,15 +128,6 @@ class NullBackend:
         return None
 
     async def purge(self, route: str | None) -> None:
-        return None
-
-    async def ping(self) -> None:
-        return None
-
-    def start(self) -> None:
-        return None
-
-    async def announce(self, route: str | None) -> None:
         return None
 
     async def close(self) -> None:

@@ -21,6 +21,7 @@ from gateway.cache import (
     CacheKey,
     Generations,
     Lookup,
+    QuietBackend,
     generation_key,
 )
 from gateway.errors import CacheUnavailable
@@ -44,7 +45,7 @@ def create_client(url: str, *, timeout_s: float | None, max_connections: int = 2
     )
 
 
-class RedisBackend:
+class RedisBackend(QuietBackend):
     """Entries in a Redis shared by every gateway instance of one namespace and upstream."""
 
     name = "redis"
@@ -102,12 +103,6 @@ class RedisBackend:
 
     async def ping(self) -> None:
         await self._call("PING", self._client.ping)
-
-    def start(self) -> None:
-        return None
-
-    async def announce(self, route: str | None) -> None:
-        return None
 
     async def close(self) -> None:
         await self._client.aclose()
