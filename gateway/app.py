@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 
@@ -12,12 +13,12 @@ from gateway.admin import ADMIN_ROUTES
 from gateway.breaker import CircuitBreaker, CircuitState, GuardedCache
 from gateway.cache import CacheBackend, Keyer
 from gateway.clock import Clock, system_clock
-from gateway.edge import Handler, edge, method_not_allowed, not_found
+from gateway.edge import Edge, Handler, method_not_allowed, not_found
 from gateway.handlers import healthz, metrics, openapi_json, readyz, record_handler
 from gateway.health import Readiness
 from gateway.logs import set_level
 from gateway.memory_cache import MemoryBackend, NullBackend
-from gateway.metrics import Metrics
+from gateway.metrics import METRICS_FLUSH_S, Metrics
 from gateway.normalise import CoercionCounts, Normaliser
 from gateway.openapi import openapi_bytes
 from gateway.params import ROUTES
@@ -33,7 +34,6 @@ from gateway.state import (
     OPENAPI,
     PIPELINE,
     READINESS,
-    REQUEST_IDS,
 )
 from gateway.trace import RequestIds
 from gateway.upstream import UpstreamClient, create_session
@@ -52,40 +52,65 @@ def create_app(
     """
     app = web.Application()
     metrics_ = Metrics()
-    app[LIVE] = LiveConfig(settings, source or ConfigSource())
+    live = LiveConfig(settings, source or ConfigSource())
+    app[LIVE] = live
     app[CLOCK] = clock
-    app[REQUEST_IDS] = RequestIds()
     app[METRICS] = metrics_
     app[COERCIONS] = CoercionCounts(metrics_.add_coercions)
     app[OPENAPI] = openapi_bytes(settings)
+    edge = Edge(metrics=metrics_, ids=RequestIds(), live=live)
     for route in ROUTES:
-        add_routes(app, route.template, {"GET": record_handler(route)}, name=route.name)
-    add_routes(app, "/healthz", {"GET": healthz}, name="healthz")
-    add_routes(app, "/readyz", {"GET": readyz}, name="readyz")
-    add_routes(app, "/metrics", {"GET": metrics}, name="metrics")
-    add_routes(app, "/openapi.json", {"GET": openapi_json}, name="openapi")
+        # the record handlers hold their edge: a cache hit passes it by the short way
+        add_routes(app, edge, route.template, {"GET": record_handler(route, edge)}, route.name)
+    add_routes(app, edge, "/healthz", {"GET": edge.wrap(healthz, "healthz")}, "healthz")
+    add_routes(app, edge, "/readyz", {"GET": edge.wrap(readyz, "readyz")}, "readyz")
+    add_routes(app, edge, "/metrics", {"GET": edge.wrap(metrics, "metrics")}, "metrics")
+    add_routes(app, edge, "/openapi.json", {"GET": edge.wrap(openapi_json, "openapi")}, "openapi")
     if settings.admin.token is not None:
         for path, name, handlers in ADMIN_ROUTES:
-            add_routes(app, path, handlers, name=name)
-    app.router.add_route("*", "/{path:.*}", edge(not_found))
+            wrapped = {method: edge.wrap(handler, name) for method, handler in handlers.items()}
+            add_routes(app, edge, path, wrapped, name)
+    app.router.add_route("*", "/{path:.*}", edge.wrap(not_found))
     app.cleanup_ctx.append(_pipeline_ctx)
+    app.cleanup_ctx.append(_metrics_flush_ctx)
     return app
 
 
-def add_routes(app: web.Application, path: str, handlers: dict[str, Handler], *, name: str) -> None:
-    """``path`` with its handlers (GET also answers HEAD), each inside the edge, and a
-    405 with ``Allow`` for every other method."""
+def add_routes(
+    app: web.Application, edge: Edge, path: str, handlers: dict[str, Handler], name: str
+) -> None:
+    """``path`` with its handlers, already inside the edge (GET also answers HEAD),
+    and a 405 with ``Allow`` for every other method."""
     # a path parameter is one segment of any characters but "/" (aiohttp's default
     # also refuses braces, which an account name may hold)
     resource = app.router.add_resource(re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path), name=name)
     allowed = set(handlers)
     for method, handler in handlers.items():
-        wrapped = edge(handler)
-        resource.add_route(method, wrapped)
+        resource.add_route(method, handler)
         if method == "GET":
-            resource.add_route("HEAD", wrapped)
+            resource.add_route("HEAD", handler)
             allowed.add("HEAD")
-    resource.add_route("*", edge(method_not_allowed(allowed)))
+    resource.add_route("*", edge.wrap(method_not_allowed(allowed), name))
+
+
+async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Hand the request tallies to prometheus-client once a second (a scrape flushes
+    its own process; this is how the other workers' requests reach the sum)."""
+    metrics_ = app[METRICS]
+
+    async def flush_every_second() -> None:
+        while True:
+            await asyncio.sleep(METRICS_FLUSH_S)
+            metrics_.flush()
+
+    flushing = asyncio.ensure_future(flush_every_second())
+    try:
+        yield
+    finally:
+        flushing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flushing
+        metrics_.flush()
 
 
 def create_backend(settings: CacheSettings, *, prefix: str, clock: Clock) -> CacheBackend:

@@ -24,16 +24,30 @@ class Credentials:
 
 def parse_authorization(header: str | None) -> Credentials:
     """Credentials from an Authorization header; AuthenticationRequired if unusable."""
+    token, problem = _bearer_token(header)
+    if problem:
+        raise AuthenticationRequired(problem)
+    assert header is not None
+    return Credentials(authorization=header, token=token)
+
+
+def is_bearer(header: str) -> bool:
+    """Whether ``parse_authorization(header)`` succeeds (without building credentials)."""
+    return not _bearer_token(header)[1]
+
+
+def _bearer_token(header: str | None) -> tuple[str, str]:
+    """The token of a usable header and "", or "" and what is wrong with the header."""
     if header is None or not header.strip():
-        raise AuthenticationRequired("this route needs an 'Authorization: Bearer <token>' header")
+        return "", "this route needs an 'Authorization: Bearer <token>' header"
     scheme, _, token = header.strip().partition(" ")
     if scheme.lower() != _SCHEME:
-        raise AuthenticationRequired(
+        return "", (
             "the Authorization header must use the Bearer scheme: 'Authorization: Bearer <token>'"
         )
     token = token.strip()
     if not token:
-        raise AuthenticationRequired("the bearer token is empty")
+        return "", "the bearer token is empty"
     if not token.isprintable():
-        raise AuthenticationRequired("the bearer token contains control characters")
-    return Credentials(authorization=header, token=token)
+        return "", "the bearer token contains control characters"
+    return token, ""

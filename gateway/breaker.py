@@ -125,6 +125,13 @@ class GuardedCache:
         self.breaker.succeeded()
         return lookup
 
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        """A fresh entry held in this process (see CacheBackend.fresh), only while the
+        circuit is closed: a hit from here is neither a trial nor a success."""
+        if self.breaker.state is not CircuitState.CLOSED:
+            return None
+        return self.backend.fresh(key)
+
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> bool:
         """Store; False when the cache could not take it."""
         if not self.breaker.allow():

@@ -17,8 +17,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
 
 from gateway.auth import Credentials
 from gateway.params import RecordQuery
@@ -60,6 +60,8 @@ class CacheEntry:
     ttl_s: int
     status: int = 200
     generations: Generations = Generations()
+    # The HTTP layer's headers of a hit, made once per second of age (not stored).
+    headers: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.stored_at)
@@ -136,15 +138,15 @@ class Keyer:
         """``namespace:upstream``: what every key and generation counter starts with."""
         return self._prefix
 
-    def fingerprint(self, credentials: Credentials) -> str:
+    def fingerprint(self, authorization: str) -> str:
         """HMAC-SHA256 of the Authorization header exactly as sent (the token and its
         spelling, since that is what goes upstream), shortened; safe for keys and logs."""
         mac = self._keyed.copy()
-        mac.update(credentials.authorization.encode("utf-8", "surrogateescape"))
+        mac.update(authorization.encode("utf-8", "surrogateescape"))
         return mac.hexdigest()[:32]
 
     def key(self, query: RecordQuery, credentials: Credentials) -> CacheKey:
-        return self.key_for(query, self.fingerprint(credentials))
+        return self.key_for(query, self.fingerprint(credentials.authorization))
 
     def key_for(self, query: RecordQuery, fingerprint: str) -> CacheKey:
         """The key of ``query`` for the caller whose token has ``fingerprint``."""
@@ -153,7 +155,11 @@ class Keyer:
 
 
 class QuietBackend:
-    """Defaults for backends with nothing in the background and no one to tell."""
+    """Defaults for backends with nothing in the background, no one to tell and
+    nothing held in the process."""
+
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        return None
 
     async def ping(self) -> None:
         return None
@@ -176,6 +182,11 @@ class CacheBackend(Protocol):
 
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         """Store ``entry`` for ``lifetime_s`` seconds (its TTL plus the stale windows)."""
+        ...
+
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        """The entry under ``key`` if this process holds it, it is within its TTL and
+        no purge came after it; no I/O, no waiting. None says nothing: ``get`` decides."""
         ...
 
     async def purge(self, route: str | None) -> None:

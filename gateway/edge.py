@@ -1,7 +1,7 @@
 """The HTTP edge around every handler: request ids, errors as problems, the access log
 and the request metrics.
 
-It wraps each handler (``edge(handler)``) instead of being an aiohttp middleware:
+It wraps each handler (``Edge.wrap``) instead of being an aiohttp middleware:
 aiohttp calls handlers directly when an application has no middleware, and on the
 cache-hit path that saves about a third of the time a request costs (bench/README.md).
 Unknown paths and other methods reach handlers of their own (``not_found``,
@@ -19,14 +19,16 @@ from collections.abc import Awaitable, Callable, Iterable
 from aiohttp import web
 
 from gateway.errors import GatewayError, UpstreamContractError
+from gateway.metrics import Metrics
 from gateway.problems import problem_for_error, problem_for_http, problem_response
-from gateway.state import LIVE, METRICS, REQUEST_ID, REQUEST_IDS
+from gateway.runtime import LiveConfig
+from gateway.state import REQUEST_ID
 from gateway.trace import CURRENT_TRACE, RequestIds, RequestTrace
 
 log = logging.getLogger("gateway.http")
 access_log = logging.getLogger("gateway.access")
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
-_UNMATCHED = "other"
+UNMATCHED = "other"  # the metrics label of paths the gateway does not have
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -38,75 +40,72 @@ def choose_request_id(given: str | None, ids: RequestIds) -> str:
     return ids.new()
 
 
-def route_name(request: web.Request) -> str:
-    """A bounded label for the request's route: its name, never the raw path."""
-    name = request.match_info.route.name
-    return name if name is not None else _UNMATCHED
+class Edge:
+    """The edge of one application: what every request passes through on its way in
+    and out, whichever handler answers it."""
 
+    def __init__(self, *, metrics: Metrics, ids: RequestIds, live: LiveConfig) -> None:
+        self.metrics = metrics
+        self.ids = ids
+        self.live = live
 
-def edge(handler: Handler) -> Handler:
-    """``handler`` with a request id, problem responses for every error, the access
-    log line and the request metrics."""
+    def request_id(self, given: str | None) -> str:
+        return choose_request_id(given, self.ids)
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        started = time.perf_counter()
-        app = request.app
-        request_id = choose_request_id(request.headers.get("X-Request-ID"), app[REQUEST_IDS])
-        request[REQUEST_ID] = request_id
-        trace = RequestTrace()
-        token = CURRENT_TRACE.set(trace)
-        metrics = app[METRICS]
-        metrics.in_flight.inc()
-        response: web.StreamResponse
-        try:
+    def wrap(self, handler: Handler, route: str = UNMATCHED) -> Handler:
+        """``handler`` with a request id, problem responses for every error, the
+        access log line and the request metrics; ``route`` is its metrics label."""
+        metrics = self.metrics
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            request_id = self.request_id(request.headers.get("X-Request-ID"))
+            request[REQUEST_ID] = request_id
+            trace = RequestTrace()
+            token = CURRENT_TRACE.set(trace)
+            metrics.busy += 1
+            response: web.StreamResponse
             try:
-                response = await handler(request)
-            except web.HTTPException as exc:
-                response = problem_for_http(request, exc, request_id)
-            except GatewayError as exc:
-                if isinstance(exc, UpstreamContractError):
-                    log.warning(
-                        "upstream contract violation",
-                        extra={
-                            "event": "upstream_contract",
-                            "request_id": request_id,
-                            "route": route_name(request),
-                            "detail": exc.detail,
-                        },
-                    )
-                response = problem_for_error(request, exc, request_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception(
-                    "unhandled error",
-                    extra={"request_id": request_id, "route": route_name(request)},
-                )
-                response = problem_response(
-                    request,
-                    status=500,
-                    slug="internal",
-                    title="Internal error",
-                    detail="the gateway failed to handle this request; the request id is in"
-                    " its logs",
-                    request_id=request_id,
-                )
-            response.headers["X-Request-ID"] = request_id
-        finally:
-            metrics.in_flight.dec()
-            CURRENT_TRACE.reset(token)
+                response = await _answer(handler, request, request_id, route)
+                response.headers["X-Request-ID"] = request_id
+            finally:
+                metrics.busy -= 1
+                CURRENT_TRACE.reset(token)
+            self.answered(
+                request,
+                route,
+                response.status,
+                response.headers.get("X-Cache", "NONE").lower(),
+                started,
+                request_id,
+                trace,
+            )
+            return response
+
+        handle.__name__ = getattr(handler, "__name__", "handle")
+        return handle
+
+    def answered(
+        self,
+        request: web.Request,
+        route: str,
+        status: int,
+        cache: str,
+        started: float,
+        request_id: str,
+        trace: RequestTrace,
+    ) -> None:
+        """Count one answered request and write its access log line."""
         elapsed = time.perf_counter() - started
-        route = route_name(request)
-        cache = response.headers.get("X-Cache", "NONE").lower()
-        metrics.answered(route, response.status, cache, elapsed)
-        if app[LIVE].settings.log.access:
+        self.metrics.answered(route, status, cache, elapsed)
+        if self.live.settings.log.access:
             access_log.info(
                 "request",
                 extra={
                     "request_id": request_id,
                     "method": request.method,
                     "route": route,
-                    "status": response.status,
+                    "status": status,
                     "duration_ms": round(elapsed * 1000, 2),
                     "cache": cache,
                     "upstream_status": trace.upstream_status,
@@ -114,10 +113,40 @@ def edge(handler: Handler) -> Handler:
                     "token_fingerprint": trace.token_fingerprint,
                 },
             )
-        return response
 
-    handle.__name__ = getattr(handler, "__name__", "handle")
-    return handle
+
+async def _answer(
+    handler: Handler, request: web.Request, request_id: str, route: str
+) -> web.StreamResponse:
+    """The handler's response, or the problem response of what it raised."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        return problem_for_http(request, exc, request_id)
+    except GatewayError as exc:
+        if isinstance(exc, UpstreamContractError):
+            log.warning(
+                "upstream contract violation",
+                extra={
+                    "event": "upstream_contract",
+                    "request_id": request_id,
+                    "route": route,
+                    "detail": exc.detail,
+                },
+            )
+        return problem_for_error(request, exc, request_id)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error", extra={"request_id": request_id, "route": route})
+        return problem_response(
+            request,
+            status=500,
+            slug="internal",
+            title="Internal error",
+            detail="the gateway failed to handle this request; the request id is in its logs",
+            request_id=request_id,
+        )
 
 
 async def not_found(request: web.Request) -> web.StreamResponse:

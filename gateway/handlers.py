@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
-from gateway.auth import parse_authorization
+from gateway.auth import is_bearer, parse_authorization
+from gateway.cache import CacheEntry
+from gateway.edge import Edge
 from gateway.metrics import CONTENT_TYPE
 from gateway.params import QueryMemo, RouteSpec
-from gateway.pipeline import NO_DIRECTIVES, Directives, Reply
-from gateway.state import LIVE, METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID
-from gateway.trace import current_trace
+from gateway.pipeline import CACHE_NAME, HIT, NO_DIRECTIVES, Directives
+from gateway.state import METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID
+from gateway.trace import RequestTrace, current_trace
 
 JSON = "application/json"
 _HEALTHY = b'{"status":"ok"}'
@@ -44,30 +48,67 @@ def etag_matches(if_none_match: str, etag: str) -> bool:
     )
 
 
-def reply_headers(reply: Reply) -> dict[str, str]:
+def cache_headers(
+    x_cache: str, cache_status: str, age_s: int, max_age_s: int, etag: str
+) -> CIMultiDict[str]:
     """The headers of a reply: its type and the cache headers (README's header table)."""
-    headers = {
-        "Content-Type": JSON,
-        "X-Cache": reply.x_cache,
-        "Cache-Status": reply.cache_status,
-        "Age": str(reply.age_s),
-        "Cache-Control": f"private, max-age={reply.max_age_s}",
-    }
-    if reply.etag:
-        headers["ETag"] = reply.etag
+    headers = CIMultiDict(
+        (
+            ("Content-Type", JSON),
+            ("X-Cache", x_cache),
+            ("Cache-Status", cache_status),
+            ("Age", str(age_s)),
+            ("Cache-Control", f"private, max-age={max_age_s}"),
+        )
+    )
+    if etag:
+        headers["ETag"] = etag
     return headers
 
 
-def record_handler(route: RouteSpec) -> RouteHandler:
-    """The handler of one record route."""
+def hit_headers(entry: CacheEntry, now: float) -> CIMultiDict[str]:
+    """The headers of a fresh hit on ``entry`` at ``now``: the same as the pipeline's
+    hit reply, made once per entry and second of age and copied for each request."""
+    age = entry.age(now)
+    age_s = int(age)
+    left = int(entry.ttl_s - age)
+    made = entry.headers
+    if made and made[0] == (age_s, left):
+        kept: CIMultiDict[str] = made[1]
+        return kept.copy()
+    headers = cache_headers(HIT, f"{CACHE_NAME}; hit; ttl={left}", age_s, left, entry.etag)
+    made[:] = ((age_s, left), headers)
+    return headers.copy()
+
+
+def _conditional(request: web.Request, etag: str, headers: CIMultiDict[str]) -> web.Response | None:
+    """304 Not Modified when the request's If-None-Match names ``etag``."""
+    if_none_match = request.headers.get("If-None-Match")
+    if if_none_match is None or not etag_matches(if_none_match, etag):
+        return None
+    del headers["Content-Type"]
+    return web.Response(status=304, headers=headers)
+
+
+def record_handler(route: RouteSpec, edge: Edge) -> RouteHandler:
+    """The handler of one record route, inside the edge.
+
+    A fresh hit held in this process (the memory backend, or the near cache in front
+    of Redis) for a query already validated once is answered straight away: no
+    awaiting, no reply object, headers copied from the entry's. Everything else, and
+    any request a hit could not answer exactly as the full path would (no token, a
+    new query string, cache directives), takes the full path, which validates and
+    raises every problem.
+    """
 
     memo = QueryMemo()
+    live = edge.live
 
-    async def handle(request: web.Request) -> web.StreamResponse:
+    async def read(request: web.Request) -> web.StreamResponse:
         headers = request.headers
         credentials = parse_authorization(headers.get("Authorization"))
         pipeline = request.app[PIPELINE]
-        fingerprint = pipeline.keyer.fingerprint(credentials)
+        fingerprint = pipeline.keyer.fingerprint(credentials.authorization)
         trace = current_trace()
         if trace is not None:
             trace.token_fingerprint = fingerprint
@@ -77,7 +118,7 @@ def record_handler(route: RouteSpec) -> RouteHandler:
             path_value,
             request.rel_url.raw_query_string,
             lambda: request.query.items(),
-            max_limit=request.app[LIVE].settings.limits.max_limit,
+            max_limit=live.settings.limits.max_limit,
         )
         directives = client_directives(headers.get("Cache-Control"), headers.get("Pragma"))
         reply = await pipeline.read(
@@ -87,12 +128,50 @@ def record_handler(route: RouteSpec) -> RouteHandler:
             directives,
             key=pipeline.keyer.key_for(query, fingerprint),
         )
-        out = reply_headers(reply)
-        if_none_match = headers.get("If-None-Match")
-        if if_none_match is not None and etag_matches(if_none_match, reply.etag):
-            del out["Content-Type"]
-            return web.Response(status=304, headers=out)
-        return web.Response(body=reply.body, headers=out)
+        out = cache_headers(
+            reply.x_cache, reply.cache_status, reply.age_s, reply.max_age_s, reply.etag
+        )
+        return _conditional(request, reply.etag, out) or web.Response(body=reply.body, headers=out)
+
+    read.__name__ = f"get_{route.name}"
+    full = edge.wrap(read, route.name)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        headers = request.headers
+        authorization = headers.get("Authorization")
+        if authorization is None or "Cache-Control" in headers or "Pragma" in headers:
+            return await full(request)
+        query = memo.known(
+            route,
+            request.match_info[route.path_param] if route.path_param else None,
+            request.rel_url.raw_query_string,
+            live.settings.limits.max_limit,
+        )
+        if query is None or not is_bearer(authorization):
+            return await full(request)
+        pipeline = request.app[PIPELINE]
+        keyer = pipeline.keyer
+        fingerprint = keyer.fingerprint(authorization)
+        entry = pipeline.fresh(keyer.key_for(query, fingerprint))
+        if entry is None:
+            return await full(request)
+        request_id = edge.request_id(headers.get("X-Request-ID"))
+        out = hit_headers(entry, pipeline.clock())
+        out["X-Request-ID"] = request_id
+        response = _conditional(request, entry.etag, out) or web.Response(
+            body=entry.body, headers=out
+        )
+        edge.answered(
+            request,
+            route.name,
+            response.status,
+            "hit",
+            started,
+            request_id,
+            RequestTrace(token_fingerprint=fingerprint),
+        )
+        return response
 
     handle.__name__ = f"get_{route.name}"
     return handle

@@ -65,6 +65,18 @@ class MemoryBackend(QuietBackend):
             entry = None
         return Lookup(entry, current)
 
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        slot = self._slots.get(key.text)
+        if slot is None:
+            return None
+        entry = slot.entry
+        if self._clock() - entry.stored_at >= entry.ttl_s:
+            return None
+        if entry.generations != self._current(key.route):
+            return None
+        self._slots.move_to_end(key.text)
+        return entry
+
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         self.put(key.text, entry, lifetime_s, route=key.route)
 

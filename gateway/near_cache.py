@@ -140,6 +140,9 @@ class TieredBackend:
             self.near.put(key, lookup.entry)
         return lookup
 
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        return self.near.get(key)
+
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         await self._far.set(key, entry, lifetime_s)
         self.near.put(key, entry)

@@ -265,6 +265,12 @@ class QueryMemo:
         self._longest = longest
         self._known: dict[tuple[str, str | None, str, int], RecordQuery] = {}
 
+    def known(
+        self, route: RouteSpec, path_value: str | None, query_string: str, max_limit: int
+    ) -> RecordQuery | None:
+        """The query already validated for this raw form, or None (``parse`` it)."""
+        return self._known.get((route.name, path_value, query_string, max_limit))
+
     def parse(
         self,
         route: RouteSpec,

@@ -129,6 +129,10 @@ class RecordPipeline:
         return self._keyer
 
     @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
     def upstream(self) -> UpstreamClient:
         return self._upstream
 
@@ -140,6 +144,16 @@ class RecordPipeline:
     async def close(self) -> None:
         """Cancel background refreshes and fetches still in flight."""
         await self._inflight.close()
+
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        """The entry ``read`` would serve as a plain HIT for a request without cache
+        directives, when this process holds it (no I/O); None when ``read`` must decide."""
+        if self._cache is None or not self.policy.ttl_s.get(key.route):
+            return None
+        entry = self._cache.fresh(key)
+        if entry is None or entry.status != 200:
+            return None
+        return entry
 
     async def read(
         self,

@@ -138,6 +138,9 @@ async def serve(
         log.info("stopped", extra={"event": "stopped", "pid": os.getpid()})
 
 
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
 def release_free_memory() -> None:
     """Hand the heap's free pages back to the system (glibc's malloc_trim): start-up
     builds and drops a lot (settings, models, the OpenAPI document) that would
@@ -155,11 +158,13 @@ def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
     metrics_dir = tempfile.mkdtemp(prefix="records-gateway-metrics-")
     os.environ[MULTIPROC_ENV] = metrics_dir
     children: dict[int, int] = {}
+    supervisor = os.getpid()
     for index in range(settings.server.workers):
         pid = os.fork()
         if pid == 0:  # the worker
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, signal.SIG_DFL)
+            _stop_with(supervisor)
             # a reload before the worker's loop listens for it must not end the worker
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
             code = 0
@@ -201,6 +206,18 @@ def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
             forward(signal.SIGTERM, None)
     shutil.rmtree(metrics_dir, ignore_errors=True)
     return status
+
+
+def _stop_with(supervisor: int) -> None:
+    """Ask Linux for a SIGTERM when the supervisor dies (SIGKILL, a crash), so that a
+    worker never outlives it holding the port; then stop now if it already has."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux with glibc
+        return
+    if os.getppid() != supervisor:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _mark_dead(pid: int) -> None:

@@ -11,7 +11,6 @@ from gateway.metrics import Metrics
 from gateway.normalise import CoercionCounts
 from gateway.pipeline import RecordPipeline
 from gateway.runtime import LiveConfig
-from gateway.trace import RequestIds
 
 LIVE = web.AppKey("live", LiveConfig)
 CLOCK = web.AppKey("clock", Clock)
@@ -21,5 +20,4 @@ CACHE = web.AppKey("cache", GuardedCache)
 READINESS = web.AppKey("readiness", Readiness)
 COERCIONS = web.AppKey("coercions", CoercionCounts)
 OPENAPI = web.AppKey("openapi", bytes)
-REQUEST_IDS = web.AppKey("request_ids", RequestIds)
 REQUEST_ID = web.RequestKey("request_id", str)

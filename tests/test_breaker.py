@@ -29,6 +29,9 @@ class FlakyBackend:
         if self.broken:
             raise CacheUnavailable("redis SET: ConnectionError: refused")
 
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        return None
+
     async def purge(self, route: str | None) -> None: ...
 
     async def ping(self) -> None: ...

@@ -432,3 +432,61 @@ async def test_a_corrupt_purge_generation_is_a_cache_fault_not_a_500(
     assert status == 200
     assert headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"
     await store.aclose()
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_hit_answers_alike_by_the_short_and_the_full_way(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+) -> None:
+    """A fresh hit held in the process skips the pipeline (handlers.record_handler);
+    a request with a Cache-Control the gateway ignores takes the full way to the same
+    entry. Both answers must be the same, header for header."""
+    cache = {"backend": "memory"} if backend == "memory" else redis_cache(redis_url)
+    client = await gateway_factory(base_url(upstream), clock=clock, cache=cache)
+    backend_ = client.app[CACHE].backend
+    if backend == "redis":  # the near cache serves hits once its channel is live
+        async with asyncio.timeout(10):
+            while not backend_.near.live:  # type: ignore[attr-defined]
+                await asyncio.sleep(0.01)
+    pipeline = client.app[PIPELINE]
+    full_reads = 0
+    read = pipeline.read
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal full_reads
+        full_reads += 1
+        return await read(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "read", counted)
+    path = "/expenses?limit=5&page=2"
+    assert (await get(client, path))[2]["X-Cache"] == "MISS"
+    assert full_reads == 1
+    clock.advance(7.5)
+    short_status, short_body, short = await get(client, path)
+    assert full_reads == 1, "the hit took the short way"
+    full_status, full_body, full = await get(client, path, **{"Cache-Control": "max-age=60"})
+    assert full_reads == 2, "the hit took the full way"
+
+    def comparable(headers: Any) -> dict[str, str]:
+        return {k: v for k, v in headers.items() if k not in ("X-Request-ID", "Date")}
+
+    assert (short_status, short_body) == (full_status, full_body)
+    assert short_status == 200
+    assert comparable(short) == comparable(full)
+    assert short["X-Cache"] == "HIT"
+    assert short["Age"] == "7"
+    assert short["Cache-Control"] == "private, max-age=22"
+    assert short["Cache-Status"] == "records-gateway; hit; ttl=22"
+    assert short["X-Request-ID"] != full["X-Request-ID"]
+    # a caller's request id is echoed on the short way too, and a 304 is answered there
+    status, body, headers = await get(
+        client, path, **{"X-Request-ID": "abc-123", "If-None-Match": short["ETag"]}
+    )
+    assert (status, body, headers["X-Request-ID"]) == (304, b"", "abc-123")
+    assert "Content-Type" not in headers
+    assert full_reads == 2

@@ -20,7 +20,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpServer
 
-from gateway.auth import parse_authorization
 from gateway.demo import create_demo_app
 from gateway.logs import JsonFormatter, TextFormatter, configure_logging
 from gateway.state import PIPELINE
@@ -227,13 +226,13 @@ async def test_one_access_line_per_request_and_never_a_token(
     # one fingerprint per token, keyed (not a plain hash anyone could compute)
     keyer = client.app[PIPELINE].keyer
     demo = by_id["miss"]["token_fingerprint"]
-    assert demo == keyer.fingerprint(parse_authorization(f"Bearer {TOKEN}"))
+    assert demo == keyer.fingerprint(f"Bearer {TOKEN}")
     assert FINGERPRINT.fullmatch(demo)
     assert not hashlib.sha256(TOKEN.encode()).hexdigest().startswith(demo)
     for request_id in ("hit", "one", "invalid", "down"):
         assert by_id[request_id]["token_fingerprint"] == demo
     wrong = by_id["wrong"]["token_fingerprint"]
-    assert wrong == keyer.fingerprint(parse_authorization(f"Bearer {WRONG_TOKEN}"))
+    assert wrong == keyer.fingerprint(f"Bearer {WRONG_TOKEN}")
     assert wrong != demo
     for request_id in ("anonymous", "scheme", "unknown"):
         assert by_id[request_id]["token_fingerprint"] is None

@@ -7,13 +7,13 @@ import asyncio
 import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
-from gateway.metrics import MULTIPROC_ENV
+from gateway.metrics import MULTIPROC_ENV, Metrics
 
 from .conftest import AUTH, TOKEN, GatewayFactory, base_url, redis_cache
 from .redis_server import RedisServer
@@ -350,3 +350,47 @@ async def test_no_label_carries_a_path_an_id_or_a_token(
         labels(route="clients", status="401"): 1,
         labels(route="users", status="405"): 1,
     }
+
+
+def test_flushed_tallies_expose_what_one_call_per_request_would() -> None:
+    """Metrics.answered tallies and flush() hands them over in bulk; the exposition
+    must be the one prometheus-client gives for one inc/observe per request."""
+    answers = [
+        ("expenses", 200, "hit", 0.0001),
+        ("expenses", 200, "hit", 0.0005),  # on a bucket's bound: counted in that bucket
+        ("expenses", 200, "hit", 0.003),
+        ("expenses", 200, "miss", 0.7),
+        ("users", 502, "none", 12.0),  # past the last bound: +Inf only
+        ("expenses", 200, "hit", 0.0005),
+    ]
+    tallied = Metrics()
+    for route, status, cache, seconds in answers:
+        tallied.answered(route, status, cache, seconds)
+    before = Scrape(generate_latest(tallied.registry).decode())
+    assert before.series("gateway_requests_total") == {}, "nothing before a flush"
+    tallied.flush()
+
+    direct = Metrics()
+    for route, status, cache, seconds in answers:
+        direct.requests.labels(route, str(status), cache).inc()
+        direct.request_seconds.labels(route, cache).observe(seconds)
+        if cache != "none":
+            direct.cache_results.labels(route, cache).inc()
+    direct.in_flight.set(0)
+
+    def samples(metrics: Metrics) -> dict[tuple[str, Labels], float]:
+        scrape = Scrape(generate_latest(metrics.registry).decode())
+        return {key: value for key, value in scrape.samples.items() if "_created" not in key[0]}
+
+    assert samples(tallied) == samples(direct)
+    assert (
+        samples(tallied)[
+            (
+                "gateway_request_duration_seconds_bucket",
+                labels(route="expenses", cache="hit", le="0.0005"),
+            )
+        ]
+        == 3
+    )
+    tallied.flush()  # nothing new: nothing added twice
+    assert samples(tallied) == samples(direct)

@@ -192,14 +192,22 @@ async def test_sigterm_lets_requests_in_flight_finish(
     assert events.index("stop") < events.index("stopped")
 
 
-async def test_two_workers_both_answer_and_metrics_sum_them(
-    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
-) -> None:
+async def two_workers(
+    tmp_path: Path, upstream: DemoServer, started: list[GatewayProcess]
+) -> GatewayProcess:
+    """A gateway with ``server.workers = 2``, both workers started."""
     config = tmp_path / "config.toml"
-    write_config(config, fast_upstream.url, extra="[server]\nworkers = 2\n")
+    write_config(config, upstream.url, extra="[server]\nworkers = 2\n")
     gateway = GatewayProcess(config, clean_env())
     started.append(gateway)
     await gateway.start(workers=2)
+    return gateway
+
+
+async def test_two_workers_both_answer_and_metrics_sum_them(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    gateway = await two_workers(tmp_path, fast_upstream, started)
     requests = 0
     connector = aiohttp.TCPConnector(force_close=True)  # a new connection each time
     async with aiohttp.ClientSession(connector=connector) as http:
@@ -212,16 +220,46 @@ async def test_two_workers_both_answer_and_metrics_sum_them(
                 break
         assert len(pids) == 2, "both workers answered"
         await gateway.wait_for(lambda line: line.get("logger") == "gateway.access", count=requests)
-        async with http.get(f"{gateway.url}/metrics") as response:
-            text = await response.text()
-    total = sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "gateway_requests_total" and sample.labels["route"] == "users"
-    )
+        # each worker hands its tallies over once a second: the sum gets there
+        total = 0.0
+        async with asyncio.timeout(20):
+            while total != requests:
+                async with http.get(f"{gateway.url}/metrics") as response:
+                    text = await response.text()
+                total = sum(
+                    sample.value
+                    for family in text_string_to_metric_families(text)
+                    for sample in family.samples
+                    if sample.name == "gateway_requests_total" and sample.labels["route"] == "users"
+                )
+                assert total <= requests
+                await asyncio.sleep(0.1)
     assert total == requests
     gateway.signal(signal.SIGTERM)
     assert await gateway.wait() == 0
     assert sum(1 for line in gateway.lines if line.get("event") == "stopped") == 2
     assert not any("demo-token" in orjson.dumps(line).decode() for line in gateway.lines)
+
+
+async def test_workers_stop_when_the_supervisor_is_killed(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    gateway = await two_workers(tmp_path, fast_upstream, started)
+    workers = [line["pid"] for line in gateway.lines if line.get("event") == "start"]
+    assert len(workers) == 2
+    gateway.signal(signal.SIGKILL)
+    assert await gateway.wait() == -signal.SIGKILL
+    # each worker got SIGTERM from the kernel and stopped as on a normal shutdown
+    assert sum(1 for line in gateway.lines if line.get("event") == "stopped") == 2
+    async with asyncio.timeout(10):  # their output ends a moment before they do
+        while not all(not_running(pid) for pid in workers):
+            await asyncio.sleep(0.02)
+
+
+def not_running(pid: int) -> bool:
+    """Gone, or exited and waiting to be reaped (a zombie of whoever adopted it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
