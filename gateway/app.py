@@ -14,7 +14,7 @@ from gateway.breaker import CircuitBreaker, CircuitState, GuardedCache
 from gateway.cache import CacheBackend, Keyer
 from gateway.clock import Clock, system_clock
 from gateway.edge import Edge, Handler, method_not_allowed, not_found
-from gateway.handlers import healthz, metrics, openapi_json, readyz, record_handler
+from gateway.handlers import RecordRoutes, healthz, metrics, openapi_json, readyz
 from gateway.health import Readiness
 from gateway.logs import set_level
 from gateway.memory_cache import MemoryBackend, NullBackend
@@ -34,6 +34,7 @@ from gateway.state import (
     OPENAPI,
     PIPELINE,
     READINESS,
+    RECORDS,
 )
 from gateway.trace import RequestIds
 from gateway.upstream import UpstreamClient, create_session
@@ -59,9 +60,11 @@ def create_app(
     app[COERCIONS] = CoercionCounts(metrics_.add_coercions)
     app[OPENAPI] = openapi_bytes(settings)
     edge = Edge(metrics=metrics_, ids=RequestIds(), live=live)
+    records = RecordRoutes(edge)
+    app[RECORDS] = records
     for route in ROUTES:
         # the record handlers hold their edge: a cache hit passes it by the short way
-        add_routes(app, edge, route.template, {"GET": record_handler(route, edge)}, route.name)
+        add_routes(app, edge, route.template, {"GET": records.handler(route)}, route.name)
     add_routes(app, edge, "/healthz", {"GET": edge.wrap(healthz, "healthz")}, "healthz")
     add_routes(app, edge, "/readyz", {"GET": edge.wrap(readyz, "readyz")}, "readyz")
     add_routes(app, edge, "/metrics", {"GET": edge.wrap(metrics, "metrics")}, "metrics")
@@ -201,9 +204,11 @@ async def _pipeline_ctx(app: web.Application) -> AsyncIterator[None]:
     app[CACHE] = cache
     app[PIPELINE] = pipeline
     app[READINESS] = readiness
+    app[RECORDS].pipeline = pipeline
     try:
         yield
     finally:
+        app[RECORDS].pipeline = None
         await pipeline.close()
         await backend.close()
         await session.close()

@@ -33,6 +33,16 @@ def parse_authorization(header: str | None) -> Credentials:
 
 def is_bearer(header: str) -> bool:
     """Whether ``parse_authorization(header)`` succeeds (without building credentials)."""
+    # the usual spelling first: "Bearer", one space, a printable token with no space
+    # at either end (anything else is judged by the full rules)
+    token = header[7:]
+    if (
+        header.startswith("Bearer ")
+        and token[:1] > " "
+        and token[-1:] > " "
+        and token.isprintable()
+    ):
+        return True
     return not _bearer_token(header)[1]
 
 

@@ -12,5 +12,5 @@ class Clock(Protocol):
         ...
 
 
-def system_clock() -> float:
-    return time.time()
+# time.time itself: a Python function around it costs a frame on every cache read
+system_clock: Clock = time.time

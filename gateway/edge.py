@@ -93,12 +93,16 @@ class Edge:
         cache: str,
         started: float,
         request_id: str,
-        trace: RequestTrace,
+        trace: RequestTrace | None = None,
+        token_fingerprint: str | None = None,
     ) -> None:
-        """Count one answered request and write its access log line."""
+        """Count one answered request and write its access log line (what the request
+        did upstream is in ``trace``; a hit has none, only the token's fingerprint)."""
         elapsed = time.perf_counter() - started
         self.metrics.answered(route, status, cache, elapsed)
         if self.live.settings.log.access:
+            if trace is None:
+                trace = RequestTrace(token_fingerprint=token_fingerprint)
             access_log.info(
                 "request",
                 extra={

@@ -13,10 +13,10 @@ from gateway.auth import is_bearer, parse_authorization
 from gateway.cache import CacheEntry
 from gateway.edge import Edge
 from gateway.metrics import CONTENT_TYPE
-from gateway.params import QueryMemo, RouteSpec
-from gateway.pipeline import CACHE_NAME, HIT, NO_DIRECTIVES, Directives
+from gateway.params import ROUTES, QueryMemo, RouteSpec
+from gateway.pipeline import CACHE_NAME, HIT, NO_DIRECTIVES, Directives, RecordPipeline
 from gateway.state import METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID
-from gateway.trace import RequestTrace, current_trace
+from gateway.trace import current_trace
 
 JSON = "application/json"
 _HEALTHY = b'{"status":"ok"}'
@@ -90,72 +90,59 @@ def _conditional(request: web.Request, etag: str, headers: CIMultiDict[str]) -> 
     return web.Response(status=304, headers=headers)
 
 
-def record_handler(route: RouteSpec, edge: Edge) -> RouteHandler:
-    """The handler of one record route, inside the edge.
+Shortcut = Callable[[web.Request], web.StreamResponse | None]
+
+
+class RecordRoutes:
+    """The six record routes of one application.
 
     A fresh hit held in this process (the memory backend, or the near cache in front
-    of Redis) for a query already validated once is answered straight away: no
-    awaiting, no reply object, headers copied from the entry's. Everything else, and
-    any request a hit could not answer exactly as the full path would (no token, a
-    new query string, cache directives), takes the full path, which validates and
-    raises every problem.
+    of Redis) for a query already validated once is answered by :meth:`hit` straight
+    away: no awaiting, no reply object, headers copied from the entry's. For the list
+    routes, whose paths have no parameter, :attr:`shortcuts` lets the server's front
+    door (gateway.front) try that before aiohttp's router. Everything else, and any
+    request a hit could not answer exactly as the full path would (no token, a new
+    query string, cache directives), takes the full path, which validates and raises
+    every problem.
     """
 
-    memo = QueryMemo()
-    live = edge.live
+    def __init__(self, edge: Edge) -> None:
+        self.edge = edge
+        self.pipeline: RecordPipeline | None = None  # the app's, once it has started
+        self._memos = {route.name: QueryMemo() for route in ROUTES}
+        self.shortcuts: dict[str, Shortcut] = {
+            route.template: self._shortcut(route) for route in ROUTES if not route.path_param
+        }
 
-    async def read(request: web.Request) -> web.StreamResponse:
+    def hit(
+        self, route: RouteSpec, path_value: str | None, request: web.Request
+    ) -> web.Response | None:
+        """The answer to ``request`` when it is a fresh hit held here; None otherwise."""
+        started = time.perf_counter()
+        pipeline = self.pipeline
         headers = request.headers
-        credentials = parse_authorization(headers.get("Authorization"))
-        pipeline = request.app[PIPELINE]
-        fingerprint = pipeline.keyer.fingerprint(credentials.authorization)
-        trace = current_trace()
-        if trace is not None:
-            trace.token_fingerprint = fingerprint
-        path_value = request.match_info[route.path_param] if route.path_param else None
-        query = memo.parse(
+        authorization = headers.get("Authorization")
+        if (
+            pipeline is None
+            or authorization is None
+            or "Cache-Control" in headers
+            or "Pragma" in headers
+        ):
+            return None
+        edge = self.edge
+        query = self._memos[route.name].known(
             route,
             path_value,
             request.rel_url.raw_query_string,
-            lambda: request.query.items(),
-            max_limit=live.settings.limits.max_limit,
-        )
-        directives = client_directives(headers.get("Cache-Control"), headers.get("Pragma"))
-        reply = await pipeline.read(
-            query,
-            credentials,
-            request[REQUEST_ID],
-            directives,
-            key=pipeline.keyer.key_for(query, fingerprint),
-        )
-        out = cache_headers(
-            reply.x_cache, reply.cache_status, reply.age_s, reply.max_age_s, reply.etag
-        )
-        return _conditional(request, reply.etag, out) or web.Response(body=reply.body, headers=out)
-
-    read.__name__ = f"get_{route.name}"
-    full = edge.wrap(read, route.name)
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        started = time.perf_counter()
-        headers = request.headers
-        authorization = headers.get("Authorization")
-        if authorization is None or "Cache-Control" in headers or "Pragma" in headers:
-            return await full(request)
-        query = memo.known(
-            route,
-            request.match_info[route.path_param] if route.path_param else None,
-            request.rel_url.raw_query_string,
-            live.settings.limits.max_limit,
+            edge.live.settings.limits.max_limit,
         )
         if query is None or not is_bearer(authorization):
-            return await full(request)
-        pipeline = request.app[PIPELINE]
+            return None
         keyer = pipeline.keyer
         fingerprint = keyer.fingerprint(authorization)
         entry = pipeline.fresh(keyer.key_for(query, fingerprint))
         if entry is None:
-            return await full(request)
+            return None
         request_id = edge.request_id(headers.get("X-Request-ID"))
         out = hit_headers(entry, pipeline.clock())
         out["X-Request-ID"] = request_id
@@ -169,12 +156,61 @@ def record_handler(route: RouteSpec, edge: Edge) -> RouteHandler:
             "hit",
             started,
             request_id,
-            RequestTrace(token_fingerprint=fingerprint),
+            token_fingerprint=fingerprint,
         )
         return response
 
-    handle.__name__ = f"get_{route.name}"
-    return handle
+    def _shortcut(self, route: RouteSpec) -> Shortcut:
+        def shortcut(request: web.Request) -> web.StreamResponse | None:
+            return self.hit(route, None, request)
+
+        return shortcut
+
+    def handler(self, route: RouteSpec) -> RouteHandler:
+        """The router's handler of ``route``, inside the edge."""
+        memo = self._memos[route.name]
+        live = self.edge.live
+
+        async def read(request: web.Request) -> web.StreamResponse:
+            headers = request.headers
+            credentials = parse_authorization(headers.get("Authorization"))
+            pipeline = request.app[PIPELINE]
+            fingerprint = pipeline.keyer.fingerprint(credentials.authorization)
+            trace = current_trace()
+            if trace is not None:
+                trace.token_fingerprint = fingerprint
+            path_value = request.match_info[route.path_param] if route.path_param else None
+            query = memo.parse(
+                route,
+                path_value,
+                request.rel_url.raw_query_string,
+                lambda: request.query.items(),
+                max_limit=live.settings.limits.max_limit,
+            )
+            directives = client_directives(headers.get("Cache-Control"), headers.get("Pragma"))
+            reply = await pipeline.read(
+                query,
+                credentials,
+                request[REQUEST_ID],
+                directives,
+                key=pipeline.keyer.key_for(query, fingerprint),
+            )
+            out = cache_headers(
+                reply.x_cache, reply.cache_status, reply.age_s, reply.max_age_s, reply.etag
+            )
+            return _conditional(request, reply.etag, out) or web.Response(
+                body=reply.body, headers=out
+            )
+
+        read.__name__ = f"get_{route.name}"
+        full = self.edge.wrap(read, route.name)
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            path_value = request.match_info[route.path_param] if route.path_param else None
+            return self.hit(route, path_value, request) or await full(request)
+
+        handle.__name__ = f"get_{route.name}"
+        return handle
 
 
 async def healthz(request: web.Request) -> web.StreamResponse:

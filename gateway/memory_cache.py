@@ -72,7 +72,8 @@ class MemoryBackend(QuietBackend):
         entry = slot.entry
         if self._clock() - entry.stored_at >= entry.ttl_s:
             return None
-        if entry.generations != self._current(key.route):
+        current = self._generations.get(key.route) or self._current(key.route)
+        if entry.generations != current:
             return None
         self._slots.move_to_end(key.text)
         return entry

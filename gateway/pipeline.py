@@ -148,9 +148,10 @@ class RecordPipeline:
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         """The entry ``read`` would serve as a plain HIT for a request without cache
         directives, when this process holds it (no I/O); None when ``read`` must decide."""
-        if self._cache is None or not self.policy.ttl_s.get(key.route):
+        cache = self._cache
+        if cache is None or not self.policy.ttl_s.get(key.route):
             return None
-        entry = self._cache.fresh(key)
+        entry = cache.fresh(key)
         if entry is None or entry.status != 200:
             return None
         return entry

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from gateway.breaker import GuardedCache
@@ -12,6 +14,9 @@ from gateway.normalise import CoercionCounts
 from gateway.pipeline import RecordPipeline
 from gateway.runtime import LiveConfig
 
+if TYPE_CHECKING:
+    from gateway.handlers import RecordRoutes
+
 LIVE = web.AppKey("live", LiveConfig)
 CLOCK = web.AppKey("clock", Clock)
 METRICS = web.AppKey("metrics", Metrics)
@@ -20,4 +25,6 @@ CACHE = web.AppKey("cache", GuardedCache)
 READINESS = web.AppKey("readiness", Readiness)
 COERCIONS = web.AppKey("coercions", CoercionCounts)
 OPENAPI = web.AppKey("openapi", bytes)
+# typed by annotation: gateway.handlers itself reads keys from here
+RECORDS: web.AppKey[RecordRoutes] = web.AppKey("records")
 REQUEST_ID = web.RequestKey("request_id", str)

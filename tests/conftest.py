@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.web_runner import BaseRunner
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gateway.app import create_app
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
+from gateway.front import GatewayRunner
 from gateway.logs import JsonFormatter
 from gateway.settings import Settings
 
@@ -75,6 +77,21 @@ def upstream_log(upstream: TestServer) -> RequestLog:
     return upstream.app[REQUEST_LOG]
 
 
+async def gateway_client(
+    aiohttp_client: AiohttpClient, app: web.Application
+) -> TestClient[web.Request, web.Application]:
+    """A test client of ``app`` run as the gateway's server runs it."""
+    client: Any = await aiohttp_client(GatewayTestServer(app))
+    return cast(TestClient[web.Request, web.Application], client)
+
+
+class GatewayTestServer(TestServer):
+    """aiohttp's TestServer running the app as the gateway's server does (its front door)."""
+
+    async def _make_runner(self, **kwargs: Any) -> BaseRunner:
+        return GatewayRunner(self.app, **kwargs)
+
+
 @pytest.fixture
 def gateway_factory(aiohttp_client: AiohttpClient) -> GatewayFactory:
     """Start a gateway on a loopback port in front of ``upstream_url``."""
@@ -84,7 +101,7 @@ def gateway_factory(aiohttp_client: AiohttpClient) -> GatewayFactory:
     ) -> TestClient[web.Request, web.Application]:
         settings = make_settings(upstream_url, **sections)
         app = create_app(settings) if clock is None else create_app(settings, clock=clock)
-        return await aiohttp_client(app)
+        return await gateway_client(aiohttp_client, app)
 
     return start
 

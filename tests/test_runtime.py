@@ -19,7 +19,7 @@ from gateway.runtime import ConfigSource, LiveConfig
 from gateway.settings import Settings
 from gateway.state import LIVE, PIPELINE, READINESS
 
-from .conftest import AUTH, FakeClock, base_url
+from .conftest import AUTH, FakeClock, base_url, gateway_client
 
 Client = TestClient[web.Request, web.Application]
 SECRET = "test-key-secret-0123456789"
@@ -99,7 +99,8 @@ def start(aiohttp_client: AiohttpClient, clock: FakeClock, root_level: None) -> 
 
     async def start(config: ConfigFile, **overrides: Any) -> Client:
         source = ConfigSource(config.path, overrides)
-        return await aiohttp_client(create_app(source.load(), clock=clock, source=source))
+        app = create_app(source.load(), clock=clock, source=source)
+        return await gateway_client(aiohttp_client, app)
 
     return start
 
