@@ -26,6 +26,9 @@ class CircuitState(enum.Enum):
     HALF_OPEN = "half-open"
 
 
+_CLOSED = CircuitState.CLOSED
+
+
 class CircuitBreaker:
     """Counts failures in a row; opens after ``failures``, retries after ``reset_s``."""
 
@@ -128,7 +131,7 @@ class GuardedCache:
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         """A fresh entry held in this process (see CacheBackend.fresh), only while the
         circuit is closed: a hit from here is neither a trial nor a success."""
-        if self.breaker.state is not CircuitState.CLOSED:
+        if self.breaker.state is not _CLOSED:
             return None
         return self.backend.fresh(key)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -71,6 +73,24 @@ def test_keys_change_with_the_upstream_and_never_hold_the_token() -> None:
     assert token not in one.text
     other_secret = Keyer(namespace="rg", base_url="http://a.example", secret=b"x" * 32)
     assert other_secret.key(query, creds(token)) != one
+
+
+@pytest.mark.parametrize(
+    "authorization", ["Bearer t1", "Bearer " + "x" * 4000, "bearer  Ünïcödé-tøken "]
+)
+def test_the_token_fingerprint_is_hmac_sha256_under_the_key_secret(authorization: str) -> None:
+    """Whichever SHA-256 implementation the keyer uses, the fingerprint is the standard
+    HMAC-SHA256 (OpenSSL's here), shortened: keys stay the same across Pythons and
+    instances."""
+    keyer = Keyer(namespace="rg", base_url="http://a.example", secret=SECRET)
+    expected = hmac.new(
+        SECRET, authorization.encode("utf-8", "surrogateescape"), hashlib.sha256
+    ).hexdigest()[:32]
+    assert keyer.fingerprint(authorization) == expected
+    assert keyer.fingerprint(authorization) == expected  # the keyed state is not consumed
+    assert keyer.key_for(
+        parse_record_query(USERS, None, [], max_limit=100), expected
+    ).text.endswith("|" + expected)
 
 
 @pytest.fixture(params=["memory", "fakeredis", "redis"])
