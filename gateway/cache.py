@@ -19,7 +19,7 @@ import hmac
 import importlib
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from gateway.auth import Credentials
@@ -65,8 +65,6 @@ class CacheEntry:
     ttl_s: int
     status: int = 200
     generations: Generations = NO_GENERATIONS
-    # The HTTP layer's headers of a hit, made once per second of age (not stored).
-    headers: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.stored_at)

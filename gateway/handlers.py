@@ -66,19 +66,27 @@ def cache_headers(
     return headers
 
 
-def hit_headers(entry: CacheEntry, now: float) -> CIMultiDict[str]:
-    """The headers of a fresh hit on ``entry`` at ``now``: the same as the pipeline's
-    hit reply, made once per entry and second of age and copied for each request."""
-    age = entry.age(now)
-    age_s = int(age)
-    left = int(entry.ttl_s - age)
-    made = entry.headers
-    if made and made[0] == (age_s, left):
-        kept: CIMultiDict[str] = made[1]
-        return kept.copy()
-    headers = cache_headers(HIT, f"{CACHE_NAME}; hit; ttl={left}", age_s, left, entry.etag)
-    made[:] = ((age_s, left), headers)
-    return headers.copy()
+class HitHeaders:
+    """The headers of fresh hits, the same as the pipeline's hit reply: they depend on
+    the entry's ETag, its age and its freshness left, in whole seconds, so each such
+    set is made once and copied for every request that needs it. At most ``size``
+    sets are kept (a fixed amount of memory, whatever the cache holds)."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._made: dict[tuple[str, int, int], CIMultiDict[str]] = {}
+
+    def __call__(self, entry: CacheEntry, now: float) -> CIMultiDict[str]:
+        age = entry.age(now)
+        age_s = int(age)
+        left = int(entry.ttl_s - age)
+        made = self._made.get((entry.etag, age_s, left))
+        if made is None:
+            made = cache_headers(HIT, f"{CACHE_NAME}; hit; ttl={left}", age_s, left, entry.etag)
+            if len(self._made) >= self._size:
+                self._made.clear()
+            self._made[(entry.etag, age_s, left)] = made
+        return made.copy()
 
 
 def _conditional(request: web.Request, etag: str, headers: CIMultiDict[str]) -> web.Response | None:
@@ -110,6 +118,7 @@ class RecordRoutes:
         self.edge = edge
         self.pipeline: RecordPipeline | None = None  # the app's, once it has started
         self._memos = {route.name: QueryMemo() for route in ROUTES}
+        self._hit_headers = HitHeaders()
         self.shortcuts: dict[str, Shortcut] = {
             route.template: self._shortcut(route) for route in ROUTES if not route.path_param
         }
@@ -144,7 +153,7 @@ class RecordRoutes:
         if entry is None:
             return None
         request_id = edge.request_id(headers.get("X-Request-ID"))
-        out = hit_headers(entry, pipeline.clock())
+        out = self._hit_headers(entry, pipeline.clock())
         out["X-Request-ID"] = request_id
         response = _conditional(request, entry.etag, out) or web.Response(
             body=entry.body, headers=out
