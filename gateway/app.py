@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import AsyncIterator
 
@@ -38,6 +39,8 @@ from gateway.state import (
 )
 from gateway.trace import RequestIds
 from gateway.upstream import UpstreamClient, create_session
+
+log = logging.getLogger("gateway.app")
 
 
 def create_app(
@@ -101,10 +104,18 @@ async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
     its own process; this is how the other workers' requests reach the sum)."""
     metrics_ = app[METRICS]
 
+    def flush() -> None:
+        # A failed write (a full disk under PROMETHEUS_MULTIPROC_DIR) loses that
+        # second's tallies; it must not stop the next flushes or fail a shutdown.
+        try:
+            metrics_.flush()
+        except Exception:
+            log.exception("metrics: handing the request tallies over failed")
+
     async def flush_every_second() -> None:
         while True:
             await asyncio.sleep(METRICS_FLUSH_S)
-            metrics_.flush()
+            flush()
 
     flushing = asyncio.ensure_future(flush_every_second())
     try:
@@ -113,7 +124,7 @@ async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
         flushing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await flushing
-        metrics_.flush()
+        flush()
 
 
 def create_backend(settings: CacheSettings, *, prefix: str, clock: Clock) -> CacheBackend:

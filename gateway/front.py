@@ -10,6 +10,11 @@ names the route. :func:`front_door` tries the record routes' shortcuts
 exactly their path, and hands everything else, including every request a shortcut
 declines, to the application unchanged.
 
+What the front door answers never passes through the application: an aiohttp
+middleware or ``on_response_prepare`` signal would not see it. ``create_app``
+registers neither (a test holds it to that); the edge's work (request id, metrics,
+access log) is done by the shortcut itself.
+
 :class:`GatewayRunner` is ``web.AppRunner`` with the front door in place; the server
 and the test suite both run the gateway through it.
 """
@@ -22,7 +27,7 @@ from typing import cast
 from aiohttp import hdrs, web
 
 from gateway.handlers import Shortcut
-from gateway.state import RECORDS
+from gateway.state import RECORDS, SHORTCUT_DECLINED
 
 RequestHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
@@ -35,9 +40,11 @@ def front_door(app_handler: RequestHandler, shortcuts: Mapping[str, Shortcut]) -
             shortcut = shortcuts.get(request.path)
             if shortcut is not None and hdrs.EXPECT not in request.headers:
                 # the server's request factory is the application's: a web.Request
-                response = shortcut(cast(web.Request, request))
+                full = cast(web.Request, request)
+                response = shortcut(full)
                 if response is not None:
                     return response
+                full[SHORTCUT_DECLINED] = True  # the route's handler need not try again
         return await app_handler(request)
 
     return handle

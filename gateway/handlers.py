@@ -15,7 +15,7 @@ from gateway.edge import Edge
 from gateway.metrics import CONTENT_TYPE
 from gateway.params import ROUTES, QueryMemo, RouteSpec
 from gateway.pipeline import CACHE_NAME, HIT, NO_DIRECTIVES, Directives, RecordPipeline
-from gateway.state import METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID
+from gateway.state import METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID, SHORTCUT_DECLINED
 from gateway.trace import current_trace
 
 JSON = "application/json"
@@ -215,6 +215,8 @@ class RecordRoutes:
         full = self.edge.wrap(read, route.name)
 
         async def handle(request: web.Request) -> web.StreamResponse:
+            if request.get(SHORTCUT_DECLINED):
+                return await full(request)
             path_value = request.match_info[route.path_param] if route.path_param else None
             return self.hit(route, path_value, request) or await full(request)
 

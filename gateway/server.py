@@ -147,9 +147,6 @@ def release_free_memory() -> None:
     builds and drops a lot (settings, models, the OpenAPI document) that would
     otherwise stay in the resident set for the life of the process."""
     gc.collect()
-    # What start-up left is there for the life of the process: out of the collector's
-    # sight, a full collection no longer walks the models, routes and modules.
-    gc.freeze()
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:  # pragma: no cover - not glibc

@@ -28,3 +28,5 @@ OPENAPI = web.AppKey("openapi", bytes)
 # typed by annotation: gateway.handlers itself reads keys from here
 RECORDS: web.AppKey[RecordRoutes] = web.AppKey("records")
 REQUEST_ID = web.RequestKey("request_id", str)
+# set by the front door when a record route's shortcut declined the request
+SHORTCUT_DECLINED = web.RequestKey("shortcut_declined", bool)

@@ -7,9 +7,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
+from gateway.app import create_app
 from gateway.cache import CacheEntry
 from gateway.front import front_door
 from gateway.handlers import HitHeaders
+from gateway.state import SHORTCUT_DECLINED
+
+from .conftest import make_settings
 
 ANSWER = web.Response(text="from the shortcut")
 ROUTED = web.Response(text="from the application")
@@ -51,10 +55,13 @@ async def test_only_a_plain_get_on_a_shortcut_path_is_tried(
         return ROUTED
 
     handle = front_door(application, {"/expenses": answer, "/users": decline})
-    response = await handle(make_mocked_request(method, path, headers=headers))
+    request = make_mocked_request(method, path, headers=headers)
+    response = await handle(request)
     assert response is expected
     assert calls == tried
     assert routed == ([] if expected is ANSWER else [path.split("?")[0]])
+    # a declined shortcut is not tried again by the route's handler
+    assert request.get(SHORTCUT_DECLINED, False) == (tried == ["/users"])
 
 
 def test_hit_headers_follow_each_entry_and_second_and_stay_bounded() -> None:
@@ -81,3 +88,11 @@ def test_hit_headers_follow_each_entry_and_second_and_stay_bounded() -> None:
         '"one"',
     )
     assert made(two, 1012.0)["ETag"] == '"two"'
+
+
+def test_the_app_has_nothing_the_front_door_would_skip() -> None:
+    """Front-door answers bypass aiohttp's middlewares and on_response_prepare; the
+    gateway must not rely on either (add one, and hits on list routes would miss it)."""
+    app = create_app(make_settings("http://127.0.0.1:9"))
+    assert list(app.middlewares) == []
+    assert list(app.on_response_prepare) == []

@@ -14,6 +14,7 @@ from yarl import URL
 
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.metrics import MULTIPROC_ENV, Metrics
+from gateway.state import METRICS
 
 from .conftest import AUTH, TOKEN, GatewayFactory, base_url, redis_cache
 from .redis_server import RedisServer
@@ -394,3 +395,29 @@ def test_flushed_tallies_expose_what_one_call_per_request_would() -> None:
     )
     tallied.flush()  # nothing new: nothing added twice
     assert samples(tallied) == samples(direct)
+
+
+async def test_a_failed_hand_over_neither_stops_the_next_nor_fails_the_shutdown(
+    gateway_factory: GatewayFactory, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = await gateway_factory(base_url(upstream), cache={"backend": "memory"})
+    metrics = client.app[METRICS]
+    flush = metrics.flush
+    calls = 0
+
+    def failing_once() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise OSError(28, "No space left on device")
+        flush()
+
+    monkeypatch.setattr(metrics, "flush", failing_once)
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    async with asyncio.timeout(10):  # the once-a-second hand-over goes on after a failure
+        while calls < 2:
+            await asyncio.sleep(0.05)
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    await client.close()  # the last hand-over at shutdown must not raise either
+    exposition = Scrape(generate_latest(metrics.registry).decode())
+    assert exposition.value("gateway_requests_total", route="users", status="200", cache="hit") == 1
