@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from gateway.errors import AuthenticationRequired
 
 _SCHEME = "bearer"
+_MISSING = "this route needs an 'Authorization: Bearer <token>' header"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,23 +34,21 @@ def parse_authorization(header: str | None) -> Credentials:
 
 def is_bearer(header: str) -> bool:
     """Whether ``parse_authorization(header)`` succeeds (without building credentials)."""
-    # the usual spelling first: "Bearer", one space, a printable token with no space
-    # at either end (anything else is judged by the full rules)
-    token = header[7:]
-    if (
-        header.startswith("Bearer ")
-        and token[:1] > " "
-        and token[-1:] > " "
-        and token.isprintable()
-    ):
-        return True
     return not _bearer_token(header)[1]
 
 
 def _bearer_token(header: str | None) -> tuple[str, str]:
     """The token of a usable header and "", or "" and what is wrong with the header."""
-    if header is None or not header.strip():
-        return "", "this route needs an 'Authorization: Bearer <token>' header"
+    if header is None:
+        return "", _MISSING
+    # the usual spelling first: "Bearer", one space, a printable token with no space
+    # at either end; anything else goes through the rules below
+    token = header[7:]
+    usual = header.startswith("Bearer ") and token[:1] > " " and token[-1:] > " "
+    if usual and token.isprintable():
+        return token, ""
+    if not header.strip():
+        return "", _MISSING
     scheme, _, token = header.strip().partition(" ")
     if scheme.lower() != _SCHEME:
         return "", (

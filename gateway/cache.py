@@ -69,6 +69,10 @@ class CacheEntry:
     def age(self, now: float) -> float:
         return max(0.0, now - self.stored_at)
 
+    def left(self, now: float) -> float:
+        """Seconds of freshness left at ``now`` (at most 0 once its TTL is over)."""
+        return self.ttl_s - self.age(now)
+
     def encode(self) -> bytes:
         etag = self.etag.encode("ascii")
         header = _HEADER.pack(

@@ -14,7 +14,14 @@ from gateway.cache import CacheEntry
 from gateway.edge import Edge
 from gateway.metrics import CONTENT_TYPE
 from gateway.params import ROUTES, QueryMemo, RouteSpec
-from gateway.pipeline import CACHE_NAME, HIT, NO_DIRECTIVES, Directives, RecordPipeline
+from gateway.pipeline import (
+    CACHE_NAME,
+    HIT,
+    NO_DIRECTIVES,
+    Directives,
+    RecordPipeline,
+    hit_status,
+)
 from gateway.state import METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID, SHORTCUT_DECLINED
 from gateway.trace import current_trace
 
@@ -77,12 +84,10 @@ class HitHeaders:
         self._made: dict[tuple[str, int, int], CIMultiDict[str]] = {}
 
     def __call__(self, entry: CacheEntry, now: float) -> CIMultiDict[str]:
-        age = entry.age(now)
-        age_s = int(age)
-        left = int(entry.ttl_s - age)
+        age_s, left = int(entry.age(now)), int(entry.left(now))
         made = self._made.get((entry.etag, age_s, left))
         if made is None:
-            made = cache_headers(HIT, f"{CACHE_NAME}; hit; ttl={left}", age_s, left, entry.etag)
+            made = cache_headers(HIT, f"{CACHE_NAME}; {hit_status(left)}", age_s, left, entry.etag)
             if len(self._made) >= self._size:
                 self._made.clear()
             self._made[(entry.etag, age_s, left)] = made

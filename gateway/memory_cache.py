@@ -61,23 +61,19 @@ class MemoryBackend(QuietBackend):
 
     async def get(self, key: CacheKey) -> Lookup:
         current = self._current(key.route)
+        return Lookup(self._unpurged(key, current), current)
+
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        entry = self._unpurged(key, self._current(key.route))
+        return entry if entry is not None and entry.left(self._clock()) > 0 else None
+
+    def _unpurged(self, key: CacheKey, current: Generations) -> CacheEntry | None:
+        """The entry under ``key`` unless expired from the store or stored before the
+        ``current`` generations (then dropped); marks it recently used."""
         entry = self.peek(key.text)
         if entry is not None and entry.generations != current:
             self.drop(key.text)
-            entry = None
-        return Lookup(entry, current)
-
-    def fresh(self, key: CacheKey) -> CacheEntry | None:
-        slot = self._slots.get(key.text)
-        if slot is None:
             return None
-        entry = slot.entry
-        if self._clock() - entry.stored_at >= entry.ttl_s:
-            return None
-        current = self._generations.get(key.route) or self._current(key.route)
-        if entry.generations != current:
-            return None
-        self._slots.move_to_end(key.text)
         return entry
 
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:

@@ -71,7 +71,7 @@ class NearCache:
         entry = self._store.peek(key.text)
         if entry is None:
             return None
-        if entry.age(self._clock()) >= entry.ttl_s:
+        if entry.left(self._clock()) <= 0:
             self._store.drop(key.text)
             return None
         return entry
@@ -81,7 +81,7 @@ class NearCache:
         reported for its route (not if a purge came in between)."""
         if not self.live or self._known.get(key.route) != entry.generations:
             return
-        left = entry.ttl_s - entry.age(self._clock())
+        left = entry.left(self._clock())
         if left > 0:
             self._store.put(key.text, entry, left, route=key.route)
 

@@ -93,6 +93,16 @@ class Reply(NamedTuple):
     max_age_s: int = 0
 
 
+class _Read(NamedTuple):
+    """One read, as the upstream fetch and the store need it."""
+
+    key: CacheKey
+    query: RecordQuery
+    credentials: Credentials
+    request_id: str
+    ttl: int
+
+
 @dataclass(frozen=True, slots=True)
 class _Fetched:
     """The outcome of one upstream call, shared by every request that waited for it."""
@@ -170,15 +180,13 @@ class RecordPipeline:
         ttl = policy.ttl_s.get(query.route.name, 0)
         if key is None:
             key = self._keyer.key(query, credentials)
+        job = _Read(key, query, credentials, request_id, ttl)
         if self._cache is None or ttl == 0 or directives.no_store:
             detail = "fwd=request" if directives.no_store and self._cache and ttl else "fwd=bypass"
-            fetched = await self._fetch(key, query, credentials, request_id, ttl, None)
+            fetched = await self._fetch(job, None)
             return _served(fetched.entry, BYPASS, detail)
         if directives.no_cache and policy.honor_client_no_cache:
-            lookup_generations = await self._current_generations(key)
-            fetched = await self._fetch(
-                key, query, credentials, request_id, ttl, lookup_generations
-            )
+            fetched = await self._fetch(job, await self._current_generations(key))
             stored = "; stored" if fetched.stored else ""
             return _served(fetched.entry, BYPASS, f"fwd=request{stored}", left=ttl)
 
@@ -186,14 +194,14 @@ class RecordPipeline:
         stale: CacheEntry | None = None
         if lookup is not None and lookup.entry is not None:
             entry = lookup.entry
-            age = entry.age(self._clock())
-            left = entry.ttl_s - age
+            now = self._clock()
+            age, left = entry.age(now), entry.left(now)
             if left > 0:
-                return _served(entry, HIT, f"hit; ttl={int(left)}", age=age, left=int(left))
+                return _served(entry, HIT, hit_status(int(left)), age=age, left=int(left))
             overdue = -left
             if overdue < policy.stale_while_revalidate_s:
-                self._refresh(key, query, credentials, request_id, ttl, lookup.generations)
-                return _served(entry, STALE, f"hit; ttl={-int(overdue) or -1}", age=age)
+                self._refresh(job, lookup.generations)
+                return _served(entry, STALE, hit_status(-int(overdue) or -1), age=age)
             if overdue < policy.stale_if_error_s:
                 stale = entry
 
@@ -201,7 +209,7 @@ class RecordPipeline:
         try:
             fetched, joined = await self._inflight.run(
                 key.text,
-                lambda: self._fetch(key, query, credentials, request_id, ttl, generations),
+                lambda: self._fetch(job, generations),
             )
         except UpstreamError as exc:
             if stale is not None and _is_failure(exc):
@@ -225,37 +233,22 @@ class RecordPipeline:
         lookup = await self._cache.get(key)
         return None if lookup is None else lookup.generations
 
-    def _refresh(
-        self,
-        key: CacheKey,
-        query: RecordQuery,
-        credentials: Credentials,
-        request_id: str,
-        ttl: int,
-        generations: Generations,
-    ) -> None:
+    def _refresh(self, job: _Read, generations: Generations) -> None:
         async def refresh() -> _Fetched:
             try:
-                return await self._fetch(key, query, credentials, request_id, ttl, generations)
+                return await self._fetch(job, generations)
             except UpstreamError as exc:
                 log.info(
                     "background refresh failed; the stale entry stays",
-                    extra={"route": query.route.template, "error": exc.detail},
+                    extra={"route": job.query.route.template, "error": exc.detail},
                 )
                 raise
 
-        self._inflight.start(key.text, refresh)
+        self._inflight.start(job.key.text, refresh)
 
-    async def _fetch(
-        self,
-        key: CacheKey,
-        query: RecordQuery,
-        credentials: Credentials,
-        request_id: str,
-        ttl: int,
-        generations: Generations | None,
-    ) -> _Fetched:
+    async def _fetch(self, job: _Read, generations: Generations | None) -> _Fetched:
         """Upstream, normalise, and store when ``generations`` says the cache is usable."""
+        key, query, credentials, request_id, ttl = job
         try:
             fetched = await self._upstream.fetch(
                 query, authorization=credentials.authorization, request_id=request_id
@@ -290,6 +283,12 @@ class RecordPipeline:
         if generations is not None and self._cache is not None and ttl > 0:
             stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
         return _Fetched(entry, stored)
+
+
+def hit_status(left_s: int) -> str:
+    """The Cache-Status detail of a hit with ``left_s`` seconds of freshness left
+    (negative once stale)."""
+    return f"hit; ttl={left_s}"
 
 
 def _is_failure(exc: UpstreamError) -> bool:
