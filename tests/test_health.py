@@ -113,17 +113,27 @@ async def test_readyz_degraded_while_redis_is_stopped_then_ok_again(
     assert cache["lastError"].startswith("redis GET: ")
 
 
-async def test_readyz_recovers_through_traffic_after_the_circuit_opened(
+RESET_S = 0.3
+
+
+async def with_open_circuit(
     gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
-) -> None:
-    reset_s = 0.3
+) -> Client:
+    """A gateway on ``own_redis`` whose circuit opened: Redis stopped, one request made."""
     client = await gateway_factory(
         base_url(upstream),
-        cache=redis_cache(own_redis.url, breaker_failures=1, breaker_reset_s=reset_s),
+        cache=redis_cache(own_redis.url, breaker_failures=1, breaker_reset_s=RESET_S),
         health=NO_CHECK_LIMIT,
     )
     own_redis.stop()
     assert (await client.get("/users", headers=AUTH)).status == 200  # opens the circuit
+    return client
+
+
+async def test_readyz_recovers_through_traffic_after_the_circuit_opened(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    client = await with_open_circuit(gateway_factory, upstream, own_redis)
     assert await circuit_states(client) == [2.0]
     status, report = await ready(client)
     assert status == 200
@@ -132,7 +142,7 @@ async def test_readyz_recovers_through_traffic_after_the_circuit_opened(
     assert report["components"]["cache"]["lastError"].startswith("redis PING: ")
 
     own_redis.start()
-    await asyncio.sleep(reset_s + 0.1)
+    await asyncio.sleep(RESET_S + 0.1)
     trial = await client.get("/users?page=2", headers=AUTH)
     assert trial.headers["Cache-Status"] == "records-gateway; fwd=miss; stored"
     status, report = await ready(client)
@@ -142,17 +152,10 @@ async def test_readyz_recovers_through_traffic_after_the_circuit_opened(
 async def test_readyz_recovers_without_traffic_after_the_circuit_opened(
     gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
 ) -> None:
-    reset_s = 0.3
-    client = await gateway_factory(
-        base_url(upstream),
-        cache=redis_cache(own_redis.url, breaker_failures=1, breaker_reset_s=reset_s),
-        health=NO_CHECK_LIMIT,
-    )
-    own_redis.stop()
-    assert (await client.get("/users", headers=AUTH)).status == 200  # opens the circuit
+    client = await with_open_circuit(gateway_factory, upstream, own_redis)
     assert (await ready(client))[1]["status"] == "degraded"
     own_redis.start()
-    await asyncio.sleep(reset_s + 0.1)
+    await asyncio.sleep(RESET_S + 0.1)
     # Redis answers PING again: the readiness check sees it and closes the circuit
     # (this once stayed "down" until a request passed through the breaker)
     status, report = await ready(client)
