@@ -14,6 +14,7 @@ from gateway.admin import ADMIN_ROUTES
 from gateway.breaker import CircuitBreaker, CircuitState, GuardedCache
 from gateway.cache import CacheBackend, Keyer
 from gateway.clock import Clock, system_clock
+from gateway.connections import ConnectionFingerprints
 from gateway.edge import Edge, Handler, method_not_allowed, not_found
 from gateway.handlers import RecordRoutes, healthz, metrics, openapi_json, readyz
 from gateway.health import Readiness
@@ -63,7 +64,7 @@ def create_app(
     app[COERCIONS] = CoercionCounts(metrics_.add_coercions)
     app[OPENAPI] = openapi_bytes(settings)
     edge = Edge(metrics=metrics_, ids=RequestIds(), live=live)
-    records = RecordRoutes(edge)
+    records = RecordRoutes(edge, ConnectionFingerprints())
     app[RECORDS] = records
     for route in ROUTES:
         # the record handlers hold their edge: a cache hit passes it by the short way

@@ -25,14 +25,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import cast
 
 from aiohttp import hdrs, web
+from aiohttp.web_protocol import RequestHandler
 
+from gateway.connections import ConnectionFingerprints
 from gateway.handlers import Shortcut
 from gateway.state import RECORDS, SHORTCUT_DECLINED
 
-RequestHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
-def front_door(app_handler: RequestHandler, shortcuts: Mapping[str, Shortcut]) -> RequestHandler:
+def front_door(app_handler: Handler, shortcuts: Mapping[str, Shortcut]) -> Handler:
     """``app_handler`` behind the shortcuts of ``shortcuts`` (exact path -> shortcut)."""
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
@@ -51,10 +53,29 @@ def front_door(app_handler: RequestHandler, shortcuts: Mapping[str, Shortcut]) -
 
 
 class GatewayRunner(web.AppRunner):
-    """``web.AppRunner`` whose server calls the front door first."""
+    """``web.AppRunner`` whose server calls the front door first, and tells the record
+    routes when a connection closes (they forget what they remembered of it)."""
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        app = self.app
-        server.request_handler = front_door(server.request_handler, app[RECORDS].shortcuts)
+        records = self.app[RECORDS]
+        server.request_handler = front_door(server.request_handler, records.shortcuts)
+        server.connection_lost = _forgetting(  # type: ignore[method-assign,assignment]
+            server.connection_lost, records.fingerprints
+        )
         return server
+
+
+ConnectionLost = Callable[[RequestHandler, BaseException | None], None]
+
+
+def _forgetting(
+    connection_lost: ConnectionLost, fingerprints: ConnectionFingerprints
+) -> ConnectionLost:
+    """The server's ``connection_lost``, which first has ``fingerprints`` forget it."""
+
+    def lost(handler: RequestHandler, exc: BaseException | None = None) -> None:
+        fingerprints.forget(handler)
+        connection_lost(handler, exc)
+
+    return lost

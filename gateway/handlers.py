@@ -7,10 +7,11 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.auth import is_bearer, parse_authorization
 from gateway.cache import CacheEntry
+from gateway.connections import ConnectionFingerprints
 from gateway.edge import Edge
 from gateway.metrics import CONTENT_TYPE
 from gateway.params import ROUTES, QueryMemo, RouteSpec
@@ -76,31 +77,38 @@ def cache_headers(
 class HitHeaders:
     """The headers of fresh hits, the same as the pipeline's hit reply: they depend on
     the entry's ETag, its age and its freshness left, in whole seconds, so each such
-    set is made once and copied for every request that needs it. At most ``size``
-    sets are kept (a fixed amount of memory, whatever the cache holds)."""
+    set is made once, read-only, and shared by every request that needs it
+    (``web.Response`` copies the headers it is given). At most ``size`` sets are kept
+    (a fixed amount of memory, whatever the cache holds)."""
 
     def __init__(self, size: int = 64) -> None:
         self._size = size
-        self._made: dict[tuple[str, int, int], CIMultiDict[str]] = {}
+        self._made: dict[tuple[str, int, int], CIMultiDictProxy[str]] = {}
 
-    def __call__(self, entry: CacheEntry, now: float) -> CIMultiDict[str]:
+    def __call__(self, entry: CacheEntry, now: float) -> CIMultiDictProxy[str]:
         age_s, left = int(entry.age(now)), int(entry.left(now))
         made = self._made.get((entry.etag, age_s, left))
         if made is None:
-            made = cache_headers(HIT, f"{CACHE_NAME}; {hit_status(left)}", age_s, left, entry.etag)
+            made = CIMultiDictProxy(
+                cache_headers(HIT, f"{CACHE_NAME}; {hit_status(left)}", age_s, left, entry.etag)
+            )
             if len(self._made) >= self._size:
                 self._made.clear()
             self._made[(entry.etag, age_s, left)] = made
-        return made.copy()
+        return made
 
 
-def _conditional(request: web.Request, etag: str, headers: CIMultiDict[str]) -> web.Response | None:
-    """304 Not Modified when the request's If-None-Match names ``etag``."""
+def _conditional(
+    request: web.Request, etag: str, headers: CIMultiDict[str] | CIMultiDictProxy[str]
+) -> web.Response | None:
+    """304 Not Modified when the request's If-None-Match names ``etag`` (``headers``,
+    those of the 200, are left as they are)."""
     if_none_match = request.headers.get("If-None-Match")
     if if_none_match is None or not etag_matches(if_none_match, etag):
         return None
-    del headers["Content-Type"]
-    return web.Response(status=304, headers=headers)
+    response = web.Response(status=304, headers=headers)
+    del response.headers["Content-Type"]
+    return response
 
 
 Shortcut = Callable[[web.Request], web.StreamResponse | None]
@@ -119,8 +127,9 @@ class RecordRoutes:
     every problem.
     """
 
-    def __init__(self, edge: Edge) -> None:
+    def __init__(self, edge: Edge, fingerprints: ConnectionFingerprints) -> None:
         self.edge = edge
+        self.fingerprints = fingerprints
         self.pipeline: RecordPipeline | None = None  # the app's, once it has started
         self._memos = {route.name: QueryMemo() for route in ROUTES}
         self._hit_headers = HitHeaders()
@@ -150,19 +159,24 @@ class RecordRoutes:
             request.rel_url.raw_query_string,
             edge.live.settings.limits.max_limit,
         )
-        if query is None or not is_bearer(authorization):
+        if query is None:
             return None
         keyer = pipeline.keyer
-        fingerprint = keyer.fingerprint(authorization)
+        connection = request.protocol
+        fingerprint = self.fingerprints.known(connection, keyer, authorization)
+        if fingerprint is None:
+            if not is_bearer(authorization):
+                return None
+            fingerprint = self.fingerprints.of(connection, keyer, authorization)
         entry = pipeline.fresh(keyer.key_for(query, fingerprint))
         if entry is None:
             return None
         request_id = edge.request_id(headers.get("X-Request-ID"))
         out = self._hit_headers(entry, pipeline.clock())
-        out["X-Request-ID"] = request_id
         response = _conditional(request, entry.etag, out) or web.Response(
             body=entry.body, headers=out
         )
+        response.headers["X-Request-ID"] = request_id
         edge.answered(
             request,
             route.name,
@@ -184,12 +198,15 @@ class RecordRoutes:
         """The router's handler of ``route``, inside the edge."""
         memo = self._memos[route.name]
         live = self.edge.live
+        fingerprints = self.fingerprints
 
         async def read(request: web.Request) -> web.StreamResponse:
             headers = request.headers
             credentials = parse_authorization(headers.get("Authorization"))
             pipeline = request.app[PIPELINE]
-            fingerprint = pipeline.keyer.fingerprint(credentials.authorization)
+            fingerprint = fingerprints.of(
+                request.protocol, pipeline.keyer, credentials.authorization
+            )
             trace = current_trace()
             if trace is not None:
                 trace.token_fingerprint = fingerprint

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, cast
@@ -196,3 +197,17 @@ def _no_token_in_any_log_line() -> Iterator[None]:
     root.setLevel(previous)
     leaked = [line for line in recorder.lines if any(token in line for token in TOKENS_SENT)]
     assert leaked == [], f"{len(leaked)} log lines contain a token, e.g. {leaked[:1]}"
+
+
+def token_upstream(tokens: list[str]) -> web.Application:
+    """An upstream whose data depends on the token: token n sees user n."""
+
+    async def users(request: web.Request) -> web.Response:
+        token = request.headers["Authorization"].removeprefix("Bearer ")
+        await asyncio.sleep(0.001)
+        user = {"id": None, "username": f"user-{tokens.index(token)}", "role": "ADMIN"}
+        return web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
+
+    app = web.Application()
+    app.router.add_get("/users", users)
+    return app

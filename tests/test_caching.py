@@ -16,7 +16,7 @@ from gateway.breaker import CircuitState
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.state import CACHE, PIPELINE
 
-from .conftest import AUTH, FakeClock, GatewayFactory, base_url, redis_cache
+from .conftest import AUTH, FakeClock, GatewayFactory, base_url, redis_cache, token_upstream
 from .redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
@@ -211,20 +211,6 @@ async def test_no_cache_can_be_ignored_by_config(
     _, _, headers = await get(client, "/users", **{"Cache-Control": "no-cache"})
     assert headers["X-Cache"] == "HIT"
     assert len(upstream_log) == 1
-
-
-def token_upstream(tokens: list[str]) -> web.Application:
-    """An upstream whose data depends on the token: token n sees user n."""
-
-    async def users(request: web.Request) -> web.Response:
-        token = request.headers["Authorization"].removeprefix("Bearer ")
-        await asyncio.sleep(0.001)
-        user = {"id": None, "username": f"user-{tokens.index(token)}", "role": "ADMIN"}
-        return web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
-
-    app = web.Application()
-    app.router.add_get("/users", users)
-    return app
 
 
 async def test_tokens_never_see_each_others_entries(

@@ -1,0 +1,98 @@
+"""Each open connection's token fingerprint, remembered for the life of the connection."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from aiohttp.test_utils import TestClient
+from pytest_aiohttp import AiohttpServer
+
+from gateway.app import create_app
+from gateway.cache import Keyer
+from gateway.connections import ConnectionFingerprints
+from gateway.state import RECORDS
+
+from .conftest import GatewayTestServer, base_url, make_settings, token_upstream
+
+
+class CountingKeyer(Keyer):
+    def __init__(self, secret: bytes = b"s" * 32) -> None:
+        super().__init__(namespace="rg", base_url="http://upstream", secret=secret)
+        self.computed: list[str] = []
+
+    def fingerprint(self, authorization: str) -> str:
+        self.computed.append(authorization)
+        return super().fingerprint(authorization)
+
+
+def test_a_connection_computes_each_token_s_fingerprint_once_in_a_row() -> None:
+    keyer = CountingKeyer()
+    fingerprints = ConnectionFingerprints()
+    one, two = object(), object()
+    a = fingerprints.of(one, keyer, "Bearer aaa")
+    assert a == Keyer(namespace="x", base_url="http://y", secret=b"s" * 32).fingerprint(
+        "Bearer aaa"
+    )
+    assert fingerprints.of(one, keyer, "Bearer aaa") == a
+    assert fingerprints.known(one, keyer, "Bearer aaa") == a
+    assert keyer.computed == ["Bearer aaa"]
+    # another token on the same connection, the same token on another connection
+    b = fingerprints.of(one, keyer, "Bearer bbb")
+    assert b != a
+    assert fingerprints.known(one, keyer, "Bearer aaa") is None
+    assert fingerprints.of(two, keyer, "Bearer aaa") == a
+    assert keyer.computed == ["Bearer aaa", "Bearer bbb", "Bearer aaa"]
+    # a new keyer (a reload with another secret) is never answered with the old one's
+    other = CountingKeyer(secret=b"t" * 32)
+    assert fingerprints.known(one, other, "Bearer bbb") is None
+    assert fingerprints.of(one, other, "Bearer bbb") not in (a, b)
+    assert len(fingerprints) == 2
+    fingerprints.forget(one)
+    fingerprints.forget(one)  # twice is harmless
+    assert fingerprints.known(one, other, "Bearer bbb") is None
+    assert len(fingerprints) == 1
+
+
+def test_connections_never_reported_closed_stay_bounded() -> None:
+    keyer = CountingKeyer()
+    fingerprints = ConnectionFingerprints(max_connections=3)
+    connections = [object() for _ in range(10)]
+    for connection in connections:
+        fingerprints.of(connection, keyer, "Bearer aaa")
+        assert len(fingerprints) <= 3
+    # one still open keeps its place when it sends again
+    last = connections[-1]
+    fingerprints.of(last, keyer, "Bearer aaa")
+    assert fingerprints.known(last, keyer, "Bearer aaa") is not None
+
+
+async def test_tokens_switching_on_one_connection_each_get_their_own_data(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    tokens = ["token-0-secret", "token-1-secret"]
+    upstream = await aiohttp_server(token_upstream(tokens))
+    app = create_app(make_settings(base_url(upstream), cache={"backend": "memory"}))
+    client = TestClient(GatewayTestServer(app))
+    await client.start_server()
+    fingerprints = app[RECORDS].fingerprints
+    url = str(client.make_url("/users"))
+    order = [0, 0, 1, 1, 0, 1, 0, 0, 1]
+    # one connection for every request: the caller's keep-alive pool of size 1
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as session:
+        seen = []
+        for n in order:
+            headers = {"Authorization": f"Bearer {tokens[n]}"}
+            async with session.get(url, headers=headers) as response:
+                body = await response.json()
+                seen.append((response.headers["X-Cache"], body["data"][0]["username"]))
+        assert [user for _, user in seen] == [f"user-{n}" for n in order]
+        assert [cache for cache, _ in seen] == ["MISS", "HIT", "MISS"] + ["HIT"] * 6
+        assert len(fingerprints) == 1
+    # the connection has closed: what it sent is forgotten
+    for _ in range(200):
+        if len(fingerprints) == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert len(fingerprints) == 0
+    await client.close()
