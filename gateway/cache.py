@@ -155,6 +155,7 @@ class Keyer:
 
     def __init__(self, *, namespace: str, base_url: str, secret: bytes) -> None:
         self._prefix = f"{namespace}:{upstream_identity(base_url)}"
+        self._entries = f"{self._prefix}:{ENTRY_PART}:"
         # keyed once: each fingerprint copies the keyed state instead of re-keying
         self._keyed = hmac.new(secret, digestmod=_builtin_sha256())
 
@@ -175,8 +176,8 @@ class Keyer:
 
     def key_for(self, query: RecordQuery, fingerprint: str) -> CacheKey:
         """The key of ``query`` for the caller whose token has ``fingerprint``."""
-        text = f"{self._prefix}:{ENTRY_PART}:{query.canonical_text}|{fingerprint}"
-        return CacheKey(route=query.route.name, text=text)
+        text = f"{self._entries}{query.canonical_text}|{fingerprint}"
+        return CacheKey(query.route.name, text)
 
 
 class QuietBackend:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
+from multidict import istr
 
 from gateway.errors import GatewayError, UpstreamContractError
 from gateway.metrics import Metrics
@@ -28,6 +29,7 @@ from gateway.trace import CURRENT_TRACE, RequestIds, RequestTrace
 log = logging.getLogger("gateway.http")
 access_log = logging.getLogger("gateway.access")
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
+X_REQUEST_ID = istr("X-Request-ID")  # an istr: looked up without case folding
 UNMATCHED = "other"  # the metrics label of paths the gateway does not have
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -59,7 +61,7 @@ class Edge:
 
         async def handle(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
-            request_id = self.request_id(request.headers.get("X-Request-ID"))
+            request_id = self.request_id(request.headers.get(X_REQUEST_ID))
             request[REQUEST_ID] = request_id
             trace = RequestTrace()
             token = CURRENT_TRACE.set(trace)
@@ -67,7 +69,7 @@ class Edge:
             response: web.StreamResponse
             try:
                 response = await _answer(handler, request, request_id, route)
-                response.headers["X-Request-ID"] = request_id
+                response.headers[X_REQUEST_ID] = request_id
             finally:
                 metrics.busy -= 1
                 CURRENT_TRACE.reset(token)

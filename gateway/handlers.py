@@ -6,13 +6,13 @@ import time
 from collections.abc import Awaitable, Callable
 
 import orjson
-from aiohttp import web
+from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.auth import is_bearer, parse_authorization
 from gateway.cache import CacheEntry
 from gateway.connections import ConnectionFingerprints
-from gateway.edge import Edge
+from gateway.edge import X_REQUEST_ID, Edge
 from gateway.metrics import CONTENT_TYPE
 from gateway.params import ROUTES, QueryMemo, RouteSpec
 from gateway.pipeline import (
@@ -86,7 +86,8 @@ class HitHeaders:
         self._made: dict[tuple[str, int, int], CIMultiDictProxy[str]] = {}
 
     def __call__(self, entry: CacheEntry, now: float) -> CIMultiDictProxy[str]:
-        age_s, left = int(entry.age(now)), int(entry.left(now))
+        age = entry.age(now)
+        age_s, left = int(age), int(entry.ttl_s - age)  # entry.left(now), age computed once
         made = self._made.get((entry.etag, age_s, left))
         if made is None:
             made = CIMultiDictProxy(
@@ -103,7 +104,7 @@ def _conditional(
 ) -> web.Response | None:
     """304 Not Modified when the request's If-None-Match names ``etag`` (``headers``,
     those of the 200, are left as they are)."""
-    if_none_match = request.headers.get("If-None-Match")
+    if_none_match = request.headers.get(hdrs.IF_NONE_MATCH)
     if if_none_match is None or not etag_matches(if_none_match, etag):
         return None
     response = web.Response(status=304, headers=headers)
@@ -144,12 +145,12 @@ class RecordRoutes:
         started = time.perf_counter()
         pipeline = self.pipeline
         headers = request.headers
-        authorization = headers.get("Authorization")
+        authorization = headers.get(hdrs.AUTHORIZATION)
         if (
             pipeline is None
             or authorization is None
-            or "Cache-Control" in headers
-            or "Pragma" in headers
+            or hdrs.CACHE_CONTROL in headers
+            or hdrs.PRAGMA in headers
         ):
             return None
         edge = self.edge
@@ -171,12 +172,12 @@ class RecordRoutes:
         entry = pipeline.fresh(keyer.key_for(query, fingerprint))
         if entry is None:
             return None
-        request_id = edge.request_id(headers.get("X-Request-ID"))
+        request_id = edge.request_id(headers.get(X_REQUEST_ID))
         out = self._hit_headers(entry, pipeline.clock())
         response = _conditional(request, entry.etag, out) or web.Response(
             body=entry.body, headers=out
         )
-        response.headers["X-Request-ID"] = request_id
+        response.headers[X_REQUEST_ID] = request_id
         edge.answered(
             request,
             route.name,

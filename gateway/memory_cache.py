@@ -64,8 +64,27 @@ class MemoryBackend(QuietBackend):
         return Lookup(self._unpurged(key, current), current)
 
     def fresh(self, key: CacheKey) -> CacheEntry | None:
-        entry = self._unpurged(key, self._current(key.route))
-        return entry if entry is not None and entry.left(self._clock()) > 0 else None
+        # get's lookup (peek, then the purge check) written out: it is on every hit
+        return self.fresh_text(key.text, self._current(key.route))
+
+    def fresh_text(self, text: str, current: Generations | None) -> CacheEntry | None:
+        """The entry under ``text`` while within its TTL, marked recently used; dropped
+        when stored before the ``current`` generations (None: no purge check)."""
+        slot = self._slots.get(text)
+        if slot is None:
+            return None
+        entry = slot.entry
+        if current is not None and entry.generations != current:
+            self.drop(text)
+            return None
+        now = self._clock()
+        if slot.expires_at <= now:
+            self.drop(text)
+            return None
+        if entry.left(now) <= 0:
+            return None
+        self._slots.move_to_end(text)
+        return entry
 
     def _unpurged(self, key: CacheKey, current: Generations) -> CacheEntry | None:
         """The entry under ``key`` unless expired from the store or stored before the

@@ -68,13 +68,8 @@ class NearCache:
     def get(self, key: CacheKey) -> CacheEntry | None:
         if not self.live:
             return None
-        entry = self._store.peek(key.text)
-        if entry is None:
-            return None
-        if entry.left(self._clock()) <= 0:
-            self._store.drop(key.text)
-            return None
-        return entry
+        # kept only while fresh (put's lifetime is the freshness left): fresh or gone
+        return self._store.fresh_text(key.text, None)
 
     def put(self, key: CacheKey, entry: CacheEntry) -> None:
         """Keep a copy of ``entry`` if it was stored under the generations Redis last
