@@ -161,6 +161,43 @@ async def test_memory_backend_expires_by_its_clock(clock: FakeClock) -> None:
     assert len(backend) == 0
 
 
+async def test_memory_backend_fresh_is_within_ttl_unpurged_and_kept_recently_used(
+    clock: FakeClock,
+) -> None:
+    """``fresh`` (the hit path's lookup) answers only what ``get`` would serve as a
+    fresh hit; a stale entry stays for ``get`` (stale serving), a purged one goes."""
+    backend = MemoryBackend(max_bytes=1024 * 1024, clock=clock)
+    stored_at = clock()
+    users, expenses = k("users", "a"), k("expenses", "e")
+    await backend.set(users, entry(at=stored_at, ttl=10), 60)
+    await backend.set(expenses, entry(at=stored_at, ttl=10), 60)
+    assert backend.fresh(k("users", "missing")) is None
+    assert backend.fresh(users) == entry(at=stored_at, ttl=10)
+    clock.advance(10.0)  # its TTL is over: not fresh, still there to serve stale
+    assert backend.fresh(users) is None
+    assert (await backend.get(users)).entry == entry(at=stored_at, ttl=10)
+    clock.advance(50.0)  # past its lifetime: gone
+    assert backend.fresh(users) is None
+    assert (await backend.get(users)).entry is None
+    await backend.set(users, entry(at=clock(), ttl=10), 60)
+    await backend.purge("users")
+    assert backend.fresh(users) is None  # stored before the purge: dropped
+    assert len(backend) == 1  # only the expenses entry: past its lifetime, not looked up
+    await backend.set(expenses, entry(at=clock(), ttl=10), 60)
+    assert backend.fresh(expenses) is not None
+
+
+def test_memory_backend_fresh_marks_the_entry_recently_used(clock: FakeClock) -> None:
+    body = b"x" * 400_000
+    backend = MemoryBackend(max_bytes=1024 * 1024, clock=clock)
+    backend.put("a", entry(body, at=clock()), 60, route="users")
+    backend.put("b", entry(body, at=clock()), 60, route="users")
+    assert backend.fresh(CacheKey("users", "a")) is not None
+    backend.put("c", entry(body, at=clock()), 60, route="users")  # evicts b, not a
+    assert backend.peek("a") is not None
+    assert backend.peek("b") is None
+
+
 async def test_redis_backend_sets_an_expiry_on_every_write(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url)
     backend = RedisBackend(client, prefix="rg:test", timeout_s=1.0)
