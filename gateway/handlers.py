@@ -10,23 +10,19 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.auth import is_bearer, parse_authorization
-from gateway.cache import CacheEntry
 from gateway.connections import ConnectionFingerprints
 from gateway.edge import X_REQUEST_ID, Edge
 from gateway.metrics import CONTENT_TYPE
 from gateway.params import ROUTES, QueryMemo, RouteSpec
 from gateway.pipeline import (
-    CACHE_NAME,
-    HIT,
     NO_DIRECTIVES,
     Directives,
     RecordPipeline,
-    hit_status,
 )
+from gateway.replies import JSON, DateField, HitHeads, WireResponse, cache_headers, sendable
 from gateway.state import METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID, SHORTCUT_DECLINED
 from gateway.trace import current_trace
 
-JSON = "application/json"
 _HEALTHY = b'{"status":"ok"}'
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -54,49 +50,6 @@ def etag_matches(if_none_match: str, etag: str) -> bool:
     return any(
         candidate.strip().removeprefix("W/") == opaque for candidate in if_none_match.split(",")
     )
-
-
-def cache_headers(
-    x_cache: str, cache_status: str, age_s: int, max_age_s: int, etag: str
-) -> CIMultiDict[str]:
-    """The headers of a reply: its type and the cache headers (README's header table)."""
-    headers = CIMultiDict(
-        (
-            ("Content-Type", JSON),
-            ("X-Cache", x_cache),
-            ("Cache-Status", cache_status),
-            ("Age", str(age_s)),
-            ("Cache-Control", f"private, max-age={max_age_s}"),
-        )
-    )
-    if etag:
-        headers["ETag"] = etag
-    return headers
-
-
-class HitHeaders:
-    """The headers of fresh hits, the same as the pipeline's hit reply: they depend on
-    the entry's ETag, its age and its freshness left, in whole seconds, so each such
-    set is made once, read-only, and shared by every request that needs it
-    (``web.Response`` copies the headers it is given). At most ``size`` sets are kept
-    (a fixed amount of memory, whatever the cache holds)."""
-
-    def __init__(self, size: int = 64) -> None:
-        self._size = size
-        self._made: dict[tuple[str, int, int], CIMultiDictProxy[str]] = {}
-
-    def __call__(self, entry: CacheEntry, now: float) -> CIMultiDictProxy[str]:
-        age = entry.age(now)
-        age_s, left = int(age), int(entry.ttl_s - age)  # entry.left(now), age computed once
-        made = self._made.get((entry.etag, age_s, left))
-        if made is None:
-            made = CIMultiDictProxy(
-                cache_headers(HIT, f"{CACHE_NAME}; {hit_status(left)}", age_s, left, entry.etag)
-            )
-            if len(self._made) >= self._size:
-                self._made.clear()
-            self._made[(entry.etag, age_s, left)] = made
-        return made
 
 
 def _conditional(
@@ -133,14 +86,15 @@ class RecordRoutes:
         self.fingerprints = fingerprints
         self.pipeline: RecordPipeline | None = None  # the app's, once it has started
         self._memos = {route.name: QueryMemo() for route in ROUTES}
-        self._hit_headers = HitHeaders()
+        self._hit_heads = HitHeads()
+        self._date = DateField()
         self.shortcuts: dict[str, Shortcut] = {
             route.template: self._shortcut(route) for route in ROUTES if not route.path_param
         }
 
     def hit(
         self, route: RouteSpec, path_value: str | None, request: web.Request
-    ) -> web.Response | None:
+    ) -> web.StreamResponse | None:
         """The answer to ``request`` when it is a fresh hit held here; None otherwise."""
         started = time.perf_counter()
         pipeline = self.pipeline
@@ -173,11 +127,13 @@ class RecordRoutes:
         if entry is None:
             return None
         request_id = edge.request_id(headers.get(X_REQUEST_ID))
-        out = self._hit_headers(entry, pipeline.clock())
-        response = _conditional(request, entry.etag, out) or web.Response(
-            body=entry.body, headers=out
-        )
-        response.headers[X_REQUEST_ID] = request_id
+        head = self._hit_heads(entry, pipeline.clock())
+        response: web.StreamResponse | None = _conditional(request, entry.etag, head.headers)
+        if response is None and sendable(request):
+            response = WireResponse(head, self._date(), request_id, entry.body)
+        else:
+            response = response or web.Response(body=entry.body, headers=head.headers)
+            response.headers[X_REQUEST_ID] = request_id
         edge.answered(
             request,
             route.name,

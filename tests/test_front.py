@@ -1,5 +1,4 @@
-"""The front door: which requests a shortcut may answer before the router, and the
-headers it answers hits with."""
+"""The front door: which requests a shortcut may answer before the router."""
 
 from __future__ import annotations
 
@@ -8,9 +7,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from gateway.app import create_app
-from gateway.cache import CacheEntry
 from gateway.front import front_door
-from gateway.handlers import HitHeaders
 from gateway.state import SHORTCUT_DECLINED
 
 from .conftest import make_settings
@@ -62,33 +59,6 @@ async def test_only_a_plain_get_on_a_shortcut_path_is_tried(
     assert routed == ([] if expected is ANSWER else [path.split("?")[0]])
     # a declined shortcut is not tried again by the route's handler
     assert request.get(SHORTCUT_DECLINED, False) == (tried == ["/users"])
-
-
-def test_hit_headers_follow_each_entry_and_second_and_stay_bounded() -> None:
-    made = HitHeaders(size=2)
-    one = CacheEntry(body=b"{}", etag='"one"', stored_at=1000.0, ttl_s=60)
-    two = CacheEntry(body=b"[]", etag='"two"', stored_at=1000.0, ttl_s=30)
-    first = made(one, 1000.5)
-    assert dict(first) == {
-        "Content-Type": "application/json",
-        "X-Cache": "HIT",
-        "Cache-Status": "records-gateway; hit; ttl=59",
-        "Age": "0",
-        "Cache-Control": "private, max-age=59",
-        "ETag": '"one"',
-    }
-    with pytest.raises(TypeError):  # shared by every request: read-only
-        first["X-Request-ID"] = "mine"  # type: ignore[index]
-    assert made(one, 1000.5) is first
-    assert made(two, 1012.0)["Cache-Status"] == "records-gateway; hit; ttl=18"
-    assert made(two, 1012.0)["Age"] == "12"
-    later = made(one, 1030.2)  # a third set: the kept ones are dropped, not mixed up
-    assert (later["Age"], later["Cache-Control"], later["ETag"]) == (
-        "30",
-        "private, max-age=29",
-        '"one"',
-    )
-    assert made(two, 1012.0)["ETag"] == '"two"'
 
 
 def test_the_app_has_nothing_the_front_door_would_skip() -> None:

@@ -1,0 +1,223 @@
+"""Fresh hits sent as ready-made bytes: the same fields aiohttp sends for the same
+reply, framed right on a kept-alive connection, and aiohttp's own answer for every
+request the bytes would not fit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from multidict import CIMultiDict
+
+from gateway.app import create_app
+from gateway.cache import CacheEntry
+from gateway.replies import HitHeads
+from gateway.state import PIPELINE
+
+from .conftest import TOKEN, GatewayTestServer, base_url, make_settings
+
+LIST = "/expenses?limit=5"
+ACCOUNT = "/accounts/Caja%20chica%20Bogot%C3%A1"  # an id route: the router's handler
+
+
+@dataclass
+class Answer:
+    status_line: str
+    fields: list[tuple[str, str]]  # as sent, in order, names lower-cased
+    body: bytes
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        return CIMultiDict(self.fields)
+
+    def comparable(self) -> list[tuple[str, str]]:
+        """The fields, sorted, with the values that differ per request blanked."""
+        return sorted((n, "*" if n in ("date", "x-request-id") else v) for n, v in self.fields)
+
+
+async def read_answer(reader: asyncio.StreamReader, *, head: bool = False) -> Answer:
+    """One HTTP/1.x answer, parsed strictly: CRLF lines, one ``name: value`` per
+    field, the body exactly ``Content-Length`` bytes."""
+    block = await reader.readuntil(b"\r\n\r\n")
+    status_line, *lines = block[:-4].decode("latin-1").split("\r\n")
+    fields = []
+    for line in lines:
+        name, sep, value = line.partition(": ")
+        assert sep, line
+        assert (name, value) == (name.strip(), value.strip()), line
+        fields.append((name.lower(), value))
+    answer = Answer(status_line, fields, b"")
+    if not head:
+        answer.body = await reader.readexactly(int(answer.headers["content-length"]))
+    return answer
+
+
+def request_bytes(path: str, *, method: str = "GET", version: str = "1.1", **headers: str) -> bytes:
+    lines = [f"{method} {path} HTTP/{version}", "Host: gateway", f"Authorization: Bearer {TOKEN}"]
+    lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+@pytest.fixture
+async def served(upstream: TestServer) -> AsyncIterator[tuple[web.Application, int]]:
+    app = create_app(make_settings(base_url(upstream), cache={"backend": "memory"}))
+    client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
+    await client.start_server()
+    for path in (LIST, ACCOUNT):  # a miss stores each; from then on they are hits
+        response = await client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert response.headers["X-Cache"] == "MISS"
+    port = client.port
+    assert port is not None
+    yield app, port
+    await client.close()
+
+
+def count_full_reads(app: web.Application, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many requests take the pipeline's full way (a ready-made hit does not)."""
+    pipeline = app[PIPELINE]
+    read = pipeline.read
+    counted = [0]
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        counted[0] += 1
+        return await read(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "read", counting)
+    return counted
+
+
+async def exchange(port: int, *requests: bytes, head: bool = False) -> list[Answer]:
+    """Send ``requests`` in one write on one connection; read an answer to each."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"".join(requests))
+    async with asyncio.timeout(10):  # a wrong Content-Length would leave it waiting
+        answers = [await read_answer(reader, head=head) for _ in requests]
+    writer.close()
+    await writer.wait_closed()
+    return answers
+
+
+@pytest.mark.parametrize("path", [LIST, ACCOUNT])
+async def test_a_ready_made_hit_sends_what_aiohttp_sends_for_the_same_reply(
+    served: tuple[web.Application, int], monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    app, port = served
+    full_reads = count_full_reads(app, monkeypatch)
+    # both pipelined on one connection: the ready-made bytes must frame exactly
+    ready, full = await exchange(
+        port, request_bytes(path), request_bytes(path, Cache_Control="max-age=60")
+    )
+    assert full_reads == [1], "only the second took the full way"
+    assert ready.status_line == full.status_line == "HTTP/1.1 200 OK"
+    assert ready.body == full.body
+    assert ready.comparable() == full.comparable()
+    assert ready.headers["x-cache"] == "HIT"
+    assert ready.headers["content-length"] == str(len(ready.body))
+    assert ready.headers["x-request-id"] != full.headers["x-request-id"]
+    assert "connection" not in ready.headers
+    assert ready.headers["date"].endswith(" GMT")
+
+
+async def test_pipelined_hits_each_get_a_whole_answer_and_their_own_request_id(
+    served: tuple[web.Application, int],
+) -> None:
+    _, port = served
+    answers = await exchange(
+        port,
+        request_bytes(LIST),
+        request_bytes(ACCOUNT, X_Request_ID="caller-id-1"),
+        request_bytes(LIST),
+    )
+    assert [a.headers["x-cache"] for a in answers] == ["HIT"] * 3
+    assert answers[0].body == answers[2].body != answers[1].body
+    ids = [a.headers["x-request-id"] for a in answers]
+    assert ids[1] == "caller-id-1"
+    assert len(set(ids)) == 3
+
+
+@pytest.mark.parametrize(
+    ("request_", "status_line", "connection"),
+    [
+        (request_bytes(LIST, version="1.0"), "HTTP/1.0 200 OK", None),
+        (request_bytes(LIST, Connection="close"), "HTTP/1.1 200 OK", "close"),
+        (request_bytes(ACCOUNT, version="1.0"), "HTTP/1.0 200 OK", None),
+    ],
+)
+async def test_a_hit_the_bytes_would_not_fit_is_aiohttp_s_own_answer(
+    served: tuple[web.Application, int],
+    monkeypatch: pytest.MonkeyPatch,
+    request_: bytes,
+    status_line: str,
+    connection: str | None,
+) -> None:
+    """HTTP/1.0 or ``Connection: close``: still a hit without the pipeline, answered
+    the way aiohttp answers such a request, and the connection closed after it."""
+    app, port = served
+    full_reads = count_full_reads(app, monkeypatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_)
+    async with asyncio.timeout(10):  # a hang would be a connection left open
+        answer = await read_answer(reader)
+        assert await reader.read() == b"", "the gateway closed the connection"
+    writer.close()
+    await writer.wait_closed()
+    assert full_reads == [0]
+    assert answer.status_line == status_line
+    assert answer.headers["x-cache"] == "HIT"
+    assert answer.headers.get("connection") == connection
+    assert len(answer.body) == int(answer.headers["content-length"]) > 0
+
+
+async def test_a_head_on_a_hit_has_the_fields_and_no_body(
+    served: tuple[web.Application, int],
+) -> None:
+    _, port = served
+    head, get = await exchange(port, request_bytes(ACCOUNT, method="HEAD"), head=True) + [
+        (await exchange(port, request_bytes(ACCOUNT)))[0]
+    ]
+    assert head.status_line == "HTTP/1.1 200 OK"
+    assert head.headers["x-cache"] == "HIT"
+    assert head.comparable() == get.comparable()
+    assert head.body == b""
+
+
+def test_hit_heads_follow_each_entry_and_second_and_stay_bounded() -> None:
+    made = HitHeads(size=2)
+    one = CacheEntry(body=b"{}", etag='"one"', stored_at=1000.0, ttl_s=60)
+    two = CacheEntry(body=b"[1,2]", etag='"two"', stored_at=1000.0, ttl_s=30)
+    first = made(one, 1000.5)
+    fields = {
+        "Content-Type": "application/json",
+        "X-Cache": "HIT",
+        "Cache-Status": "records-gateway; hit; ttl=59",
+        "Age": "0",
+        "Cache-Control": "private, max-age=59",
+        "ETag": '"one"',
+    }
+    assert dict(first.headers) == fields
+    wire = first.wire.decode("latin-1")
+    assert wire.startswith("HTTP/1.1 200 OK\r\n")
+    assert wire.endswith("\r\n")
+    assert not wire.endswith("\r\n\r\n")  # Date and the request id follow
+    lines = wire.split("\r\n")[1:-1]
+    assert lines[: len(fields)] == [f"{name}: {value}" for name, value in fields.items()]
+    assert lines[len(fields)] == "Content-Length: 2"
+    assert lines[len(fields) + 1].startswith("Server: ")
+    with pytest.raises(TypeError):  # shared by every request: read-only
+        first.headers["X-Request-ID"] = "mine"  # type: ignore[index]
+    assert made(one, 1000.5) is first
+    assert made(two, 1012.0).headers["Cache-Status"] == "records-gateway; hit; ttl=18"
+    assert made(two, 1012.0).headers["Age"] == "12"
+    assert b"Content-Length: 5\r\n" in made(two, 1012.0).wire
+    later = made(one, 1030.2)  # a third: the kept ones are dropped, not mixed up
+    assert (later.headers["Age"], later.headers["Cache-Control"], later.headers["ETag"]) == (
+        "30",
+        "private, max-age=29",
+        '"one"',
+    )
+    assert made(two, 1012.0).headers["ETag"] == '"two"'
