@@ -16,20 +16,26 @@ registers neither (a test holds it to that); the edge's work (request id, metric
 access log) is done by the shortcut itself.
 
 :class:`GatewayRunner` is ``web.AppRunner`` with the front door in place; the server
-and the test suite both run the gateway through it.
+and the test suite both run the gateway through it. Its server
+(:class:`GatewayServer`) also answers what aiohttp answers by itself, a request its
+HTTP parser rejects, as an RFC 9457 problem instead of aiohttp's plain text, which
+quotes the offending line back (an Authorization header, say).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import cast
+from typing import Any, cast
 
 from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.connections import ConnectionFingerprints
+from gateway.edge import X_REQUEST_ID
 from gateway.handlers import Shortcut
+from gateway.problems import problem_for_rejected
 from gateway.state import RECORDS, SHORTCUT_DECLINED
+from gateway.trace import RequestIds
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
@@ -53,29 +59,72 @@ def front_door(app_handler: Handler, shortcuts: Mapping[str, Shortcut]) -> Handl
 
 
 class GatewayRunner(web.AppRunner):
-    """``web.AppRunner`` whose server calls the front door first, and tells the record
-    routes when a connection closes (they forget what they remembered of it)."""
+    """``web.AppRunner`` serving the application through a :class:`GatewayServer`."""
 
     async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
+        made = await super()._make_server()  # the application started and frozen
         records = self.app[RECORDS]
-        server.request_handler = front_door(server.request_handler, records.shortcuts)
-        server.connection_lost = _forgetting(  # type: ignore[method-assign,assignment]
-            server.connection_lost, records.fingerprints
+        return GatewayServer(
+            made,
+            front_door(made.request_handler, records.shortcuts),
+            fingerprints=records.fingerprints,
+            ids=records.edge.ids,
         )
-        return server
 
 
-ConnectionLost = Callable[[RequestHandler, BaseException | None], None]
+class GatewayServer(web.Server):
+    """The application's aiohttp server with the front door as its handler; its
+    connections answer the errors aiohttp answers itself (a request its parser
+    rejects) as RFC 9457 problems, and it tells the record routes when a connection
+    closes (they forget what they remembered of it)."""
+
+    def __init__(
+        self,
+        made: web.Server,
+        handler: Handler,
+        *,
+        fingerprints: ConnectionFingerprints,
+        ids: RequestIds,
+    ) -> None:
+        # the request factory and options of the server aiohttp made for the app
+        super().__init__(
+            handler,
+            request_factory=made.request_factory,
+            handler_cancellation=made.handler_cancellation,
+            **made._kwargs,
+        )
+        self._fingerprints = fingerprints
+        self._ids = ids
+
+    def __call__(self) -> RequestHandler:
+        return GatewayConnection(self, self._ids, loop=self._loop, **self._kwargs)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self._fingerprints.forget(handler)
+        super().connection_lost(handler, exc)
 
 
-def _forgetting(
-    connection_lost: ConnectionLost, fingerprints: ConnectionFingerprints
-) -> ConnectionLost:
-    """The server's ``connection_lost``, which first has ``fingerprints`` forget it."""
+class GatewayConnection(RequestHandler):
+    """aiohttp's handler of one connection, whose own error answers are problems."""
 
-    def lost(handler: RequestHandler, exc: BaseException | None = None) -> None:
-        fingerprints.forget(handler)
-        connection_lost(handler, exc)
+    __slots__ = ("_ids",)
 
-    return lost
+    def __init__(self, manager: web.Server, ids: RequestIds, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._ids = ids
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        # aiohttp's own: logs the error (gateway.logs keeps the request's text out)
+        # and raises ConnectionError when an answer has begun; its text is dropped
+        plain = super().handle_error(request, status, exc, message)
+        request_id = self._ids.new()
+        problem = problem_for_rejected(request, plain.status, exc, request_id)
+        problem.headers[X_REQUEST_ID] = request_id
+        problem.force_close()
+        return problem

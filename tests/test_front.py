@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import orjson
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import make_mocked_request
+from aiohttp.test_utils import TestClient, make_mocked_request
 
 from gateway.app import create_app
 from gateway.front import front_door
 from gateway.state import SHORTCUT_DECLINED
 
-from .conftest import make_settings
+from .conftest import GatewayTestServer, make_settings
 
 ANSWER = web.Response(text="from the shortcut")
 ROUTED = web.Response(text="from the application")
@@ -67,3 +70,53 @@ def test_the_app_has_nothing_the_front_door_would_skip() -> None:
     app = create_app(make_settings("http://127.0.0.1:9"))
     assert list(app.middlewares) == []
     assert list(app.on_response_prepare) == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "detail"),
+    [
+        (
+            b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer sec\x01ret-token\r\n\r\n",
+            "the request is not valid HTTP/1.1: a malformed request line or header",
+        ),
+        (
+            b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer secret-token"
+            + b"x" * 9000
+            + b"\r\n\r\n",
+            "the request line or a header is longer than the gateway accepts",
+        ),
+        (
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03secret-token\r\n\r\n",
+            "not an HTTP/1.1 request (TLS to a plain-HTTP port, or an unknown method)",
+        ),
+    ],
+)
+async def test_a_request_the_http_parser_rejects_gets_a_problem_that_quotes_nothing(
+    raw: bytes, detail: str
+) -> None:
+    app = create_app(make_settings("http://127.0.0.1:9"))
+    client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
+    await client.start_server()
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    writer.write(raw)
+    async with asyncio.timeout(10):
+        answer = await reader.read()  # the whole answer, then the gateway closes
+    writer.close()
+    await client.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0] == "HTTP/1.0 400 Bad Request"  # as aiohttp answers it, then closes
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    assert headers["Content-Type"] == "application/problem+json"
+    assert len(body) == int(headers["Content-Length"])
+    problem = orjson.loads(body)
+    assert problem == {
+        "type": "urn:records-gateway:problem:malformed-request",
+        "title": "Malformed HTTP request",
+        "status": 400,
+        "detail": detail,
+        "instance": "/",
+        "requestId": headers["X-Request-ID"],
+    }
+    assert b"secret" not in answer
+    assert b"sec" not in body
