@@ -45,7 +45,7 @@ class UpstreamReply:
 
 
 def create_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
-    """The one shared session: a bounded pool and explicit timeouts."""
+    """The one shared session: a bounded pool, explicit timeouts, no cookies."""
     connector = aiohttp.TCPConnector(
         limit=settings.max_connections,
         limit_per_host=settings.max_connections,
@@ -54,6 +54,9 @@ def create_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
     )
     return aiohttp.ClientSession(
         connector=connector,
+        # shared by every caller: a cookie one caller's answer sets upstream must never
+        # go out with another caller's request, so no cookie is kept at all
+        cookie_jar=aiohttp.DummyCookieJar(),
         timeout=timeouts(settings),
         headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
         trust_env=False,

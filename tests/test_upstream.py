@@ -222,3 +222,30 @@ async def test_a_compressed_body_is_limited_by_its_decoded_size(
     assert len(bomb) < 65536
     assert status == 502
     assert "larger than upstream.max_body_bytes (65536)" in body["detail"]
+
+
+async def test_a_cookie_the_upstream_sets_never_travels_with_another_caller(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    """The session is shared by every caller: a cookie jar in it would hand one
+    caller's upstream session to the next caller's requests."""
+    cookies_seen: list[str | None] = []
+
+    def behaviour(request: web.Request) -> web.Response:
+        cookies_seen.append(request.headers.get("Cookie"))
+        caller = request.headers["Authorization"].removeprefix("Bearer ")
+        user = {"id": None, "username": caller, "role": "ADMIN"}
+        response = web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
+        response.set_cookie("session", f"{caller}-upstream-session", path="/")
+        return response
+
+    url, _ = await fake_upstream(aiohttp_server, behaviour)
+    # by name: aiohttp's cookie jar ignores cookies from an IP address
+    url = url.replace("127.0.0.1", "localhost")
+    client = await gateway_factory(url, cache={"backend": "none"})
+    for caller in ("caller-a-token", "caller-b-token", "caller-a-token"):
+        response = await client.get("/users", headers={"Authorization": f"Bearer {caller}"})
+        assert response.status == 200
+        assert "Set-Cookie" not in response.headers
+        assert (await response.json())["data"][0]["username"] == caller
+    assert cookies_seen == [None, None, None]
