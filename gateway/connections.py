@@ -5,38 +5,49 @@ A service sends the same token on every request of a keep-alive connection, and 
 token's fingerprint (an HMAC-SHA256, gateway.cache.Keyer) is a fifth of what a cache
 hit costs. :class:`ConnectionFingerprints` computes it once per connection and token
 instead of once per request. What it holds (the Authorization header and its
-fingerprint) lives exactly as long as the connection that sent it: the server forgets
-a connection when it closes (gateway.front.GatewayRunner), as aiohttp drops the
+fingerprint) lives at most as long as the connection that sent it: the server forgets
+a connection when it closes (gateway.front.GatewayServer), as aiohttp drops the
 request that carried the header. It is process memory only; it never reaches the
 cache, the logs or the metrics.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
 from gateway.cache import Keyer
 
-# Held only for open connections; the bound is a safety net for a server that does
-# not report closed connections (an application run outside GatewayRunner).
-MAX_CONNECTIONS = 16_384
+# What the table may hold, counted as the headers' lengths plus a fixed cost per
+# entry: a few thousand connections' worth of usual tokens. Anyone can send a token
+# (it is remembered before the upstream has seen it), so the bound is in bytes, and a
+# header longer than REMEMBERED_HEADER_MAX is never remembered: it pays its HMAC on
+# every request instead. Past the bound the table starts again, empty.
+MAX_BYTES = 4 * 1024 * 1024
+REMEMBERED_HEADER_MAX = 4096
+ENTRY_COST_BYTES = 256
 
 
-class _Last(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class _Last:
     keyer: Keyer
-    authorization: str
+    authorization: str = field(repr=False)
     fingerprint: str
 
 
 class ConnectionFingerprints:
     """The fingerprint of the last Authorization header each open connection sent."""
 
-    def __init__(self, max_connections: int = MAX_CONNECTIONS) -> None:
-        self._max = max_connections
+    def __init__(self, max_bytes: int = MAX_BYTES) -> None:
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._last: dict[object, _Last] = {}
 
     def __len__(self) -> int:
         return len(self._last)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
 
     def known(self, connection: object, keyer: Keyer, authorization: str) -> str | None:
         """The fingerprint of ``authorization`` if ``connection`` sent it last (under
@@ -46,16 +57,27 @@ class ConnectionFingerprints:
             return None
         return last.fingerprint
 
-    def of(self, connection: object, keyer: Keyer, authorization: str) -> str:
-        """The fingerprint of ``authorization``, sent on ``connection``; remembered for it."""
-        fingerprint = self.known(connection, keyer, authorization)
-        if fingerprint is None:
-            fingerprint = keyer.fingerprint(authorization)
-            if len(self._last) >= self._max and connection not in self._last:
+    def remember(self, connection: object, keyer: Keyer, authorization: str) -> str:
+        """The fingerprint of ``authorization``, computed; remembered for ``connection``
+        unless the header is too long to keep."""
+        fingerprint = keyer.fingerprint(authorization)
+        self.forget(connection)
+        if len(authorization) <= REMEMBERED_HEADER_MAX:
+            cost = len(authorization) + ENTRY_COST_BYTES
+            if self._bytes + cost > self._max_bytes:
                 self._last.clear()
+                self._bytes = 0
             self._last[connection] = _Last(keyer, authorization, fingerprint)
+            self._bytes += cost
         return fingerprint
 
+    def of(self, connection: object, keyer: Keyer, authorization: str) -> str:
+        """The fingerprint of ``authorization``, sent on ``connection``."""
+        known = self.known(connection, keyer, authorization)
+        return known if known is not None else self.remember(connection, keyer, authorization)
+
     def forget(self, connection: object) -> None:
-        """``connection`` has closed."""
-        self._last.pop(connection, None)
+        """``connection`` has closed (or sends another header)."""
+        last = self._last.pop(connection, None)
+        if last is not None:
+            self._bytes -= len(last.authorization) + ENTRY_COST_BYTES

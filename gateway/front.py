@@ -24,6 +24,8 @@ quotes the offending line back (an Authorization header, say).
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
@@ -31,12 +33,12 @@ from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestHandler
 
 from gateway.connections import ConnectionFingerprints
-from gateway.edge import X_REQUEST_ID
+from gateway.edge import UNMATCHED, X_REQUEST_ID, Edge
 from gateway.handlers import Shortcut
 from gateway.problems import problem_for_rejected
 from gateway.state import RECORDS, SHORTCUT_DECLINED
-from gateway.trace import RequestIds
 
+log = logging.getLogger("gateway.http")
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
@@ -68,7 +70,7 @@ class GatewayRunner(web.AppRunner):
             made,
             front_door(made.request_handler, records.shortcuts),
             fingerprints=records.fingerprints,
-            ids=records.edge.ids,
+            edge=records.edge,
         )
 
 
@@ -84,7 +86,7 @@ class GatewayServer(web.Server):
         handler: Handler,
         *,
         fingerprints: ConnectionFingerprints,
-        ids: RequestIds,
+        edge: Edge,
     ) -> None:
         # the request factory and options of the server aiohttp made for the app
         super().__init__(
@@ -94,10 +96,10 @@ class GatewayServer(web.Server):
             **made._kwargs,
         )
         self._fingerprints = fingerprints
-        self._ids = ids
+        self._edge = edge
 
     def __call__(self) -> RequestHandler:
-        return GatewayConnection(self, self._ids, loop=self._loop, **self._kwargs)
+        return GatewayConnection(self, self._edge, loop=self._loop, **self._kwargs)
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         self._fingerprints.forget(handler)
@@ -105,13 +107,14 @@ class GatewayServer(web.Server):
 
 
 class GatewayConnection(RequestHandler):
-    """aiohttp's handler of one connection, whose own error answers are problems."""
+    """aiohttp's handler of one connection, whose own error answers are problems,
+    with a request id, counted and logged as the edge does for every other answer."""
 
-    __slots__ = ("_ids",)
+    __slots__ = ("_edge",)
 
-    def __init__(self, manager: web.Server, ids: RequestIds, **kwargs: Any) -> None:
+    def __init__(self, manager: web.Server, edge: Edge, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
-        self._ids = ids
+        self._edge = edge
 
     def handle_error(
         self,
@@ -122,9 +125,20 @@ class GatewayConnection(RequestHandler):
     ) -> web.StreamResponse:
         # aiohttp's own: logs the error (gateway.logs keeps the request's text out)
         # and raises ConnectionError when an answer has begun; its text is dropped
+        started = time.perf_counter()
         plain = super().handle_error(request, status, exc, message)
-        request_id = self._ids.new()
+        edge = self._edge
+        request_id = edge.request_id(request.headers.get(X_REQUEST_ID))
         problem = problem_for_rejected(request, plain.status, exc, request_id)
         problem.headers[X_REQUEST_ID] = request_id
         problem.force_close()
+        if problem.status >= 500:  # aiohttp logged the traceback, without the id
+            log.error(
+                "unhandled error outside the handlers",
+                extra={"request_id": request_id, "status": problem.status},
+            )
+        # the server's request factory is the application's: a web.Request
+        edge.answered(
+            cast(web.Request, request), UNMATCHED, problem.status, "none", started, request_id
+        )
         return problem

@@ -73,7 +73,8 @@ class RecordRoutes:
 
     A fresh hit held in this process (the memory backend, or the near cache in front
     of Redis) for a query already validated once is answered by :meth:`hit` straight
-    away: no awaiting, no reply object, headers copied from the entry's. For the list
+    away: no awaiting, no pipeline, the token's fingerprint remembered per connection
+    (gateway.connections), the reply sent as ready-made bytes (gateway.replies). For the list
     routes, whose paths have no parameter, :attr:`shortcuts` lets the server's front
     door (gateway.front) try that before aiohttp's router. Everything else, and any
     request a hit could not answer exactly as the full path would (no token, a new
@@ -122,7 +123,7 @@ class RecordRoutes:
         if fingerprint is None:
             if not is_bearer(authorization):
                 return None
-            fingerprint = self.fingerprints.of(connection, keyer, authorization)
+            fingerprint = self.fingerprints.remember(connection, keyer, authorization)
         entry = pipeline.fresh(keyer.key_for(query, fingerprint))
         if entry is None:
             return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
 import orjson
@@ -167,9 +168,13 @@ def problem_for_rejected(
     """The problem response to a request aiohttp answers itself: one its HTTP parser
     rejects (``exc`` a BadHttpMessage), or a 500 outside every handler. The detail
     never quotes the request: the offending line may be an Authorization header."""
-    if status >= 500:
+    if status == 500:
         slug, title = "internal", "Internal error"
         detail = "the gateway failed to handle this request; the request id is in its logs"
+    elif status > 500:
+        title = HTTPStatus(status).phrase
+        slug = title.lower().replace(" ", "-")
+        detail = f"{title.lower()}; the request id is in the gateway's logs"
     else:
         slug, title = "malformed-request", "Malformed HTTP request"
         if isinstance(exc, LineTooLong):

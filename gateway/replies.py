@@ -113,33 +113,27 @@ def sendable(request: web.BaseRequest) -> bool:
 
 class WireResponse(web.StreamResponse):
     """A 200 whose bytes, from status line to body, are made already: ``prepare``
-    writes them all and ends the message. Only for a :func:`sendable` request."""
+    writes them all and ends the message. Only for a :func:`sendable` request.
+
+    Past ``prepare`` it is what aiohttp's own response is once sent: prepared, ended
+    (``write_eof`` does nothing), ``body_length`` the bytes written, kept alive unless
+    ``force_close`` was called; tests/test_replies.py holds it to that."""
 
     def __init__(self, head: HitHead, date: bytes, request_id: str, body: bytes) -> None:
         super().__init__(status=200)
+        self._keep_alive = True  # what the bytes say: no Connection field
         # one write of one block, the body copied once into it: what aiohttp's own
         # writer does with headers and body on Python before 3.12.9 (writelines
         # is not used there)
-        self._wire: bytes | None = b"".join(
+        self._wire = b"".join(
             (head.wire, date, b"X-Request-ID: ", request_id.encode("ascii"), b"\r\n\r\n", body)
         )
 
-    @property
-    def keep_alive(self) -> bool:
-        return super().keep_alive is not False  # kept alive, unless force_close()
-
-    @property
-    def prepared(self) -> bool:
-        return self._wire is None
-
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
-        wire, self._wire = self._wire, None
-        if wire is None:
+        if self._eof_sent:
             return None
+        self._eof_sent = True
         writer = request.writer
-        await writer.write_eof(wire)
+        await writer.write_eof(self._wire)
+        self._body_length = len(self._wire)
         return writer
-
-    async def write_eof(self, data: bytes = b"") -> None:
-        if data:
-            raise RuntimeError("a ready-made answer is complete: nothing can follow it")

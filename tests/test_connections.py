@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-from aiohttp.test_utils import TestClient
-from pytest_aiohttp import AiohttpServer
+from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gateway.app import create_app
 from gateway.cache import Keyer
-from gateway.connections import ConnectionFingerprints
+from gateway.connections import ENTRY_COST_BYTES, REMEMBERED_HEADER_MAX, ConnectionFingerprints
 from gateway.state import RECORDS
 
-from .conftest import GatewayTestServer, base_url, make_settings, token_upstream
+from .conftest import base_url, gateway_client, make_settings, token_upstream
 
 
 class CountingKeyer(Keyer):
@@ -54,27 +53,45 @@ def test_a_connection_computes_each_token_s_fingerprint_once_in_a_row() -> None:
     assert len(fingerprints) == 1
 
 
-def test_connections_never_reported_closed_stay_bounded() -> None:
+def test_what_is_remembered_stays_within_its_bytes() -> None:
+    """Anyone can send tokens (they are remembered before the upstream sees them), and
+    a server may never report a closed connection: the table is bounded in bytes."""
     keyer = CountingKeyer()
-    fingerprints = ConnectionFingerprints(max_connections=3)
-    connections = [object() for _ in range(10)]
-    for connection in connections:
-        fingerprints.of(connection, keyer, "Bearer aaa")
-        assert len(fingerprints) <= 3
-    # one still open keeps its place when it sends again
-    last = connections[-1]
-    fingerprints.of(last, keyer, "Bearer aaa")
-    assert fingerprints.known(last, keyer, "Bearer aaa") is not None
+    per_entry = len("Bearer " + "a" * 93) + ENTRY_COST_BYTES
+    fingerprints = ConnectionFingerprints(max_bytes=3 * per_entry)
+    for _ in range(10):
+        fingerprints.of(object(), keyer, "Bearer " + "a" * 93)
+        assert fingerprints.size_bytes <= 3 * per_entry
+        assert 1 <= len(fingerprints) <= 3
+    # a header longer than REMEMBERED_HEADER_MAX is fingerprinted, never kept
+    long = "Bearer " + "x" * REMEMBERED_HEADER_MAX
+    connection = object()
+    before = len(keyer.computed)
+    assert fingerprints.of(connection, keyer, long) == fingerprints.of(connection, keyer, long)
+    assert len(keyer.computed) == before + 2
+    assert fingerprints.known(connection, keyer, long) is None
+    # a connection that switches tokens leaves no bytes behind for the old one
+    fingerprints = ConnectionFingerprints()
+    fingerprints.of(connection, keyer, "Bearer one")
+    fingerprints.of(connection, keyer, "Bearer two-longer")
+    assert fingerprints.size_bytes == len("Bearer two-longer") + ENTRY_COST_BYTES
+    fingerprints.forget(connection)
+    assert fingerprints.size_bytes == 0
+
+
+def test_the_remembered_header_is_never_in_a_repr() -> None:
+    fingerprints = ConnectionFingerprints()
+    fingerprints.of(object(), CountingKeyer(), "Bearer wrong-secret-token")
+    assert "wrong-secret-token" not in repr(fingerprints._last)
 
 
 async def test_tokens_switching_on_one_connection_each_get_their_own_data(
-    aiohttp_server: AiohttpServer,
+    aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient
 ) -> None:
     tokens = ["token-0-secret", "token-1-secret"]
     upstream = await aiohttp_server(token_upstream(tokens))
     app = create_app(make_settings(base_url(upstream), cache={"backend": "memory"}))
-    client = TestClient(GatewayTestServer(app))
-    await client.start_server()
+    client = await gateway_client(aiohttp_client, app)  # closed by the fixture
     fingerprints = app[RECORDS].fingerprints
     url = str(client.make_url("/users"))
     order = [0, 0, 1, 1, 0, 1, 0, 0, 1]
@@ -95,4 +112,3 @@ async def test_tokens_switching_on_one_connection_each_get_their_own_data(
             break
         await asyncio.sleep(0.01)
     assert len(fingerprints) == 0
-    await client.close()

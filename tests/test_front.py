@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, make_mocked_request
+from pytest_aiohttp import AiohttpServer
 
 from gateway.app import create_app
+from gateway.demo import create_demo_app
 from gateway.front import front_door
-from gateway.state import SHORTCUT_DECLINED
+from gateway.logs import MalformedRequestFilter
+from gateway.state import METRICS, RECORDS, SHORTCUT_DECLINED
 
-from .conftest import GatewayTestServer, make_settings
+from .conftest import GatewayTestServer, base_url, make_settings
 
 ANSWER = web.Response(text="from the shortcut")
 ROUTED = web.Response(text="from the application")
@@ -72,45 +76,60 @@ def test_the_app_has_nothing_the_front_door_would_skip() -> None:
     assert list(app.on_response_prepare) == []
 
 
+@pytest.fixture
+def gateway_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp's server log with the filter the gateway installs (gateway.logs)."""
+    server_log = logging.getLogger("aiohttp.server")
+    monkeypatch.setattr(server_log, "filters", [MalformedRequestFilter()])
+
+
+async def exchange_raw(app: web.Application, raw: bytes) -> tuple[str, dict[str, str], bytes]:
+    """Send ``raw`` to ``app`` served as the gateway serves it; read until it closes."""
+    client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
+    await client.start_server()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+        writer.write(raw)
+        async with asyncio.timeout(10):
+            answer = await reader.read()  # the whole answer, then the gateway closes
+        writer.close()
+    finally:
+        await client.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    assert len(body) == int(headers["Content-Length"])
+    return status_line, headers, body
+
+
 @pytest.mark.parametrize(
     ("raw", "detail"),
     [
         (
-            b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer sec\x01ret-token\r\n\r\n",
+            b"GET /users HTTP/1.1\r\nHost: g\r\n"
+            b"Authorization: Bearer wrong-secret\x01-token\r\n\r\n",
             "the request is not valid HTTP/1.1: a malformed request line or header",
         ),
         (
-            b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer secret-token"
+            b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer wrong-secret-token"
             + b"x" * 40_000  # over the 32 KiB the server accepts (README)
             + b"\r\n\r\n",
             "the request line or a header is longer than the gateway accepts",
         ),
         (
-            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03secret-token\r\n\r\n",
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03wrong-secret-token\r\n\r\n",
             "not an HTTP/1.1 request (TLS to a plain-HTTP port, or an unknown method)",
         ),
     ],
 )
 async def test_a_request_the_http_parser_rejects_gets_a_problem_that_quotes_nothing(
-    raw: bytes, detail: str
+    raw: bytes, detail: str, gateway_logging: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = create_app(make_settings("http://127.0.0.1:9"))
-    client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
-    await client.start_server()
-    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
-    writer.write(raw)
-    async with asyncio.timeout(10):
-        answer = await reader.read()  # the whole answer, then the gateway closes
-    writer.close()
-    await client.close()
-    head, _, body = answer.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    assert lines[0] == "HTTP/1.0 400 Bad Request"  # as aiohttp answers it, then closes
-    headers = dict(line.split(": ", 1) for line in lines[1:])
+    status_line, headers, body = await exchange_raw(app, raw)
+    assert status_line == "HTTP/1.0 400 Bad Request"  # as aiohttp answers it, then closes
     assert headers["Content-Type"] == "application/problem+json"
-    assert len(body) == int(headers["Content-Length"])
-    problem = orjson.loads(body)
-    assert problem == {
+    assert orjson.loads(body) == {
         "type": "urn:records-gateway:problem:malformed-request",
         "title": "Malformed HTTP request",
         "status": 400,
@@ -118,5 +137,41 @@ async def test_a_request_the_http_parser_rejects_gets_a_problem_that_quotes_noth
         "instance": "/",
         "requestId": headers["X-Request-ID"],
     }
-    assert b"secret" not in answer
-    assert b"sec" not in body
+    assert b"secret" not in body
+    assert "secret" not in caplog.text
+    assert "rejected a malformed HTTP request" in caplog.text
+    # counted as every other answer is
+    assert 'route="other",status="400"' in app[METRICS].exposition().decode()
+
+
+async def test_an_error_outside_every_handler_is_a_problem_with_its_request_id_logged(
+    aiohttp_server: AiohttpServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A fault in the front door's hit (it runs before the edge that catches the
+    handlers' errors) still gets a problem, the caller's request id, and a log line
+    that carries it."""
+    upstream = await aiohttp_server(create_demo_app())
+    app = create_app(make_settings(base_url(upstream), cache={"backend": "memory"}))
+
+    def broken(request: web.Request) -> None:
+        raise RuntimeError("a bug in the hit path")
+
+    monkeypatch.setattr(app[RECORDS], "hit", broken)
+    raw = (
+        b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer demo-token\r\n"
+        b"X-Request-ID: caller-id-7\r\n\r\n"
+    )
+    status_line, headers, body = await exchange_raw(app, raw)
+    assert status_line == "HTTP/1.1 500 Internal Server Error"
+    assert headers["X-Request-ID"] == "caller-id-7"
+    problem = orjson.loads(body)
+    assert (problem["type"], problem["status"], problem["requestId"]) == (
+        "urn:records-gateway:problem:internal",
+        500,
+        "caller-id-7",
+    )
+    logged = [r for r in caplog.records if getattr(r, "request_id", None) == "caller-id-7"]
+    # the error line, and the access line as for every answer
+    assert [r.getMessage() for r in logged] == ["unhandled error outside the handlers", "request"]

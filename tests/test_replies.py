@@ -7,16 +7,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from multidict import CIMultiDict
 
 from gateway.app import create_app
 from gateway.cache import CacheEntry
-from gateway.replies import HitHeads
+from gateway.replies import HitHeads, WireResponse
 from gateway.state import PIPELINE
 
 from .conftest import TOKEN, GatewayTestServer, base_url, make_settings
@@ -121,6 +121,10 @@ async def test_a_ready_made_hit_sends_what_aiohttp_sends_for_the_same_reply(
     assert ready.headers["x-request-id"] != full.headers["x-request-id"]
     assert "connection" not in ready.headers
     assert ready.headers["date"].endswith(" GMT")
+    # which way wrote each: the ready-made bytes end with the request id, aiohttp's
+    # own answer with the fields it adds (Content-Length, Date, Server)
+    assert ready.fields[-1][0] == "x-request-id"
+    assert full.fields[-1][0] != "x-request-id"
 
 
 async def test_pipelined_hits_each_get_a_whole_answer_and_their_own_request_id(
@@ -221,3 +225,33 @@ def test_hit_heads_follow_each_entry_and_second_and_stay_bounded() -> None:
         '"one"',
     )
     assert made(two, 1012.0).headers["ETag"] == '"two"'
+
+
+class RecordingWriter:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    async def write_eof(self, chunk: bytes = b"") -> None:
+        self.sent.append(chunk)
+
+
+async def test_a_ready_made_answer_once_sent_is_what_aiohttp_s_own_is() -> None:
+    """The server and anything that inspects an answer read these after prepare()."""
+    entry = CacheEntry(body=b'{"data":[]}', etag='"e"', stored_at=1000.0, ttl_s=60)
+    response = WireResponse(HitHeads()(entry, 1001.0), b"Date: now\r\n", "id-1", entry.body)
+    assert response.status == 200
+    assert response.keep_alive
+    assert not response.prepared
+    writer = RecordingWriter()
+    request = make_mocked_request("GET", "/users", writer=writer)
+    assert await response.prepare(request) is cast(Any, writer)
+    (wire,) = writer.sent
+    assert wire.endswith(b"Date: now\r\nX-Request-ID: id-1\r\n\r\n" + entry.body)
+    assert response.prepared
+    assert response.body_length == len(wire)
+    assert "eof" in repr(response)
+    await response.write_eof()  # the end was sent with the rest: nothing more goes out
+    assert await response.prepare(request) is None
+    assert writer.sent == [wire]
+    response.force_close()
+    assert not response.keep_alive
