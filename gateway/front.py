@@ -4,11 +4,14 @@ that installs it.
 aiohttp hands every request to ``Application._handle``, which resolves the route,
 builds and freezes its match info and looks for ``Expect`` before the handler runs;
 on this machine that costs about a quarter of what a bare handler's request costs
-(bench/README.md). A cache hit on a list route needs none of it: the path alone
-names the route. :func:`front_door` tries the record routes' shortcuts
-(``RecordRoutes.shortcuts``: a fresh hit held in this process, or None) for a GET on
-exactly their path, and hands everything else, including every request a shortcut
-declines, to the application unchanged.
+(bench/README.md). A cache hit needs none of it: the path alone names the route.
+:func:`front_door` tries the record routes' shortcuts (``RecordRoutes.shortcuts``: a
+fresh hit held in this process, or None) for a GET on exactly a list route's path, or
+on one more segment below an id route's parent (``/accounts/{accountId}``: the
+decoded path's last segment is the id), and hands everything else, including every
+request a shortcut declines, to the application unchanged. A shortcut answers only a
+query it has seen the application's handler validate, so a path the router would not
+give that route (an id with ``{``, say) is never answered by it.
 
 What the front door answers never passes through the application: an aiohttp
 middleware or ``on_response_prepare`` signal would not see it. ``create_app``
@@ -42,16 +45,26 @@ log = logging.getLogger("gateway.http")
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
 
-def front_door(app_handler: Handler, shortcuts: Mapping[str, Shortcut]) -> Handler:
-    """``app_handler`` behind the shortcuts of ``shortcuts`` (exact path -> shortcut)."""
+def front_door(
+    app_handler: Handler,
+    shortcuts: Mapping[str, Shortcut],
+    id_shortcuts: Mapping[str, Shortcut],
+) -> Handler:
+    """``app_handler`` behind ``shortcuts`` (a list route's path -> its shortcut) and
+    ``id_shortcuts`` (an id route's parent path -> its shortcut, given the id)."""
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        if request.method == hdrs.METH_GET:
-            shortcut = shortcuts.get(request.path)
-            if shortcut is not None and hdrs.EXPECT not in request.headers:
+        if request.method == hdrs.METH_GET and hdrs.EXPECT not in request.headers:
+            path = request.path
+            value: str | None = None
+            shortcut = shortcuts.get(path)
+            if shortcut is None:
+                parent, _, value = path.rpartition("/")
+                shortcut = id_shortcuts.get(parent) if value else None
+            if shortcut is not None:
                 # the server's request factory is the application's: a web.Request
                 full = cast(web.Request, request)
-                response = shortcut(full)
+                response = shortcut(full, value)
                 if response is not None:
                     return response
                 full[SHORTCUT_DECLINED] = True  # the route's handler need not try again
@@ -68,7 +81,7 @@ class GatewayRunner(web.AppRunner):
         records = self.app[RECORDS]
         return GatewayServer(
             made,
-            front_door(made.request_handler, records.shortcuts),
+            front_door(made.request_handler, records.shortcuts, records.id_shortcuts),
             fingerprints=records.fingerprints,
             edge=records.edge,
         )

@@ -65,7 +65,8 @@ def _conditional(
     return response
 
 
-Shortcut = Callable[[web.Request], web.StreamResponse | None]
+# a route's fresh hit for a request and the path's id (None on a list route), or None
+Shortcut = Callable[[web.Request, str | None], web.StreamResponse | None]
 
 
 class RecordRoutes:
@@ -74,9 +75,11 @@ class RecordRoutes:
     A fresh hit held in this process (the memory backend, or the near cache in front
     of Redis) for a query already validated once is answered by :meth:`hit` straight
     away: no awaiting, no pipeline, the token's fingerprint remembered per connection
-    (gateway.connections), the reply sent as ready-made bytes (gateway.replies). For the list
-    routes, whose paths have no parameter, :attr:`shortcuts` lets the server's front
-    door (gateway.front) try that before aiohttp's router. Everything else, and any
+    (gateway.connections), the reply sent as ready-made bytes (gateway.replies).
+    :attr:`shortcuts` (list routes, by path) and :attr:`id_shortcuts` (id routes, by
+    the path above the id) let the server's front door (gateway.front) try that before
+    aiohttp's router; a HEAD or a request with ``Expect`` tries it in the route's
+    handler. Everything else, and any
     request a hit could not answer exactly as the full path would (no token, a new
     query string, cache directives), takes the full path, which validates and raises
     every problem.
@@ -91,6 +94,11 @@ class RecordRoutes:
         self._date = DateField()
         self.shortcuts: dict[str, Shortcut] = {
             route.template: self._shortcut(route) for route in ROUTES if not route.path_param
+        }
+        self.id_shortcuts: dict[str, Shortcut] = {
+            route.template.rpartition("/")[0]: self._shortcut(route)
+            for route in ROUTES
+            if route.path_param
         }
 
     def hit(
@@ -147,8 +155,8 @@ class RecordRoutes:
         return response
 
     def _shortcut(self, route: RouteSpec) -> Shortcut:
-        def shortcut(request: web.Request) -> web.StreamResponse | None:
-            return self.hit(route, None, request)
+        def shortcut(request: web.Request, path_value: str | None) -> web.StreamResponse | None:
+            return self.hit(route, path_value, request)
 
         return shortcut
 

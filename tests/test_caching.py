@@ -425,7 +425,7 @@ async def test_a_corrupt_purge_generation_is_a_cache_fault_not_a_500(
     ("path", "max_age"),
     [
         ("/expenses?limit=5&page=2", 22),  # a list route: the front door (gateway.front)
-        ("/accounts/Caja%20chica%20Bogot%C3%A1", 52),  # an id route: inside its handler
+        ("/accounts/Caja%20chica%20Bogot%C3%A1", 52),  # an id route: the front door too
     ],
 )
 async def test_a_hit_answers_alike_by_the_short_and_the_full_way(

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from urllib.parse import quote
 
 import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, make_mocked_request
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pytest_aiohttp import AiohttpServer
 
 from gateway.app import create_app
 from gateway.demo import create_demo_app
 from gateway.front import front_door
+from gateway.handlers import Shortcut
 from gateway.logs import MalformedRequestFilter
 from gateway.state import METRICS, RECORDS, SHORTCUT_DECLINED
 
@@ -26,13 +30,26 @@ ROUTED = web.Response(text="from the application")
 @pytest.mark.parametrize(
     ("method", "path", "headers", "expected", "tried"),
     [
-        ("GET", "/expenses?limit=10", {}, ANSWER, ["/expenses"]),
-        ("GET", "/expenses/", {}, ROUTED, []),  # not exactly the route's path
-        ("GET", "/expenses/e-1", {}, ROUTED, []),
+        ("GET", "/expenses?limit=10", {}, ANSWER, [("/expenses", None)]),
+        ("GET", "/expenses/e-1?x=1", {}, ANSWER, [("/expenses/{id}", "e-1")]),
+        (
+            "GET",
+            "/accounts/Caja%20chica%20Bogot%C3%A1",
+            {},
+            ANSWER,
+            [("/accounts/{id}", "Caja chica Bogotá")],
+        ),
+        ("GET", "/expenses/", {}, ROUTED, []),  # no id: not the id route
+        ("GET", "/accounts/a%2Fb", {}, ROUTED, []),  # an encoded "/": the router decides
+        ("GET", "/expenses/e-1/x", {}, ROUTED, []),
+        ("GET", "/expenses/e-1/", {}, ROUTED, []),
+        ("GET", "/other/e-1", {}, ROUTED, []),
         ("HEAD", "/expenses", {}, ROUTED, []),
+        ("HEAD", "/expenses/e-1", {}, ROUTED, []),
         ("POST", "/expenses", {}, ROUTED, []),
         ("GET", "/expenses", {"Expect": "100-continue"}, ROUTED, []),
-        ("GET", "/users", {}, ROUTED, ["/users"]),  # the shortcut declined: the app answers
+        ("GET", "/expenses/e-1", {"Expect": "100-continue"}, ROUTED, []),
+        ("GET", "/users", {}, ROUTED, [("/users", None)]),  # declined: the app answers
     ],
 )
 async def test_only_a_plain_get_on_a_shortcut_path_is_tried(
@@ -40,17 +57,16 @@ async def test_only_a_plain_get_on_a_shortcut_path_is_tried(
     path: str,
     headers: dict[str, str],
     expected: web.Response,
-    tried: list[str],
+    tried: list[tuple[str, str | None]],
 ) -> None:
-    calls: list[str] = []
+    calls: list[tuple[str, str | None]] = []
 
-    def answer(request: web.Request) -> web.StreamResponse | None:
-        calls.append(request.path)
-        return ANSWER
+    def shortcut(name: str, answer: web.Response | None) -> Shortcut:
+        def try_it(request: web.Request, value: str | None) -> web.StreamResponse | None:
+            calls.append((name, value))
+            return answer
 
-    def decline(request: web.Request) -> web.StreamResponse | None:
-        calls.append(request.path)
-        return None
+        return try_it
 
     routed: list[str] = []
 
@@ -58,14 +74,21 @@ async def test_only_a_plain_get_on_a_shortcut_path_is_tried(
         routed.append(request.path)
         return ROUTED
 
-    handle = front_door(application, {"/expenses": answer, "/users": decline})
+    handle = front_door(
+        application,
+        {"/expenses": shortcut("/expenses", ANSWER), "/users": shortcut("/users", None)},
+        {
+            "/expenses": shortcut("/expenses/{id}", ANSWER),
+            "/accounts": shortcut("/accounts/{id}", ANSWER),
+        },
+    )
     request = make_mocked_request(method, path, headers=headers)
     response = await handle(request)
     assert response is expected
     assert calls == tried
-    assert routed == ([] if expected is ANSWER else [path.split("?")[0]])
+    assert routed == ([] if expected is ANSWER else [request.path])
     # a declined shortcut is not tried again by the route's handler
-    assert request.get(SHORTCUT_DECLINED, False) == (tried == ["/users"])
+    assert request.get(SHORTCUT_DECLINED, False) == (tried == [("/users", None)])
 
 
 def test_the_app_has_nothing_the_front_door_would_skip() -> None:
@@ -175,3 +198,52 @@ async def test_an_error_outside_every_handler_is_a_problem_with_its_request_id_l
     logged = [r for r in caplog.records if getattr(r, "request_id", None) == "caller-id-7"]
     # the error line, and the access line as for every answer
     assert [r.getMessage() for r in logged] == ["unhandled error outside the handlers", "request"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "Z", "0", " ", "/", "{", "}", "%", ".", "+", ";", "?", "ñ", "€"]),
+            st.booleans(),  # percent-encode this character
+        ),
+        min_size=0,
+        max_size=8,
+    )
+)
+async def test_an_id_the_front_door_reads_is_the_one_the_router_would_give(
+    parts: list[tuple[str, bool]],
+) -> None:
+    """The front door reads an id route's id from the decoded path. Where the router
+    gives that route for the same request, it gives the same id; where it does not,
+    no request can bring that id to the route's handler (so no shortcut knows it)."""
+    app = web.Application()
+
+    async def never(request: web.Request) -> web.StreamResponse:
+        raise AssertionError
+
+    app.router.add_get("/accounts/{accountId}", never)
+    app.router.add_get("/accounts", never)
+    app.freeze()
+
+    async def routed_id(raw_path: str) -> str | None:
+        match = await app.router.resolve(make_mocked_request("GET", raw_path, app=app))
+        route = match.route.resource
+        if route is None or route.canonical != "/accounts/{accountId}":
+            return None
+        return match["accountId"]
+
+    segment = "".join(quote(c, safe="") if encode else c for c, encode in parts)
+    raw_path = "/accounts/" + segment
+    try:
+        request = make_mocked_request("GET", raw_path, app=app)
+    except ValueError:
+        return  # not a request line aiohttp would take
+    parent, _, read = request.path.rpartition("/")
+    if parent != "/accounts" or not read:
+        return  # the front door leaves it to the router
+    routed = await routed_id(raw_path)
+    if routed is not None:
+        assert routed == read
+    else:
+        assert await routed_id("/accounts/" + quote(read, safe="")) != read

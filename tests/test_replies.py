@@ -22,7 +22,7 @@ from gateway.state import PIPELINE
 from .conftest import TOKEN, GatewayTestServer, base_url, make_settings
 
 LIST = "/expenses?limit=5"
-ACCOUNT = "/accounts/Caja%20chica%20Bogot%C3%A1"  # an id route: the router's handler
+ACCOUNT = "/accounts/Caja%20chica%20Bogot%C3%A1"  # an id route (a HEAD: its handler)
 
 
 @dataclass
