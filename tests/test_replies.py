@@ -5,6 +5,7 @@ request the bytes would not fit."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -120,7 +121,10 @@ async def test_a_ready_made_hit_sends_what_aiohttp_sends_for_the_same_reply(
     assert ready.headers["content-length"] == str(len(ready.body))
     assert ready.headers["x-request-id"] != full.headers["x-request-id"]
     assert "connection" not in ready.headers
-    assert ready.headers["date"].endswith(" GMT")
+    # RFC 9110 IMF-fixdate, as aiohttp writes it
+    imf_fixdate = r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT"
+    assert re.fullmatch(imf_fixdate, full.headers["date"])
+    assert re.fullmatch(imf_fixdate, ready.headers["date"])
     # which way wrote each: the ready-made bytes end with the request id, aiohttp's
     # own answer with the fields it adds (Content-Length, Date, Server)
     assert ready.fields[-1][0] == "x-request-id"
