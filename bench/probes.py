@@ -39,6 +39,20 @@ def counter_sums(exposition: str, family: str) -> dict[tuple[tuple[str, str], ..
     return dict(sums)
 
 
+def histogram_mean(exposition: str, family: str) -> tuple[int, float]:
+    """(observations, mean) of a histogram over every label set of ``family``."""
+    count = total = 0.0
+    for metric in text_string_to_metric_families(exposition):
+        if metric.name != family:
+            continue
+        for sample in metric.samples:
+            if sample.name == family + "_count":
+                count += sample.value
+            elif sample.name == family + "_sum":
+                total += sample.value
+    return int(count), (total / count if count else 0.0)
+
+
 def counter_total(exposition: str, family: str, **labels: str) -> float:
     wanted = set(labels.items())
     return sum(

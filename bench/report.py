@@ -275,6 +275,15 @@ def markdown_body(data: Mapping[str, Any]) -> str:
             for name, row in u["configs"].items()
         ),
     ]
+    normalising, inside = data["normalise_ms"], data.get("normalise_in_gateway")
+    if inside:
+        lines += [
+            "",
+            f"Normalising the miss page: {normalising['median_ms']:.2f} ms in a tight loop"
+            f" (median; what the miss target allows), {inside['mean_ms']:.2f} ms on average"
+            f" inside the miss gateway over its {inside['answers']:,} answers of every run"
+            " (`gateway_normalise_duration_seconds`).",
+        ]
     sizes = ", ".join(f"{name} {row['body_bytes']:,}" for name, row in data["configs"].items())
     lines += ["", f"Body bytes: {sizes}."]
     trouble = [

@@ -15,6 +15,7 @@ unreachable). Misses for one key in one process make one upstream call.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -271,7 +272,12 @@ class RecordPipeline:
                 )
                 await self._cache.set(key, negative, self.policy.negative_ttl_s)
             raise
+        started = time.perf_counter()
         body = self._normaliser.normalise(query, fetched.body)
+        if self._metrics is not None:
+            self._metrics.normalise_seconds.labels(query.route.name).observe(
+                time.perf_counter() - started
+            )
         entry = CacheEntry(
             body=body,
             etag=etag_of(body),

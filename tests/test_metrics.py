@@ -150,6 +150,13 @@ async def test_exact_counts_after_a_known_sequence(
         labels(route="users"): 1,
         labels(route="expenses"): 1,
     }
+    # each upstream answer normalised once; the hit and the rejected requests not at all
+    assert metrics.series("gateway_normalise_duration_seconds_count") == {
+        labels(route="users"): 1,
+        labels(route="expenses"): 1,
+    }
+    for route in ("users", "expenses"):
+        assert metrics.samples[("gateway_normalise_duration_seconds_sum", labels(route=route))] > 0
     assert (
         metrics.value(
             "gateway_normaliser_coercions_total",
