@@ -276,7 +276,7 @@ def markdown_body(data: Mapping[str, Any]) -> str:
         ),
     ]
     normalising, inside = data["normalise_ms"], data.get("normalise_in_gateway")
-    if inside:
+    if inside and inside["answers"]:
         lines += [
             "",
             f"Normalising the miss page: {normalising['median_ms']:.2f} ms in a tight loop"

@@ -6,12 +6,17 @@ builds and freezes its match info and looks for ``Expect`` before the handler ru
 on this machine that costs about a quarter of what a bare handler's request costs
 (bench/README.md). A cache hit needs none of it: the path alone names the route.
 :func:`front_door` tries the record routes' shortcuts (``RecordRoutes.shortcuts``: a
-fresh hit held in this process, or None) for a GET on exactly a list route's path, or
-on one more segment below an id route's parent (``/accounts/{accountId}``: the
-decoded path's last segment is the id), and hands everything else, including every
-request a shortcut declines, to the application unchanged. A shortcut answers only a
-query it has seen the application's handler validate, so a path the router would not
-give that route (an id with ``{``, say) is never answered by it.
+fresh hit held in this process, or None) for a GET whose path is exactly what the
+router would match to a record route, and hands everything else, including every
+request a shortcut declines, to the application unchanged.
+
+"Exactly what the router would match": aiohttp's router matches the URL's
+``path_safe`` (the path decoded except ``%2F`` and ``%25``) against each route's
+pattern (``/accounts/{accountId:[^/]+}``) and decodes those two in the id it matched.
+The front door reads the same string the same way, so ``/accounts%2FACC-002``, which
+the router gives to no route (404), is not taken for ``/accounts/ACC-002``, and
+``/accounts/a%2Fb`` is the id ``a/b`` for both. tests/test_front.py holds the two to
+agreeing, on random paths and on a served gateway.
 
 What the front door answers never passes through the application: an aiohttp
 middleware or ``on_response_prepare`` signal would not see it. ``create_app``
@@ -55,12 +60,13 @@ def front_door(
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if request.method == hdrs.METH_GET and hdrs.EXPECT not in request.headers:
-            path = request.path
+            path = request.rel_url.path_safe  # what the router matches
             value: str | None = None
             shortcut = shortcuts.get(path)
             if shortcut is None:
-                parent, _, value = path.rpartition("/")
-                shortcut = id_shortcuts.get(parent) if value else None
+                parent, _, segment = path.rpartition("/")
+                shortcut = id_shortcuts.get(parent) if segment else None
+                value = routed_id(segment)
             if shortcut is not None:
                 # the server's request factory is the application's: a web.Request
                 full = cast(web.Request, request)
@@ -71,6 +77,14 @@ def front_door(
         return await app_handler(request)
 
     return handle
+
+
+def routed_id(segment: str) -> str:
+    """The id the router gives for ``segment`` of ``path_safe``: its ``%2F`` and ``%25``
+    decoded, the only escapes ``path_safe`` keeps (aiohttp's ``_unquote_path_safe``)."""
+    if "%" not in segment:
+        return segment
+    return segment.replace("%2F", "/").replace("%25", "%")
 
 
 class GatewayRunner(web.AppRunner):

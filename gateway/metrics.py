@@ -103,7 +103,8 @@ class Metrics:
         )
         self.normalise_seconds = Histogram(
             "gateway_normalise_duration_seconds",
-            "Time to bring one upstream answer to the published schema, by route",
+            "Time to bring an upstream answer to the published schema, by route"
+            " (not counted: answers that could not be)",
             ["route"],
             buckets=_NORMALISE_BUCKETS,
             registry=r,

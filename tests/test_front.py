@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from urllib.parse import quote
 
 import orjson
 import pytest
@@ -12,16 +11,18 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, make_mocked_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pytest_aiohttp import AiohttpServer
+from pytest_aiohttp import AiohttpClient, AiohttpServer
+from yarl import URL
 
 from gateway.app import create_app
 from gateway.demo import create_demo_app
 from gateway.front import front_door
 from gateway.handlers import Shortcut
 from gateway.logs import MalformedRequestFilter
+from gateway.params import ROUTES
 from gateway.state import METRICS, RECORDS, SHORTCUT_DECLINED
 
-from .conftest import GatewayTestServer, base_url, make_settings
+from .conftest import AUTH, GatewayTestServer, base_url, gateway_client, make_settings
 
 ANSWER = web.Response(text="from the shortcut")
 ROUTED = web.Response(text="from the application")
@@ -40,7 +41,9 @@ ROUTED = web.Response(text="from the application")
             [("/accounts/{id}", "Caja chica Bogotá")],
         ),
         ("GET", "/expenses/", {}, ROUTED, []),  # no id: not the id route
-        ("GET", "/accounts/a%2Fb", {}, ROUTED, []),  # an encoded "/": the router decides
+        ("GET", "/accounts/a%2Fb", {}, ANSWER, [("/accounts/{id}", "a/b")]),  # as the router
+        ("GET", "/accounts%2Fe-1", {}, ROUTED, []),  # no route has this path: the router's 404
+        ("GET", "/expenses%2fe-1", {}, ROUTED, []),
         ("GET", "/expenses/e-1/x", {}, ROUTED, []),
         ("GET", "/expenses/e-1/", {}, ROUTED, []),
         ("GET", "/other/e-1", {}, ROUTED, []),
@@ -200,50 +203,127 @@ async def test_an_error_outside_every_handler_is_a_problem_with_its_request_id_l
     assert [r.getMessage() for r in logged] == ["unhandled error outside the handlers", "request"]
 
 
-@settings(max_examples=300, deadline=None)
+def parsed_request(app: web.Application, target: str) -> web.Request:
+    """A GET of ``target`` (origin-form) with the URL aiohttp's HTTP parser makes of it."""
+    path, _, query = target.partition("?")
+    url = URL.build(path=path, query_string=query, encoded=True)
+    return make_mocked_request("GET", "/", app=app).clone(rel_url=url)
+
+
+def encoded(text: str, how: int) -> str:
+    """``text`` as sent: 0 as it is, 1 every character percent-encoded upper-case, 2
+    lower-case."""
+    if how == 0:
+        return text
+    escaped = "".join(f"%{byte:02X}" for byte in text.encode())
+    return escaped if how == 1 else escaped.lower()
+
+
+ID_CHARACTERS = ["a", "Z", "0", "-", ".", "_", "~", "+", ";", " ", "/", "%", "{", "}", "ñ", "?"]
+
+
+@settings(max_examples=400, deadline=None)
 @given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["a", "Z", "0", " ", "/", "{", "}", "%", ".", "+", ";", "?", "ñ", "€"]),
-            st.booleans(),  # percent-encode this character
-        ),
-        min_size=0,
-        max_size=8,
-    )
+    parent=st.sampled_from(["accounts", "expenses", "users", "healthz", "other", ""]),
+    parent_how=st.sampled_from([0, 0, 1, 2]),
+    separator=st.sampled_from(["/", "/", "%2F", "%2f", "//", ""]),
+    id_parts=st.lists(
+        st.tuples(st.sampled_from(ID_CHARACTERS), st.sampled_from([0, 1, 2])), max_size=6
+    ),
+    tail=st.sampled_from(["", "", "/", "?limit=1", "%2F"]),
 )
-async def test_an_id_the_front_door_reads_is_the_one_the_router_would_give(
-    parts: list[tuple[str, bool]],
+async def test_the_front_door_picks_the_route_and_id_the_router_would(
+    parent: str, parent_how: int, separator: str, id_parts: list[tuple[str, int]], tail: str
 ) -> None:
-    """The front door reads an id route's id from the decoded path. Where the router
-    gives that route for the same request, it gives the same id; where it does not,
-    no request can bring that id to the route's handler (so no shortcut knows it)."""
-    app = web.Application()
-
-    async def never(request: web.Request) -> web.StreamResponse:
-        raise AssertionError
-
-    app.router.add_get("/accounts/{accountId}", never)
-    app.router.add_get("/accounts", never)
+    """For any path, the front door tries a record route's shortcut exactly when
+    aiohttp's router would give the request to that route, with the same id."""
+    app = create_app(make_settings("http://127.0.0.1:9"))
     app.freeze()
+    records = app[RECORDS]
+    by_template = {route.template: route for route in ROUTES}
+    tried: list[tuple[str, str | None]] = []
 
-    async def routed_id(raw_path: str) -> str | None:
-        match = await app.router.resolve(make_mocked_request("GET", raw_path, app=app))
-        route = match.route.resource
-        if route is None or route.canonical != "/accounts/{accountId}":
+    def recording(template: str) -> Shortcut:
+        def shortcut(request: web.Request, value: str | None) -> web.StreamResponse | None:
+            tried.append((template, value))
             return None
-        return match["accountId"]
 
-    segment = "".join(quote(c, safe="") if encode else c for c, encode in parts)
-    raw_path = "/accounts/" + segment
-    try:
-        request = make_mocked_request("GET", raw_path, app=app)
-    except ValueError:
-        return  # not a request line aiohttp would take
-    parent, _, read = request.path.rpartition("/")
-    if parent != "/accounts" or not read:
-        return  # the front door leaves it to the router
-    routed = await routed_id(raw_path)
-    if routed is not None:
-        assert routed == read
+        return shortcut
+
+    list_templates = {path: path for path in records.shortcuts}
+    id_templates = {
+        template.rpartition("/")[0]: template
+        for template, route in by_template.items()
+        if route.path_param
+    }
+    assert set(id_templates) == set(records.id_shortcuts)
+
+    async def application(request: web.BaseRequest) -> web.StreamResponse:
+        return ROUTED
+
+    front = front_door(
+        application,
+        {path: recording(template) for path, template in list_templates.items()},
+        {path: recording(template) for path, template in id_templates.items()},
+    )
+    # the id's characters: unreserved ones may go as they are, the rest always encoded
+    segment = "".join(
+        encoded(c, how if how or (c.isascii() and (c.isalnum() or c in "-._~+;")) else 1)
+        for c, how in id_parts
+    )
+    target = "/" + encoded(parent, parent_how) + separator + segment + tail
+    request = parsed_request(app, target)
+    await front(request)
+    match = await app.router.resolve(parsed_request(app, target))
+    resource = match.route.resource
+    route = by_template.get(resource.canonical) if resource is not None else None
+    if route is None or match.http_exception is not None:
+        assert tried == [], target
+    elif route.path_param:
+        assert tried == [(route.template, match[route.path_param])], target
     else:
-        assert await routed_id("/accounts/" + quote(read, safe="")) != read
+        assert tried == [(route.template, None)], target
+
+
+async def test_a_path_the_router_reads_otherwise_gets_the_router_s_answer(
+    aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient
+) -> None:
+    """A served gateway with an account's answer cached: every spelling of its path
+    gets from the front door what the full way (a Cache-Control the gateway ignores
+    takes it) answers, a 200 or the router's 404."""
+    upstream = await aiohttp_server(create_demo_app())
+    app = create_app(make_settings(base_url(upstream), cache={"backend": "memory"}))
+    client = await gateway_client(aiohttp_client, app)
+    account = "Caja%20chica%20Bogot%C3%A1"
+    primed = await client.get(f"/accounts/{account}", headers=AUTH)
+    assert primed.status == 200
+
+    async def answer(target: str, *extra: str) -> tuple[str, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+        lines = [f"GET {target} HTTP/1.1", "Host: g", f"Authorization: {AUTH['Authorization']}"]
+        writer.write(("\r\n".join([*lines, *extra]) + "\r\n\r\n").encode())
+        async with asyncio.timeout(10):
+            head = await reader.readuntil(b"\r\n\r\n")
+            fields = dict(
+                line.split(": ", 1) for line in head.decode("latin-1").split("\r\n")[1:-2]
+            )
+            body = await reader.readexactly(int(fields["Content-Length"]))
+        writer.close()
+        if fields["Content-Type"] == "application/problem+json":  # the id differs
+            body = orjson.dumps({**orjson.loads(body), "requestId": "-"})
+        return head.split(b"\r\n", 1)[0].decode(), body
+
+    for target in (
+        f"/accounts/{account}",
+        f"/%61ccounts/{account}",
+        f"/accounts%2F{account}",
+        f"/accounts%2f{account}",
+        f"/accounts//{account}",
+        f"/accounts/{account}/",
+        f"/accounts/{account}%2F",
+        f"http://g/accounts%2F{account}",
+    ):
+        front = await answer(target)
+        full = await answer(target, "Cache-Control: max-age=60")
+        assert front == full, target
+        assert front[0] in ("HTTP/1.1 200 OK", "HTTP/1.1 404 Not Found"), target
