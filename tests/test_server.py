@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
@@ -263,3 +264,43 @@ def not_running(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+async def test_the_served_gateway_takes_header_lines_up_to_32_kib(
+    tmp_path: Path, started: list[GatewayProcess]
+) -> None:
+    """A large bearer token (a JWT with many claims) fits in one header line of up to
+    32 KiB (README); a longer line is a malformed-request problem."""
+    seen: list[int] = []
+
+    async def users(request: web.Request) -> web.Response:
+        seen.append(len(request.headers["Authorization"]))
+        user = {"id": None, "username": "big-token-user", "role": "ADMIN"}
+        return web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
+
+    upstream_app = web.Application()
+    upstream_app.router.add_get("/users", users)
+    runner = web.AppRunner(upstream_app, max_field_size=65_536, max_line_size=65_536)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        config = tmp_path / "config.toml"
+        write_config(config, f"http://127.0.0.1:{port}")
+        gateway = GatewayProcess(config, clean_env())
+        started.append(gateway)
+        await gateway.start()
+        async with aiohttp.ClientSession() as http:
+            large = {"Authorization": "Bearer " + "t" * 20_000}
+            async with http.get(f"{gateway.url}/users", headers=large) as response:
+                assert response.status == 200
+                assert (await response.json())["data"][0]["username"] == "big-token-user"
+            assert seen == [len(large["Authorization"])]
+            too_large = {"Authorization": "Bearer " + "t" * 40_000}
+            async with http.get(f"{gateway.url}/users", headers=too_large) as response:
+                assert response.status == 400
+                problem = await response.json(content_type="application/problem+json")
+                assert problem["type"] == "urn:records-gateway:problem:malformed-request"
+            assert len(seen) == 1
+    finally:
+        await runner.cleanup()
