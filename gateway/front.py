@@ -32,6 +32,7 @@ quotes the offending line back (an Authorization header, say).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -124,6 +125,9 @@ class GatewayServer(web.Server):
         )
         self._fingerprints = fingerprints
         self._edge = edge
+        # aiohttp's Server drops options its RequestHandler does not take (and warns);
+        # here a wrong option fails the runner's setup, not every connection
+        inspect.signature(RequestHandler).bind(self, loop=self._loop, **self._kwargs)
 
     def __call__(self) -> RequestHandler:
         return GatewayConnection(self, self._edge, loop=self._loop, **self._kwargs)
@@ -152,7 +156,7 @@ class GatewayConnection(RequestHandler):
     ) -> web.StreamResponse:
         # aiohttp's own: logs the error (gateway.logs keeps the request's text out)
         # and raises ConnectionError when an answer has begun; its text is dropped
-        started = time.perf_counter()
+        started = time.perf_counter()  # what came before the error is not known here
         plain = super().handle_error(request, status, exc, message)
         edge = self._edge
         request_id = edge.request_id(request.headers.get(X_REQUEST_ID))

@@ -103,8 +103,8 @@ class Metrics:
         )
         self.normalise_seconds = Histogram(
             "gateway_normalise_duration_seconds",
-            "Time to bring an upstream answer to the published schema, by route"
-            " (not counted: answers that could not be)",
+            "Time to normalise each upstream answer (misses, bypasses, refreshes), by route;"
+            " answers that break the contract are not counted",
             ["route"],
             buckets=_NORMALISE_BUCKETS,
             registry=r,

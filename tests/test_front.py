@@ -16,7 +16,7 @@ from yarl import URL
 
 from gateway.app import create_app
 from gateway.demo import create_demo_app
-from gateway.front import front_door
+from gateway.front import GatewayRunner, front_door
 from gateway.handlers import Shortcut
 from gateway.logs import MalformedRequestFilter
 from gateway.params import ROUTES
@@ -138,7 +138,7 @@ async def exchange_raw(app: web.Application, raw: bytes) -> tuple[str, dict[str,
         ),
         (
             b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer wrong-secret-token"
-            + b"x" * 40_000  # over the 32 KiB the server accepts (README)
+            + b"x" * 40_000  # over aiohttp's 8 KiB here, and the served gateway's 32 KiB
             + b"\r\n\r\n",
             "the request line or a header is longer than the gateway accepts",
         ),
@@ -327,3 +327,16 @@ async def test_a_path_the_router_reads_otherwise_gets_the_router_s_answer(
         full = await answer(target, "Cache-Control: max-age=60")
         assert front == full, target
         assert front[0] in ("HTTP/1.1 200 OK", "HTTP/1.1 404 Not Found"), target
+
+
+async def test_a_server_option_aiohttp_does_not_take_fails_the_setup() -> None:
+    """aiohttp's own server would drop it with a warning; GatewayServer would fail
+    every connection without a word. It fails at once instead."""
+    app = create_app(make_settings("http://127.0.0.1:9"))
+    runner = GatewayRunner(app, keep_alive_timeout=5)  # keepalive_timeout, misspelt
+    with pytest.raises(TypeError):
+        await runner.setup()
+    await runner.cleanup()
+    good = GatewayRunner(create_app(make_settings("http://127.0.0.1:9")), keepalive_timeout=5)
+    await good.setup()
+    await good.cleanup()
