@@ -99,6 +99,7 @@ async def serve(
         handle_signals=False,
         access_log=None,
         shutdown_timeout=settings.server.shutdown_timeout_s,
+        keepalive_timeout=settings.server.keepalive_timeout_s,
         # room for large bearer tokens (JWTs with many claims) in one header line
         max_field_size=MAX_HEADER_BYTES,
         max_line_size=MAX_HEADER_BYTES,

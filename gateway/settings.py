@@ -42,6 +42,9 @@ class ServerSettings(_Section):
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)
     shutdown_timeout_s: float = Field(default=15.0, ge=0, le=600)
+    # an idle kept-alive client connection is closed after this (aiohttp's own default
+    # is about an hour); what the gateway remembers of the connection goes with it
+    keepalive_timeout_s: float = Field(default=75.0, gt=0, le=3600)
 
 
 class LogSettings(_Section):

@@ -304,3 +304,22 @@ async def test_the_served_gateway_takes_header_lines_up_to_32_kib(
             assert len(seen) == 1
     finally:
         await runner.cleanup()
+
+
+async def test_an_idle_kept_alive_connection_is_closed_after_its_timeout(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    config = tmp_path / "config.toml"
+    write_config(config, fast_upstream.url, extra="[server]\nkeepalive_timeout_s = 0.5\n")
+    gateway = GatewayProcess(config, clean_env())
+    started.append(gateway)
+    await gateway.start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: g\r\n\r\n")
+    async with asyncio.timeout(20):  # a deadline, not a measurement
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK")
+        assert b"Connection: close" not in head  # kept alive...
+        await reader.readexactly(len(b'{"status":"ok"}'))
+        assert await reader.read() == b""  # ...until the gateway closed it, idle
+    writer.close()
