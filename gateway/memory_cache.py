@@ -61,53 +61,47 @@ class MemoryBackend(QuietBackend):
 
     async def get(self, key: CacheKey) -> Lookup:
         current = self._current(key.route)
-        return Lookup(self._unpurged(key, current), current)
+        return Lookup(self._unpurged(key.text, current), current)
 
     def fresh(self, key: CacheKey) -> CacheEntry | None:
-        # get's lookup (peek, then the purge check) written out: it is on every hit
         return self.fresh_text(key.text, self._current(key.route))
 
     def fresh_text(self, text: str, current: Generations | None) -> CacheEntry | None:
-        """The entry under ``text`` while within its TTL, marked recently used; dropped
-        when stored before the ``current`` generations (None: no purge check)."""
-        slot = self._slots.get(text)
-        if slot is None:
-            return None
-        entry = slot.entry
-        if current is not None and entry.generations != current:
-            self.drop(text)
-            return None
+        """The entry under ``text`` while within its TTL, marked recently used (see
+        :meth:`_held` for what is dropped)."""
         now = self._clock()
-        if slot.expires_at <= now:
-            self.drop(text)
-            return None
-        if entry.left(now) <= 0:
+        slot = self._held(text, current, now)
+        if slot is None or slot.entry.left(now) <= 0:
             return None
         self._slots.move_to_end(text)
-        return entry
+        return slot.entry
 
-    def _unpurged(self, key: CacheKey, current: Generations) -> CacheEntry | None:
-        """The entry under ``key`` unless expired from the store or stored before the
-        ``current`` generations (then dropped); marks it recently used."""
-        entry = self.peek(key.text)
-        if entry is not None and entry.generations != current:
-            self.drop(key.text)
+    def _unpurged(self, text: str, current: Generations | None) -> CacheEntry | None:
+        """The entry under ``text``, fresh or stale, marked recently used (see
+        :meth:`_held` for what is dropped)."""
+        slot = self._held(text, current, self._clock())
+        if slot is None:
             return None
-        return entry
+        self._slots.move_to_end(text)
+        return slot.entry
+
+    def _held(self, text: str, current: Generations | None, now: float) -> _Slot | None:
+        """The slot under ``text``, unless expired from the store at ``now`` or stored
+        before the ``current`` generations (None: no purge check); those are dropped."""
+        slot = self._slots.get(text)
+        if slot is not None and (
+            slot.expires_at <= now or (current is not None and slot.entry.generations != current)
+        ):
+            self.drop(text)
+            return None
+        return slot
 
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         self.put(key.text, entry, lifetime_s, route=key.route)
 
     def peek(self, text: str) -> CacheEntry | None:
         """The entry under ``text`` unless expired from the store; marks it recently used."""
-        slot = self._slots.get(text)
-        if slot is None:
-            return None
-        if slot.expires_at <= self._clock():
-            self.drop(text)
-            return None
-        self._slots.move_to_end(text)
-        return slot.entry
+        return self._unpurged(text, None)
 
     def put(self, text: str, entry: CacheEntry, lifetime_s: float, *, route: str = "") -> None:
         """Store ``entry`` for ``lifetime_s``, evicting the least recently used beyond the bound."""

@@ -133,14 +133,30 @@ async def started(tmp_path: Path) -> AsyncIterator[list[GatewayProcess]]:
         await process.kill()
 
 
+async def serve(
+    started: list[GatewayProcess],
+    tmp_path: Path,
+    upstream: str,
+    *,
+    users_ttl: int = 300,
+    extra: str = "",
+    workers: int = 1,
+) -> GatewayProcess:
+    """A gateway process in front of ``upstream``, its config in ``tmp_path``; started
+    (every worker), and killed after the test if it is still running."""
+    config = tmp_path / "config.toml"
+    write_config(config, upstream, users_ttl=users_ttl, extra=extra)
+    gateway = GatewayProcess(config, clean_env())
+    started.append(gateway)
+    await gateway.start(workers=workers)
+    return gateway
+
+
 async def test_sighup_applies_a_new_ttl_and_refuses_an_invalid_file(
     tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
 ) -> None:
-    config = tmp_path / "config.toml"
-    write_config(config, fast_upstream.url, users_ttl=300)
-    gateway = GatewayProcess(config, clean_env())
-    started.append(gateway)
-    await gateway.start()
+    gateway = await serve(started, tmp_path, fast_upstream.url, users_ttl=300)
+    config = gateway.config
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{gateway.url}/users", headers=AUTH) as response:
             assert response.headers["Cache-Control"] == "private, max-age=300"
@@ -168,11 +184,7 @@ async def test_sighup_applies_a_new_ttl_and_refuses_an_invalid_file(
 async def test_sigterm_lets_requests_in_flight_finish(
     tmp_path: Path, slow_upstream: DemoServer, started: list[GatewayProcess]
 ) -> None:
-    config = tmp_path / "config.toml"
-    write_config(config, slow_upstream.url)
-    gateway = GatewayProcess(config, clean_env())
-    started.append(gateway)
-    await gateway.start()
+    gateway = await serve(started, tmp_path, slow_upstream.url)
     async with aiohttp.ClientSession() as http:
 
         async def read(page: int) -> tuple[int, Any]:
@@ -197,12 +209,7 @@ async def two_workers(
     tmp_path: Path, upstream: DemoServer, started: list[GatewayProcess]
 ) -> GatewayProcess:
     """A gateway with ``server.workers = 2``, both workers started."""
-    config = tmp_path / "config.toml"
-    write_config(config, upstream.url, extra="[server]\nworkers = 2\n")
-    gateway = GatewayProcess(config, clean_env())
-    started.append(gateway)
-    await gateway.start(workers=2)
-    return gateway
+    return await serve(started, tmp_path, upstream.url, extra="[server]\nworkers = 2\n", workers=2)
 
 
 async def test_two_workers_both_answer_and_metrics_sum_them(
@@ -285,11 +292,7 @@ async def test_the_served_gateway_takes_header_lines_up_to_32_kib(
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
-        config = tmp_path / "config.toml"
-        write_config(config, f"http://127.0.0.1:{port}")
-        gateway = GatewayProcess(config, clean_env())
-        started.append(gateway)
-        await gateway.start()
+        gateway = await serve(started, tmp_path, f"http://127.0.0.1:{port}")
         async with aiohttp.ClientSession() as http:
             large = {"Authorization": "Bearer " + "t" * 20_000}
             async with http.get(f"{gateway.url}/users", headers=large) as response:
@@ -309,11 +312,8 @@ async def test_the_served_gateway_takes_header_lines_up_to_32_kib(
 async def test_an_idle_kept_alive_connection_is_closed_after_its_timeout(
     tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
 ) -> None:
-    config = tmp_path / "config.toml"
-    write_config(config, fast_upstream.url, extra="[server]\nkeepalive_timeout_s = 0.5\n")
-    gateway = GatewayProcess(config, clean_env())
-    started.append(gateway)
-    await gateway.start()
+    extra = "[server]\nkeepalive_timeout_s = 0.5\n"
+    gateway = await serve(started, tmp_path, fast_upstream.url, extra=extra)
     reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: g\r\n\r\n")
     async with asyncio.timeout(20):  # a deadline, not a measurement
