@@ -21,7 +21,7 @@ from multidict import istr
 
 from gateway.errors import GatewayError, UpstreamContractError
 from gateway.metrics import Metrics
-from gateway.problems import problem_for_error, problem_for_http, problem_response
+from gateway.problems import internal_problem, problem_for_error, problem_for_http
 from gateway.runtime import LiveConfig
 from gateway.state import REQUEST_ID
 from gateway.trace import CURRENT_TRACE, RequestIds, RequestTrace
@@ -145,14 +145,7 @@ async def _answer(
         raise
     except Exception:
         log.exception("unhandled error", extra={"request_id": request_id, "route": route})
-        return problem_response(
-            request,
-            status=500,
-            slug="internal",
-            title="Internal error",
-            detail="the gateway failed to handle this request; the request id is in its logs",
-            request_id=request_id,
-        )
+        return internal_problem(request, request_id)
 
 
 async def not_found(request: web.Request) -> web.StreamResponse:

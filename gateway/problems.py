@@ -162,6 +162,18 @@ def problem_for_http(request: web.Request, exc: web.HTTPException, request_id: s
     )
 
 
+def internal_problem(request: web.BaseRequest, request_id: str) -> web.Response:
+    """The 500 of an error the gateway did not expect (logged with ``request_id``)."""
+    return problem_response(
+        request,
+        status=500,
+        slug="internal",
+        title="Internal error",
+        detail="the gateway failed to handle this request; the request id is in its logs",
+        request_id=request_id,
+    )
+
+
 def problem_for_rejected(
     request: web.BaseRequest, status: int, exc: BaseException | None, request_id: str
 ) -> web.Response:
@@ -169,9 +181,8 @@ def problem_for_rejected(
     rejects (``exc`` a BadHttpMessage), or a 500 outside every handler. The detail
     never quotes the request: the offending line may be an Authorization header."""
     if status == 500:
-        slug, title = "internal", "Internal error"
-        detail = "the gateway failed to handle this request; the request id is in its logs"
-    elif status > 500:
+        return internal_problem(request, request_id)
+    if status > 500:
         title = HTTPStatus(status).phrase
         slug = title.lower().replace(" ", "-")
         detail = f"{title.lower()}; the request id is in the gateway's logs"
