@@ -74,7 +74,7 @@ class Edge:
                 metrics.busy -= 1
                 CURRENT_TRACE.reset(token)
             self.answered(
-                request,
+                request.method,
                 route,
                 response.status,
                 response.headers.get("X-Cache", "NONE").lower(),
@@ -89,7 +89,7 @@ class Edge:
 
     def answered(
         self,
-        request: web.Request,
+        method: str,
         route: str,
         status: int,
         cache: str,
@@ -109,7 +109,7 @@ class Edge:
                 "request",
                 extra={
                     "request_id": request_id,
-                    "method": request.method,
+                    "method": method,
                     "route": route,
                     "status": status,
                     "duration_ms": round(elapsed * 1000, 2),

@@ -41,14 +41,21 @@ from typing import Any, cast
 from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestHandler
 
-from gateway.connections import ConnectionFingerprints
-from gateway.edge import UNMATCHED, X_REQUEST_ID, Edge
-from gateway.handlers import Shortcut
+from gateway.edge import UNMATCHED, X_REQUEST_ID
+from gateway.handlers import HitTarget, RecordRoutes, Shortcut
 from gateway.problems import problem_for_rejected
+from gateway.request_head import read_head
 from gateway.state import RECORDS, SHORTCUT_DECLINED
 
 log = logging.getLogger("gateway.http")
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+# the most of an unfinished request head a connection holds before handing it to
+# aiohttp (whose limits then apply: 32 KiB a line, 128 header lines)
+HELD_MAX = 64 * 1024
+# the longest head a connection remembers with what it resolved to (a few usual
+# headers and a JWT of a kilobyte or so fit): the most it keeps of its caller's
+REMEMBERED_HEAD_MAX = 2048
+_BODY_FIELDS = (b"content-length:", b"transfer-encoding:", b"upgrade:")
 
 
 def front_door(
@@ -97,8 +104,7 @@ class GatewayRunner(web.AppRunner):
         return GatewayServer(
             made,
             front_door(made.request_handler, records.shortcuts, records.id_shortcuts),
-            fingerprints=records.fingerprints,
-            edge=records.edge,
+            records=records,
         )
 
 
@@ -108,14 +114,7 @@ class GatewayServer(web.Server):
     rejects) as RFC 9457 problems, and it tells the record routes when a connection
     closes (they forget what they remembered of it)."""
 
-    def __init__(
-        self,
-        made: web.Server,
-        handler: Handler,
-        *,
-        fingerprints: ConnectionFingerprints,
-        edge: Edge,
-    ) -> None:
+    def __init__(self, made: web.Server, handler: Handler, *, records: RecordRoutes) -> None:
         # the request factory and options of the server aiohttp made for the app
         super().__init__(
             handler,
@@ -123,29 +122,119 @@ class GatewayServer(web.Server):
             handler_cancellation=made.handler_cancellation,
             **made._kwargs,
         )
-        self._fingerprints = fingerprints
-        self._edge = edge
+        self._records = records
         # aiohttp's Server drops options its RequestHandler does not take (and warns);
         # here a wrong option fails the runner's setup, not every connection
         inspect.signature(RequestHandler).bind(self, loop=self._loop, **self._kwargs)
 
     def __call__(self) -> RequestHandler:
-        return GatewayConnection(self, self._edge, loop=self._loop, **self._kwargs)
+        return GatewayConnection(self, self._records, loop=self._loop, **self._kwargs)
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
-        self._fingerprints.forget(handler)
+        self._records.fingerprints.forget(handler)
         super().connection_lost(handler, exc)
 
 
 class GatewayConnection(RequestHandler):
-    """aiohttp's handler of one connection, whose own error answers are problems,
-    with a request id, counted and logged as the edge does for every other answer."""
+    """aiohttp's handler of one connection, which answers a fresh hit on a plain
+    kept-alive GET from the bytes it receives, and whose own error answers are
+    problems, with a request id, counted and logged as the edge does for every other
+    answer.
 
-    __slots__ = ("_edge",)
+    Hits from the bytes: while aiohttp has nothing of this connection's in hand (no
+    request queued or being handled, no answer waiting for the socket to drain),
+    each whole request head that arrives is read by ``gateway.request_head`` and
+    resolved by ``RecordRoutes.resolve_head``; a fresh hit's ready-made answer is
+    written at once, with no request object, task switch, router or response object.
+    Every other head goes to aiohttp whole, in order; once one has, the heads behind
+    it wait their turn there too, so answers keep the order of requests. A head not
+    complete yet is held here (at most ``HELD_MAX`` bytes); anything that is not a
+    head of ours to frame (a head that may announce a body or an upgrade, bare LFs,
+    more than ``HELD_MAX`` bytes) hands the connection to aiohttp for good.
 
-    def __init__(self, manager: web.Server, edge: Edge, **kwargs: Any) -> None:
+    The connection keeps the last head it resolved (up to ``REMEMBERED_HEAD_MAX``
+    bytes) with what it resolved to, so a caller repeating the same request is read
+    once: like the token's fingerprint (gateway.connections), it lives exactly as
+    long as the connection.
+    """
+
+    __slots__ = ("_edge", "_held", "_last_head", "_last_target", "_records")
+
+    def __init__(self, manager: web.Server, records: RecordRoutes, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
-        self._edge = edge
+        self._records: RecordRoutes | None = records
+        self._edge = records.edge
+        self._held = b""
+        # the last head offered and what it resolved to: a client repeats the same
+        # head (path, query, token) on a kept-alive connection, read once here
+        self._last_head = b""
+        self._last_target: HitTarget | None = None
+
+    def data_received(self, data: bytes) -> None:
+        records = self._records
+        if records is None:  # aiohttp frames this connection now
+            super().data_received(data)
+            return
+        if self._held:
+            data = self._held + data
+            self._held = b""
+        start = 0
+        while True:
+            end = data.find(b"\r\n\r\n", start) + 4
+            if end == 3:  # no whole head (left)
+                break
+            head = data[start:end] if start or end != len(data) else data
+            answer = None
+            if self._aiohttp_idle():
+                if head == self._last_head:
+                    target = self._last_target
+                else:
+                    read = read_head(head)
+                    target = None if read is None else records.resolve_head(read, self)
+                    # a head not resolved now may be later; a long one is not kept
+                    if target is not None and len(head) <= REMEMBERED_HEAD_MAX:
+                        self._last_head, self._last_target = head, target
+                if target is not None:
+                    answer = records.answer_target(target)
+            if answer is None:
+                if _frames_a_body(head):
+                    self._records = None
+                    super().data_received(data[start:])
+                    return
+                super().data_received(head)
+            else:
+                self._answered(answer)
+            start = end
+        rest = data[start:] if start else data
+        if not rest:
+            return
+        if len(rest) > HELD_MAX or rest.count(b"\n") != rest.count(b"\r\n"):
+            self._records = None
+            super().data_received(rest)
+            return
+        self._held = rest
+
+    def _aiohttp_idle(self) -> bool:
+        """aiohttp waits for this connection's next request, with nothing in hand."""
+        waiter = self._waiter
+        return (
+            waiter is not None
+            and not waiter.done()
+            and not self._messages
+            and not self._force_close
+            and not self._close
+            and not self.writing_paused
+        )
+
+    def _answered(self, answer: bytes) -> None:
+        """``answer`` sent; the connection's idle time starts again, as after any answer."""
+        assert self.transport is not None
+        self.transport.write(answer)
+        loop = self._loop
+        close_time = loop.time() + self._keepalive_timeout
+        self._next_keepalive_close_time = close_time
+        if self._keepalive_handle is None and self._keepalive_timeout > 0:
+            self._keepalive_handle = loop.call_at(close_time, self._process_keepalive)
 
     def handle_error(
         self,
@@ -169,7 +258,12 @@ class GatewayConnection(RequestHandler):
                 extra={"request_id": request_id, "status": problem.status},
             )
         # the server's request factory is the application's: a web.Request
-        edge.answered(
-            cast(web.Request, request), UNMATCHED, problem.status, "none", started, request_id
-        )
+        edge.answered(request.method, UNMATCHED, problem.status, "none", started, request_id)
         return problem
+
+
+def _frames_a_body(head: bytes) -> bool:
+    """Whether ``head`` may announce a body or a protocol switch: what follows it is
+    then not a head of ours to find (matched loosely: a false yes only costs speed)."""
+    lowered = head.lower()
+    return any(field in lowered for field in _BODY_FIELDS)

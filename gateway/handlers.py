@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 import orjson
 from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.auth import is_bearer, parse_authorization
+from gateway.cache import CacheEntry, CacheKey, Keyer
 from gateway.connections import ConnectionFingerprints
 from gateway.edge import X_REQUEST_ID, Edge
 from gateway.metrics import CONTENT_TYPE
@@ -19,7 +21,16 @@ from gateway.pipeline import (
     Directives,
     RecordPipeline,
 )
-from gateway.replies import JSON, DateField, HitHeads, WireResponse, cache_headers, sendable
+from gateway.replies import (
+    JSON,
+    DateField,
+    HitHeads,
+    WireResponse,
+    cache_headers,
+    ready_made,
+    sendable,
+)
+from gateway.request_head import RequestHead
 from gateway.state import METRICS, OPENAPI, PIPELINE, READINESS, REQUEST_ID, SHORTCUT_DECLINED
 from gateway.trace import current_trace
 
@@ -69,6 +80,19 @@ def _conditional(
 Shortcut = Callable[[web.Request, str | None], web.StreamResponse | None]
 
 
+class HitTarget(NamedTuple):
+    """A plain GET's head resolved to what its hit looks up (RecordRoutes.resolve_head):
+    valid while the pipeline and ``limits.max_limit`` are the ones it was resolved
+    under. A connection keeps the last one with the head it came from."""
+
+    route: str
+    key: CacheKey
+    fingerprint: str
+    request_id: str | None  # the caller's X-Request-ID
+    pipeline: RecordPipeline
+    max_limit: int
+
+
 class RecordRoutes:
     """The six record routes of one application.
 
@@ -100,51 +124,37 @@ class RecordRoutes:
             for route in ROUTES
             if route.path_param
         }
+        # the same, by route, for answer_head
+        self.list_routes = {route.template: route for route in ROUTES if not route.path_param}
+        self.id_routes = {
+            route.template.rpartition("/")[0]: route for route in ROUTES if route.path_param
+        }
 
     def hit(
         self, route: RouteSpec, path_value: str | None, request: web.Request
     ) -> web.StreamResponse | None:
         """The answer to ``request`` when it is a fresh hit held here; None otherwise."""
         started = time.perf_counter()
-        pipeline = self.pipeline
         headers = request.headers
         authorization = headers.get(hdrs.AUTHORIZATION)
-        if (
-            pipeline is None
-            or authorization is None
-            or hdrs.CACHE_CONTROL in headers
-            or hdrs.PRAGMA in headers
-        ):
+        if authorization is None or hdrs.CACHE_CONTROL in headers or hdrs.PRAGMA in headers:
             return None
-        edge = self.edge
-        query = self._memos[route.name].known(
-            route,
-            path_value,
-            request.rel_url.raw_query_string,
-            edge.live.settings.limits.max_limit,
+        found = self._fresh(
+            route, path_value, request.rel_url.raw_query_string, authorization, request.protocol
         )
-        if query is None:
+        if found is None:
             return None
-        keyer = pipeline.keyer
-        connection = request.protocol
-        fingerprint = self.fingerprints.known(connection, keyer, authorization)
-        if fingerprint is None:
-            if not is_bearer(authorization):
-                return None
-            fingerprint = self.fingerprints.remember(connection, keyer, authorization)
-        entry = pipeline.fresh(keyer.key_for(query, fingerprint))
-        if entry is None:
-            return None
-        request_id = edge.request_id(headers.get(X_REQUEST_ID))
-        head = self._hit_heads(entry, pipeline.clock())
+        entry, fingerprint, now = found
+        request_id = self.edge.request_id(headers.get(X_REQUEST_ID))
+        head = self._hit_heads(entry, now)
         response: web.StreamResponse | None = _conditional(request, entry.etag, head.headers)
         if response is None and sendable(request):
             response = WireResponse(head, self._date(), request_id, entry.body)
         else:
             response = response or web.Response(body=entry.body, headers=head.headers)
             response.headers[X_REQUEST_ID] = request_id
-        edge.answered(
-            request,
+        self.edge.answered(
+            request.method,
             route.name,
             response.status,
             "hit",
@@ -153,6 +163,98 @@ class RecordRoutes:
             token_fingerprint=fingerprint,
         )
         return response
+
+    def resolve_head(self, head: RequestHead, connection: object) -> HitTarget | None:
+        """What a hit on ``head`` (a plain kept-alive GET read by
+        ``gateway.request_head``, sent on ``connection``) looks up, when its route is a
+        record route and its query was validated before; None otherwise (the request
+        then takes aiohttp's way, unchanged)."""
+        authorization = head.authorization
+        pipeline = self.pipeline
+        if authorization is None or pipeline is None:
+            return None
+        path = head.path
+        route = self.list_routes.get(path)
+        path_value: str | None = None
+        if route is None:
+            parent, _, path_value = path.rpartition("/")
+            route = self.id_routes.get(parent) if path_value else None
+            if route is None:
+                return None
+        max_limit = self.edge.live.settings.limits.max_limit
+        query = self._memos[route.name].known(route, path_value, head.query, max_limit)
+        if query is None:
+            return None
+        fingerprint = self._fingerprint(pipeline.keyer, authorization, connection)
+        if fingerprint is None:
+            return None
+        key = pipeline.keyer.key_for(query, fingerprint)
+        return HitTarget(route.name, key, fingerprint, head.request_id, pipeline, max_limit)
+
+    def answer_target(self, target: HitTarget) -> bytes | None:
+        """The whole answer, as bytes, to the request ``target`` was resolved from,
+        when it is a fresh hit held here and ``target`` still holds (the same
+        pipeline, the same ``limits.max_limit``); None otherwise."""
+        started = time.perf_counter()
+        pipeline = self.pipeline
+        if (
+            pipeline is not target.pipeline
+            or target.max_limit != self.edge.live.settings.limits.max_limit
+        ):
+            return None
+        entry = pipeline.fresh(target.key)
+        if entry is None:
+            return None
+        request_id = self.edge.request_id(target.request_id)
+        head = self._hit_heads(entry, pipeline.clock())
+        wire = ready_made(head, self._date(), request_id, entry.body)
+        self.edge.answered(
+            "GET",
+            target.route,
+            200,
+            "hit",
+            started,
+            request_id,
+            token_fingerprint=target.fingerprint,
+        )
+        return wire
+
+    def _fingerprint(self, keyer: Keyer, authorization: str, connection: object) -> str | None:
+        """The fingerprint of a bearer ``authorization`` sent on ``connection``; None
+        when it is not a bearer token."""
+        fingerprint = self.fingerprints.known(connection, keyer, authorization)
+        if fingerprint is None:
+            if not is_bearer(authorization):
+                return None
+            fingerprint = self.fingerprints.remember(connection, keyer, authorization)
+        return fingerprint
+
+    def _fresh(
+        self,
+        route: RouteSpec,
+        path_value: str | None,
+        query_string: str,
+        authorization: str,
+        connection: object,
+    ) -> tuple[CacheEntry, str, float] | None:
+        """The fresh entry held here for the query (validated once already) and token,
+        with the token's fingerprint and the time read; None otherwise."""
+        pipeline = self.pipeline
+        if pipeline is None:
+            return None
+        query = self._memos[route.name].known(
+            route, path_value, query_string, self.edge.live.settings.limits.max_limit
+        )
+        if query is None:
+            return None
+        keyer = pipeline.keyer
+        fingerprint = self._fingerprint(keyer, authorization, connection)
+        if fingerprint is None:
+            return None
+        entry = pipeline.fresh(keyer.key_for(query, fingerprint))
+        if entry is None:
+            return None
+        return entry, fingerprint, pipeline.clock()
 
     def _shortcut(self, route: RouteSpec) -> Shortcut:
         def shortcut(request: web.Request, path_value: str | None) -> web.StreamResponse | None:

@@ -111,6 +111,15 @@ def sendable(request: web.BaseRequest) -> bool:
     return request.method == "GET" and request.version == HttpVersion11 and request.keep_alive
 
 
+def ready_made(head: HitHead, date: bytes, request_id: str, body: bytes) -> bytes:
+    """A fresh hit's 200 as one block of bytes, from status line to body: one write,
+    the body copied once into it (what aiohttp's own writer does with headers and body
+    on Python before 3.12.9, where writelines is not used)."""
+    return b"".join(
+        (head.wire, date, b"X-Request-ID: ", request_id.encode("ascii"), b"\r\n\r\n", body)
+    )
+
+
 class WireResponse(web.StreamResponse):
     """A 200 whose bytes, from status line to body, are made already: ``prepare``
     writes them all and ends the message. Only for a :func:`sendable` request.
@@ -122,12 +131,7 @@ class WireResponse(web.StreamResponse):
     def __init__(self, head: HitHead, date: bytes, request_id: str, body: bytes) -> None:
         super().__init__(status=200)
         self._keep_alive = True  # what the bytes say: no Connection field
-        # one write of one block, the body copied once into it: what aiohttp's own
-        # writer does with headers and body on Python before 3.12.9 (writelines
-        # is not used there)
-        self._wire = b"".join(
-            (head.wire, date, b"X-Request-ID: ", request_id.encode("ascii"), b"\r\n\r\n", body)
-        )
+        self._wire = ready_made(head, date, request_id, body)
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self._eof_sent:

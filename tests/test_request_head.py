@@ -1,0 +1,154 @@
+"""Reading a plain GET's head for the hit path: what it reads, what it leaves to
+aiohttp, and that what it reads is what aiohttp's own parser reads."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_parser import HttpRequestParser
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from gateway.request_head import FIELDS_MAX, LINE_MAX, RequestHead, read_head
+from gateway.server import MAX_HEADER_BYTES
+
+PLAIN = b"GET /expenses?limit=10 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer t-1\r\n\r\n"
+
+
+def head_of(*lines: str, request_line: str = "GET /expenses?limit=10 HTTP/1.1") -> bytes:
+    return ("\r\n".join((request_line, *lines)) + "\r\n\r\n").encode("latin-1")
+
+
+def test_a_plain_get_is_read() -> None:
+    assert read_head(PLAIN) == RequestHead("/expenses", "limit=10", "Bearer t-1", None)
+    assert read_head(
+        head_of(
+            "host: gw",
+            "authorization:Bearer  t-2 \t",
+            "X-Request-ID: caller-1",
+            "Connection: Keep-Alive",
+            "Accept: application/json",
+            request_line="GET /accounts/ACC-002 HTTP/1.1",
+        )
+    ) == RequestHead("/accounts/ACC-002", "", "Bearer  t-2", "caller-1")
+    assert read_head(head_of("Host: gw", request_line="GET /users? HTTP/1.1")) == RequestHead(
+        "/users", "", None, None
+    )
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        head_of("Host: gw", request_line="HEAD /expenses HTTP/1.1"),
+        head_of("Host: gw", request_line="POST /expenses HTTP/1.1"),
+        head_of("Host: gw", request_line="GET /expenses HTTP/1.0"),
+        head_of("Host: gw", request_line="GET http://gw/expenses HTTP/1.1"),
+        head_of("Host: gw", request_line="GET /accounts/a%2Fb HTTP/1.1"),  # an escape
+        head_of("Host: gw", request_line="GET /expenses/../users HTTP/1.1"),
+        head_of("Host: gw", request_line="GET /expenses/./e-1 HTTP/1.1"),
+        head_of("Host: gw", request_line="GET //expenses HTTP/1.1"),
+        head_of("Host: gw", request_line="GET /expenses?a=1#frag HTTP/1.1"),
+        head_of("Host: gw", request_line="GET /expenses?a=<b> HTTP/1.1"),
+        head_of("Host: gw", request_line="GET  /expenses HTTP/1.1"),
+        head_of("Authorization: Bearer t"),  # no Host: aiohttp refuses HTTP/1.1 without
+        head_of("Host: gw", "Host: other"),
+        head_of("Host: gw", "Authorization: Bearer a", "Authorization: Bearer b"),
+        head_of("Host: gw", "X-Request-ID: a", "x-request-id: b"),
+        head_of("Host: gw", "Cache-Control: no-cache"),
+        head_of("Host: gw", "Pragma: no-cache"),
+        head_of("Host: gw", 'If-None-Match: "x"'),
+        head_of("Host: gw", "Expect: 100-continue"),
+        head_of("Host: gw", "Content-Length: 0"),
+        head_of("Host: gw", "Transfer-Encoding: chunked"),
+        head_of("Host: gw", "Upgrade: websocket", "Connection: upgrade"),
+        head_of("Host: gw", "Connection: close"),
+        head_of("Host: gw", "TE: trailers"),
+        head_of("Host: gw", "Authorization : Bearer t"),  # space before the colon
+        head_of("Host: gw", " folded: on"),  # obs-fold
+        head_of("Host: gw", "Authorization: Bearer caf\xe9"),  # a byte above 0x7F
+        head_of("Host: gw", "X-Ctl: a\x7fb"),
+        b"GET /expenses HTTP/1.1\nHost: gw\n\n",  # bare LFs
+        b"GET /expenses HTTP/1.1\r\nHost: gw\r\n\r\nGET /users HTTP/1.1\r\n",  # not one head
+        head_of("Host: gw", "X-Long: " + "a" * LINE_MAX),
+        head_of("Host: gw", *(f"X-{n}: v" for n in range(FIELDS_MAX))),
+    ],
+)
+def test_anything_else_is_left_to_aiohttp(head: bytes) -> None:
+    assert read_head(head) is None
+
+
+# Heads from pieces that are each mostly right and sometimes not, so that both what
+# is read and what is refused come up often.
+_METHODS = st.sampled_from(["GET"] * 30 + ["HEAD", "get", "POST"])
+_VERSIONS = st.sampled_from(["HTTP/1.1"] * 30 + ["HTTP/1.0", "HTTP/2.0", "http/1.1"])
+_GOOD_PATH = "abcAZ09-_~/."
+_ODD_PATH = _GOOD_PATH + "%2F:@!$&'()*+,;=#?\"<> "
+_GOOD_QUERY = "abz09=&-_.~%20+,;:@/?!$'()*"
+_ODD_QUERY = _GOOD_QUERY + '#<>"{}|\\^` \x7f'
+_NAMES = st.sampled_from(
+    ["Authorization", "X-Request-ID", "Accept", "User-Agent", "X-Other", "x-other"] * 6
+    + ["Connection", "Content-Length", "Transfer-Encoding", "Cache-Control", "Bad Name", ""]
+)
+_VALUES = st.sampled_from(
+    ["keep-alive", "Keep-Alive", "gw", "Bearer demo-token", " Bearer  x \t", "v=1, w"] * 6
+    + ["close", "0", "chunked", "a\x7fb", "a\x00b", "caf\xe9", "x\ry"]
+)
+
+
+def _either(good: str, odd: str, max_size: int) -> st.SearchStrategy[str]:
+    # three times in four from the good alphabet
+    chosen = st.sampled_from([good, good, good, odd])
+    return chosen.flatmap(lambda alphabet: st.text(alphabet=alphabet, max_size=max_size))
+
+
+@st.composite
+def heads(draw: st.DrawFn) -> bytes:
+    path = "/" + draw(_either(_GOOD_PATH, _ODD_PATH, 20))
+    if draw(st.booleans()):
+        path += "?" + draw(_either(_GOOD_QUERY, _ODD_QUERY, 20))
+    lines = [f"{draw(_METHODS)} {path} {draw(_VERSIONS)}"]
+    fields = [f"{draw(_NAMES)}:{draw(_VALUES)}" for _ in range(draw(st.integers(0, 3)))]
+    if draw(st.integers(0, 6)):
+        fields.insert(draw(st.integers(0, len(fields))), "Host: gw")
+    end = draw(st.sampled_from(["\r\n"] * 8 + ["\n"]))
+    return (end.join(lines + fields) + end + end).encode("utf-8")
+
+
+async def aiohttp_reads(head: bytes) -> RequestHead | None:
+    """What aiohttp's parser, with the server's limits, reads of ``head``; None when it
+    refuses it."""
+    loop = asyncio.get_running_loop()
+    parser = HttpRequestParser(
+        BaseProtocol(loop),
+        loop,
+        2**16,
+        max_line_size=MAX_HEADER_BYTES,
+        max_field_size=MAX_HEADER_BYTES,
+    )
+    try:
+        messages, _, tail = parser.feed_data(head)
+    except HttpProcessingError:
+        return None
+    assert len(messages) == 1
+    assert tail == b""
+    message = messages[0][0]
+    return RequestHead(
+        message.url.path_safe,
+        message.url.raw_query_string,
+        message.headers.get("Authorization"),
+        message.headers.get("X-Request-ID"),
+    )
+
+
+@settings(max_examples=600, deadline=None)
+@given(heads())
+@example(PLAIN)
+@example(head_of("Host: gw", request_line="GET /expenses?a=%zz HTTP/1.1"))
+@example(head_of("Host: gw", "Authorization:   Bearer x   "))
+async def test_what_is_read_is_what_aiohttp_reads(head: bytes) -> None:
+    read = read_head(head)
+    if read is not None:
+        assert await aiohttp_reads(head) == read
