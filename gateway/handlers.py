@@ -27,6 +27,7 @@ from gateway.replies import (
     HitHeads,
     WireResponse,
     cache_headers,
+    head_of,
     ready_made,
     sendable,
 )
@@ -171,7 +172,7 @@ class RecordRoutes:
         then takes aiohttp's way, unchanged)."""
         authorization = head.authorization
         pipeline = self.pipeline
-        if authorization is None or pipeline is None:
+        if authorization is None or pipeline is None or not pipeline.caches:
             return None
         path = head.path
         route = self.list_routes.get(path)
@@ -240,7 +241,7 @@ class RecordRoutes:
         """The fresh entry held here for the query (validated once already) and token,
         with the token's fingerprint and the time read; None otherwise."""
         pipeline = self.pipeline
-        if pipeline is None:
+        if pipeline is None or not pipeline.caches:
             return None
         query = self._memos[route.name].known(
             route, path_value, query_string, self.edge.live.settings.limits.max_limit
@@ -297,9 +298,13 @@ class RecordRoutes:
             out = cache_headers(
                 reply.x_cache, reply.cache_status, reply.age_s, reply.max_age_s, reply.etag
             )
-            return _conditional(request, reply.etag, out) or web.Response(
-                body=reply.body, headers=out
-            )
+            response = _conditional(request, reply.etag, out)
+            if response is not None:
+                return response
+            if sendable(request):  # one ready-made block, as a hit's
+                head = head_of(out, len(reply.body))
+                return WireResponse(head, self._date(), request[REQUEST_ID], reply.body)
+            return web.Response(body=reply.body, headers=out)
 
         read.__name__ = f"get_{route.name}"
         full = self.edge.wrap(read, route.name)

@@ -156,6 +156,11 @@ class RecordPipeline:
         """Cancel background refreshes and fetches still in flight."""
         await self._inflight.close()
 
+    @property
+    def caches(self) -> bool:
+        """Whether answers are cached at all (not with ``cache.backend = "none"``)."""
+        return self._cache is not None
+
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         """The entry ``read`` would serve as a plain HIT for a request without cache
         directives, when this process holds it (no I/O); None when ``read`` must decide."""

@@ -62,6 +62,13 @@ class HitHead(NamedTuple):
     wire: bytes
 
 
+def head_of(headers: CIMultiDict[str], length: int) -> HitHead:
+    """The head of a 200 of ``length`` bytes with ``headers`` (``cache_headers``)."""
+    fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    wire = _OK + f"{fields}Content-Length: {length}\r\n".encode("latin-1") + _SERVER
+    return HitHead(CIMultiDictProxy(headers), wire)
+
+
 class HitHeads:
     """The heads of fresh hits, the same as the pipeline's hit reply, each made once
     per (ETag, age, freshness left, body length). At most ``size`` are kept (a fixed
@@ -80,10 +87,7 @@ class HitHeads:
             headers = cache_headers(
                 HIT, f"{CACHE_NAME}; {hit_status(left)}", age_s, left, entry.etag
             )
-            fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-            length = f"Content-Length: {len(entry.body)}\r\n"
-            wire = _OK + (fields + length).encode("latin-1") + _SERVER
-            made = HitHead(CIMultiDictProxy(headers), wire)
+            made = head_of(headers, len(entry.body))
             if len(self._made) >= self._size:
                 self._made.clear()
             self._made[key] = made
@@ -129,7 +133,7 @@ class WireResponse(web.StreamResponse):
     ``force_close`` was called; tests/test_replies.py holds it to that."""
 
     def __init__(self, head: HitHead, date: bytes, request_id: str, body: bytes) -> None:
-        super().__init__(status=200)
+        super().__init__(status=200, headers=head.headers)  # what the edge reads
         self._keep_alive = True  # what the bytes say: no Connection field
         self._wire = ready_made(head, date, request_id, body)
 

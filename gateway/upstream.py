@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from urllib.parse import quote, urlencode
 
 import aiohttp
+from aiohttp import hdrs
+from prometheus_client import Counter, Histogram
 from yarl import URL
 
 from gateway import __version__
@@ -33,6 +35,7 @@ from gateway.trace import current_trace
 USER_AGENT = f"records-gateway/{__version__}"
 _PASSED_THROUGH = {401, 403, 404, 429}
 _READ_CHUNK = 64 * 1024
+_URLS_KEPT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +92,18 @@ class UpstreamClient:
         self._timeout = timeouts(settings)
         self._metrics = metrics
         self.health = health or UpstreamHealth()
+        # the URL of each query asked lately (by its canonical text), and the metrics'
+        # label children: made once, not on every upstream call
+        self._urls: dict[str, URL] = {}
+        self._counted: dict[tuple[str, str], Counter] = {}
+        self._timed: dict[str, Histogram] = {}
 
     def reconfigure(self, settings: UpstreamSettings) -> None:
-        """Apply new timeouts (a reload); the session and its pool stay."""
+        """Apply new timeouts and parameter names (a reload); the session and its pool
+        stay."""
         self._settings = settings.model_copy(update={"base_url": self._settings.base_url})
         self._timeout = timeouts(settings)
+        self._urls = {}
 
     @property
     def base_url(self) -> str:
@@ -118,11 +128,17 @@ class UpstreamClient:
 
     def url_for(self, query: RecordQuery) -> URL:
         """The full upstream URL for ``query``, with the path prefix of ``base_url``."""
-        text = self._settings.base_url + query.upstream_path()
-        params = query.upstream_params(self._settings.bank_code_param)
-        if params:
-            text += "?" + urlencode(params, quote_via=quote, safe="")
-        return URL(text, encoded=True)
+        url = self._urls.get(query.canonical_text)
+        if url is None:
+            text = self._settings.base_url + query.upstream_path()
+            params = query.upstream_params(self._settings.bank_code_param)
+            if params:
+                text += "?" + urlencode(params, quote_via=quote, safe="")
+            url = URL(text, encoded=True)
+            if len(self._urls) >= _URLS_KEPT:
+                self._urls.clear()
+            self._urls[query.canonical_text] = url
+        return url
 
     async def fetch(
         self, query: RecordQuery, *, authorization: str, request_id: str
@@ -148,12 +164,25 @@ class UpstreamClient:
         finally:
             elapsed = time.perf_counter() - started
             if self._metrics is not None:
-                self._metrics.upstream_requests.labels(query.route.name, outcome).inc()
-                self._metrics.upstream_seconds.labels(query.route.name).observe(elapsed)
+                self._count(query.route.name, outcome, elapsed)
             trace = current_trace()
             if trace is not None:
                 trace.upstream_status = outcome
                 trace.upstream_ms = round(elapsed * 1000, 2)
+
+    def _count(self, route: str, outcome: str, elapsed: float) -> None:
+        metrics = self._metrics
+        assert metrics is not None
+        counted = self._counted.get((route, outcome))
+        if counted is None:
+            counted = self._counted[(route, outcome)] = metrics.upstream_requests.labels(
+                route, outcome
+            )
+        timed = self._timed.get(route)
+        if timed is None:
+            timed = self._timed[route] = metrics.upstream_seconds.labels(route)
+        counted.inc()
+        timed.observe(elapsed)
 
     async def _fetch(
         self, query: RecordQuery, authorization: str, request_id: str
@@ -194,6 +223,8 @@ class UpstreamClient:
         length = response.content_length
         if length is not None and length > limit:
             raise _too_large(what, limit, response.status)
+        if length is not None and hdrs.CONTENT_ENCODING not in response.headers:
+            return await response.read()  # its length is what it says, within the limit
         # counted as decoded: a compressed body's length says nothing of its size
         chunks: list[bytes] = []
         size = 0

@@ -162,3 +162,36 @@ async def test_an_answer_fetched_across_a_purge_is_not_kept_near(
     assert len(near_of(client)) == 0
     assert await x_cache(client, "/clients?limit=5") == "MISS"
     assert len(log) == 2
+
+
+async def test_a_connection_repeating_one_request_sees_a_purge_made_on_another_instance(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
+) -> None:
+    """The hit a connection answers from its bytes (gateway.front) is the near cache's
+    too: once the purge reaches this instance, the same request goes upstream."""
+    first = await gateway_on(gateway_factory, upstream, redis_url)
+    second = await gateway_on(gateway_factory, upstream, redis_url)
+    assert second.port is not None
+    head = f"GET /users HTTP/1.1\r\nHost: gw\r\nAuthorization: {AUTH['Authorization']}\r\n\r\n"
+    reader, writer = await asyncio.open_connection("127.0.0.1", second.port)
+
+    async def ask() -> str:
+        writer.write(head.encode())
+        block = await reader.readuntil(b"\r\n\r\n")
+        fields = dict(
+            line.split(": ", 1) for line in block.decode("latin-1").split("\r\n")[1:] if line
+        )
+        await reader.readexactly(int(fields["Content-Length"]))
+        return fields["X-Cache"]
+
+    async with asyncio.timeout(10):
+        assert [await ask(), await ask(), await ask()] == ["MISS", "HIT", "HIT"]
+        response = await first.delete(
+            "/admin/cache?route=users", headers={"Authorization": f"Bearer {ADMIN}"}
+        )
+        assert response.status == 200
+        await until(lambda: len(near_of(second)) == 0)
+        assert [await ask(), await ask()] == ["MISS", "HIT"]
+    writer.close()
+    await writer.wait_closed()
+    assert [r.path for r in upstream_log.entries] == ["/users", "/users"]

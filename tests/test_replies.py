@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
@@ -124,36 +125,58 @@ async def exchange(port: int, *requests: bytes, head: bool = False) -> list[Answ
 
 
 @pytest.mark.parametrize("path", [LIST, ACCOUNT])
-async def test_a_ready_made_hit_sends_what_aiohttp_sends_for_the_same_reply(
+async def test_ready_made_answers_send_what_aiohttp_sends_for_the_same_reply(
     served: tuple[web.Application, int], monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     app, port = served
     full_reads = count_full_reads(app, monkeypatch)
     routed_hits = count_routed_hits(app, monkeypatch)
-    # both pipelined on one connection: the ready-made bytes must frame exactly
+    # both pipelined on one connection: the ready-made bytes must frame exactly; the
+    # second takes the full way (its Cache-Control) and is ready-made there too
     ready, full = await exchange(
         port, request_bytes(path), request_bytes(path, Cache_Control="max-age=60")
     )
-    assert full_reads == [1], "only the second took the full way"
+    # over HTTP/1.0 the full way's answer is aiohttp's own web.Response
+    (own,) = await exchange(port, request_bytes(path, version="1.0", Cache_Control="max-age=60"))
+    assert full_reads == [2], "only the first took no full way"
     # the list route's plain GET is answered from the connection's bytes; the id has
     # a percent escape, which gateway.request_head leaves to aiohttp and the front
-    # door; the second is offered to the front door's hit too, which declines it
-    assert routed_hits == ([2] if "%" in path else [1])
+    # door; the other two are offered to the front door's hit too, which declines them
+    assert routed_hits == ([3] if "%" in path else [2])
     assert ready.status_line == full.status_line == "HTTP/1.1 200 OK"
-    assert ready.body == full.body
-    assert ready.comparable() == full.comparable()
-    assert ready.headers["x-cache"] == "HIT"
+    assert own.status_line == "HTTP/1.0 200 OK"
+    assert ready.body == full.body == own.body
+    assert ready.comparable() == full.comparable() == own.comparable()
+    assert ready.headers["x-cache"] == full.headers["x-cache"] == "HIT"
     assert ready.headers["content-length"] == str(len(ready.body))
     assert ready.headers["x-request-id"] != full.headers["x-request-id"]
     assert "connection" not in ready.headers
     # RFC 9110 IMF-fixdate, as aiohttp writes it
     imf_fixdate = r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT"
-    assert re.fullmatch(imf_fixdate, full.headers["date"])
-    assert re.fullmatch(imf_fixdate, ready.headers["date"])
+    for answer in (ready, full, own):
+        assert re.fullmatch(imf_fixdate, answer.headers["date"])
     # which way wrote each: the ready-made bytes end with the request id, aiohttp's
     # own answer with the fields it adds (Content-Length, Date, Server)
-    assert ready.fields[-1][0] == "x-request-id"
-    assert full.fields[-1][0] != "x-request-id"
+    assert ready.fields[-1][0] == full.fields[-1][0] == "x-request-id"
+    assert own.fields[-1][0] != "x-request-id"
+
+
+async def test_a_miss_is_ready_made_too_with_what_aiohttp_would_send(
+    served: tuple[web.Application, int],
+) -> None:
+    _, port = served
+    fresh = "/expenses?limit=7"  # not cached yet: each is a miss the first time
+    (made,) = await exchange(port, request_bytes(fresh))
+    (own,) = await exchange(port, request_bytes("/expenses?limit=8", version="1.0"))
+    assert made.headers["x-cache"] == own.headers["x-cache"] == "MISS"
+    assert made.fields[-1][0] == "x-request-id"
+    assert own.fields[-1][0] != "x-request-id"
+    blanked = ("date", "x-request-id", "etag", "content-length")
+    assert sorted((n, "*" if n in blanked else v) for n, v in made.fields) == sorted(
+        (n, "*" if n in blanked else v) for n, v in own.fields
+    )
+    assert made.headers["content-length"] == str(len(made.body))
+    assert orjson.loads(made.body)["limit"] == 7
 
 
 async def test_pipelined_hits_each_get_a_whole_answer_and_their_own_request_id(
