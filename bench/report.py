@@ -284,6 +284,16 @@ def markdown_body(data: Mapping[str, Any]) -> str:
             f" inside the miss gateway over its {inside['answers']:,} answers of every run"
             " (`gateway_normalise_duration_seconds`).",
         ]
+        if inside.get("single_answers"):
+            single = data["unloaded"]["configs"]
+            added = single["miss"]["p50_ms"] - single["direct"]["p50_ms"]
+            lines[-1] += (
+                f" During the one-connection runs alone it took {inside['single_mean_ms']:.2f} ms"
+                f" on average ({inside['single_answers']:,} answers): the CPU is idle between"
+                " requests there and wakes slowly (bench/README.md, miss-path profile). Beside"
+                f" that figure, a miss added {added - inside['single_mean_ms']:.2f} ms at one"
+                " connection."
+            )
     sizes = ", ".join(f"{name} {row['body_bytes']:,}" for name, row in data["configs"].items())
     lines += ["", f"Body bytes: {sizes}."]
     trouble = [
