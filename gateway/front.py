@@ -50,7 +50,8 @@ from gateway.state import RECORDS, SHORTCUT_DECLINED
 log = logging.getLogger("gateway.http")
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 # the most of an unfinished request head a connection holds before handing it to
-# aiohttp (whose limits then apply: 32 KiB a line, 128 header lines)
+# aiohttp (whose limits then apply: 32 KiB a line, 128 header lines); a line longer
+# than read_head reads is handed over at once
 HELD_MAX = 64 * 1024
 # the longest head a connection remembers with what it resolved to (a few usual
 # headers and a JWT of a kilobyte or so fit): the most it keeps of its caller's
@@ -148,9 +149,13 @@ class GatewayConnection(RequestHandler):
     written at once, with no request object, task switch, router or response object.
     Every other head goes to aiohttp whole, in order; once one has, the heads behind
     it wait their turn there too, so answers keep the order of requests. A head not
-    complete yet is held here (at most ``HELD_MAX`` bytes); anything that is not a
-    head of ours to frame (a head that may announce a body or an upgrade, bare LFs,
-    more than ``HELD_MAX`` bytes) hands the connection to aiohttp for good.
+    complete yet is held here while it may still become one ``read_head`` reads (CRLF
+    lines within its limits, at most ``HELD_MAX`` bytes). Anything that is not a head
+    of ours to frame hands the connection to aiohttp for good, which then applies its
+    own rules and limits as it always did: a head that may announce a body or an
+    upgrade, a head of which aiohttp's parser makes no message (empty lines, an HTTP/2
+    preface it waits to see the rest of), bare LFs, an unfinished line or head past
+    those limits.
 
     The connection keeps the last head it resolved (up to ``REMEMBERED_HEAD_MAX``
     bytes) with what it resolved to, so a caller repeating the same request is read
@@ -158,13 +163,25 @@ class GatewayConnection(RequestHandler):
     long as the connection.
     """
 
-    __slots__ = ("_edge", "_held", "_last_head", "_last_target", "_records")
+    __slots__ = (
+        "_edge",
+        "_fields_max",
+        "_held",
+        "_last_head",
+        "_last_target",
+        "_line_max",
+        "_records",
+    )
 
     def __init__(self, manager: web.Server, records: RecordRoutes, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._records: RecordRoutes | None = records
         self._edge = records.edge
         self._held = b""
+        # read_head's limits, half of those aiohttp's parser applies to this connection,
+        # so that nothing read here is what the parser would refuse
+        self._line_max = min(self.max_line_size, self.max_field_size) // 2
+        self._fields_max = self.max_headers // 2
         # the last head offered and what it resolved to: a client repeats the same
         # head (path, query, token) on a kept-alive connection, read once here
         self._last_head = b""
@@ -172,7 +189,8 @@ class GatewayConnection(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         records = self._records
-        if records is None:  # aiohttp frames this connection now
+        # no bytes: aiohttp re-reading what its parser held back while its queue was full
+        if records is None or not data:
             super().data_received(data)
             return
         if self._held:
@@ -184,35 +202,60 @@ class GatewayConnection(RequestHandler):
             if end == 3:  # no whole head (left)
                 break
             head = data[start:end] if start or end != len(data) else data
-            answer = None
-            if self._aiohttp_idle():
-                if head == self._last_head:
-                    target = self._last_target
-                else:
-                    read = read_head(head)
-                    target = None if read is None else records.resolve_head(read, self)
-                    # a head not resolved now may be later; a long one is not kept
-                    if target is not None and len(head) <= REMEMBERED_HEAD_MAX:
-                        self._last_head, self._last_target = head, target
-                if target is not None:
-                    answer = records.answer_target(target)
-            if answer is None:
-                if _frames_a_body(head):
-                    self._records = None
-                    super().data_received(data[start:])
-                    return
-                super().data_received(head)
-            else:
+            answer = self._answer(records, head) if self._aiohttp_idle() else None
+            if answer is not None:
                 self._answered(answer)
+            elif _frames_a_body(head):  # a body may follow: aiohttp frames it all
+                self._records = None
+                super().data_received(data[start:])
+                return
+            elif not self._parsed_by_aiohttp(head):  # its parser is mid-way: the same
+                self._records = None
+                super().data_received(data[end:])
+                return
             start = end
         rest = data[start:] if start else data
-        if not rest:
-            return
-        if len(rest) > HELD_MAX or rest.count(b"\n") != rest.count(b"\r\n"):
+        if rest and self._unfinished(rest):
+            self._held = rest
+        elif rest:
             self._records = None
             super().data_received(rest)
-            return
-        self._held = rest
+
+    def _answer(self, records: RecordRoutes, head: bytes) -> bytes | None:
+        """The answer to ``head`` when it is a plain GET's fresh hit; None otherwise."""
+        if head == self._last_head:
+            target = self._last_target
+        else:
+            read = read_head(head, self._line_max, self._fields_max)
+            target = None if read is None else records.resolve_head(read, self)
+            # a head not resolved now may be later; a long one is not kept
+            if target is not None and len(head) <= REMEMBERED_HEAD_MAX:
+                self._last_head, self._last_target = head, target
+        answer = None if target is None else records.answer_target(target)
+        if answer is None and target is self._last_target:
+            # not a fresh hit now, or resolved under settings since reloaded: read again
+            self._last_head, self._last_target = b"", None
+        return answer
+
+    def _parsed_by_aiohttp(self, head: bytes) -> bool:
+        """``head`` handed to aiohttp; whether its parser made a message of it (or
+        refused it, or the connection is closing). Empty lines, or an HTTP/2 preface
+        it waits to see the rest of, make none: its parser is then mid-way, and only
+        it can tell where the next request starts."""
+        counted = self._request_count
+        super().data_received(head)
+        return self._request_count != counted or self._force_close or self._close
+
+    def _unfinished(self, rest: bytes) -> bool:
+        """Whether ``rest``, the start of a head, may still become one that
+        ``read_head`` reads (with CRLF lines within its limits): then it is held until
+        whole; otherwise aiohttp takes it now and applies its own limits at once."""
+        line_start = rest.rfind(b"\n") + 1
+        return (
+            len(rest) - line_start <= self._line_max
+            and len(rest) <= HELD_MAX
+            and rest.count(b"\n") == rest.count(b"\r\n") <= self._fields_max + 1
+        )
 
     def _aiohttp_idle(self) -> bool:
         """aiohttp waits for this connection's next request, with nothing in hand."""
@@ -221,6 +264,7 @@ class GatewayConnection(RequestHandler):
             waiter is not None
             and not waiter.done()
             and not self._messages
+            and not self._buffer_paused
             and not self._force_close
             and not self._close
             and not self.writing_paused

@@ -12,15 +12,17 @@ aiohttp's own parser unchanged, as before:
   allows there (unreserved, sub-delims, ``: @ / ?`` and percent escapes);
 - every header line is a token, a colon and printable ASCII (spaces and tabs
   included); no obs-fold, no bare CR or LF, no byte above 0x7F;
-- no line longer than ``LINE_MAX`` and at most ``FIELDS_MAX`` header lines, well
-  inside the limits the server gives aiohttp's parser (32 KiB a line, 128 lines), so
-  that nothing the parser would refuse is read here;
+- no line longer than ``line_max`` and at most ``fields_max`` header lines, which the
+  caller sets well inside the limits it gives aiohttp's parser (the server: 32 KiB a
+  line, 128 lines; half of each here), so that nothing the parser would refuse is
+  read here;
 - exactly one ``Host`` (aiohttp refuses an HTTP/1.1 request without one), and no
   header name twice (aiohttp refuses some twice: ``Host``, ``User-Agent`` and more);
 - no header that changes how a hit is answered or framed: ``Cache-Control``,
   ``Pragma``, ``If-None-Match``, ``Expect``, ``Content-Length``,
-  ``Transfer-Encoding``, ``Upgrade``, ``TE``, ``Sec-WebSocket-Key1``, and
-  ``Connection`` other than ``keep-alive``.
+  ``Transfer-Encoding``, ``Upgrade``, ``TE``, ``Sec-WebSocket-Key1``,
+  ``Proxy-Connection`` (aiohttp reads it as ``Connection``), and ``Connection`` other
+  than ``keep-alive``.
 
 For what it reads, the path and query are what aiohttp's request gives as
 ``rel_url.path_safe`` and ``rel_url.raw_query_string``, and the two headers what
@@ -37,6 +39,7 @@ _HEAD = re.compile(
     rb"GET (/[A-Za-z0-9/_~.-]*)(?:\?([A-Za-z0-9._~!$&'()*+,;=:@/?%-]*))? HTTP/1\.1\r\n"
     rb"((?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t -~]*\r\n)*)\r\n"
 )
+# the defaults: half the limits the server gives aiohttp's parser (gateway.server)
 LINE_MAX = 16 * 1024
 FIELDS_MAX = 64
 _OWS = b" \t"
@@ -57,6 +60,7 @@ _DECLINED = frozenset(
         b"upgrade",
         b"te",
         b"sec-websocket-key1",
+        b"proxy-connection",
     )
 )
 
@@ -71,7 +75,9 @@ class RequestHead(NamedTuple):
     request_id: str | None
 
 
-def read_head(head: bytes) -> RequestHead | None:
+def read_head(
+    head: bytes, line_max: int = LINE_MAX, fields_max: int = FIELDS_MAX
+) -> RequestHead | None:
     """``head`` (one whole request head, its final CRLF CRLF included) read, or None
     when it is not the plain form described above."""
     match = _HEAD.fullmatch(head)
@@ -80,10 +86,10 @@ def read_head(head: bytes) -> RequestHead | None:
     path, query, fields = match.groups()
     if b"/." in path or b"//" in path:
         return None
-    if len(head) > LINE_MAX and max(len(line) for line in head.split(b"\r\n")) > LINE_MAX:
+    if len(head) > line_max and max(len(line) for line in head.split(b"\r\n")) > line_max:
         return None
     lines = fields.split(b"\r\n")
-    if len(lines) > FIELDS_MAX + 1:
+    if len(lines) > fields_max + 1:
         return None
     authorization: bytes | None = None
     request_id: bytes | None = None

@@ -467,3 +467,111 @@ async def test_a_connection_answered_from_its_bytes_closes_when_idle_not_while_b
         await writer.wait_closed()
     finally:
         await client.close()
+
+
+async def read_all(reader: asyncio.StreamReader, count: int) -> tuple[list[Answer], bytes]:
+    """``count`` answers, then whatever comes until the gateway closes (b"" if it
+    does so at once)."""
+    async with asyncio.timeout(10):  # guards against a hang only
+        answers = [await read_answer(reader) for _ in range(count)]
+        return answers, await reader.read()
+
+
+async def test_a_stream_of_empty_lines_is_left_to_aiohttp(
+    served: tuple[web.Application, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Empty lines are no request (aiohttp skips them): after the first, the connection
+    is aiohttp's alone, not read here four bytes at a time."""
+    app, port = served
+    routed_hits = count_routed_hits(app, monkeypatch)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes(LIST) + b"\r\n\r\n" * 20_000 + request_bytes(LIST))
+    async with asyncio.timeout(10):
+        answers = [await read_answer(reader) for _ in range(2)]
+    writer.close()
+    await writer.wait_closed()
+    assert [a.headers["x-cache"] for a in answers] == ["HIT", "HIT"]
+    assert routed_hits == [1], "the second went through aiohttp and the front door"
+
+
+async def test_a_request_aiohttp_waits_to_see_the_rest_of_keeps_the_connection_aiohttp_s(
+    served: tuple[web.Application, int],
+) -> None:
+    """An HTTP/2 preface's first line: aiohttp's parser waits for the rest, then refuses
+    it, as it did before hits were answered from the bytes; what follows is not
+    answered as requests of its own."""
+    _, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"PRI * HTTP/2.0\r\n\r\n" + request_bytes(LIST) + request_bytes(LIST))
+    (answer,), rest = await read_all(reader, 1)
+    writer.close()
+    await writer.wait_closed()
+    assert answer.status_line.endswith(" 400 Bad Request")  # aiohttp says HTTP/1.0 here
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert rest == b"", "closed after the 400, nothing answered from the cache"
+
+
+async def test_proxy_connection_close_is_honoured_as_aiohttp_reads_it(
+    served: tuple[web.Application, int],
+) -> None:
+    _, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes(LIST, Proxy_Connection="close") + request_bytes(LIST))
+    (answer,), rest = await read_all(reader, 1)
+    writer.close()
+    await writer.wait_closed()
+    assert answer.headers["x-cache"] == "HIT"
+    assert answer.headers["connection"] == "close"
+    assert rest == b""
+
+
+async def test_an_unfinished_head_over_the_limits_is_refused_at_once(
+    served: tuple[web.Application, int],
+) -> None:
+    """A request line longer than the server allows gets its problem while the line is
+    still unfinished, as from aiohttp alone (not only once the head ends)."""
+    _, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /expenses?limit=3&x=" + b"a" * 40_000)  # no line end, ever
+    (answer,), rest = await read_all(reader, 1)
+    writer.close()
+    await writer.wait_closed()
+    assert answer.status_line.endswith(" 400 Bad Request")  # aiohttp says HTTP/1.0 here
+    assert orjson.loads(answer.body)["type"].endswith("malformed-request")
+    assert rest == b""
+
+
+async def test_a_field_over_the_connection_s_own_limit_is_refused_not_answered(
+    served: tuple[web.Application, int],
+) -> None:
+    """The served gateway here has aiohttp's default limits (8190 bytes a field): a
+    head that passes them is a hit, one that does not is refused, whichever way it
+    would be answered."""
+    _, port = served
+    within, beyond = (request_bytes(LIST, X_Pad="p" * size) for size in (6_000, 10_000))
+    answers = await exchange(port, within)
+    assert answers[0].headers["x-cache"] == "HIT"
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(beyond)
+    (answer,), rest = await read_all(reader, 1)
+    writer.close()
+    await writer.wait_closed()
+    assert answer.status_line.endswith(" 400 Bad Request")  # aiohttp says HTTP/1.0 here
+    assert rest == b""
+
+
+async def test_hits_pipelined_behind_a_miss_past_aiohttp_s_queue_are_all_answered(
+    served: tuple[web.Application, int],
+) -> None:
+    """More requests behind a miss than aiohttp queues (32): aiohttp takes them all,
+    its parser holding back what does not fit, and answers each in turn."""
+    _, port = served
+    count = 80
+    requests = [request_bytes("/expenses?limit=9", X_Request_ID="r-miss")]
+    requests += [request_bytes(LIST, X_Request_ID=f"r-{n}") for n in range(count)]
+    answers = await exchange(port, *requests)
+    assert [a.headers["x-request-id"] for a in answers] == ["r-miss"] + [
+        f"r-{n}" for n in range(count)
+    ]
+    assert answers[0].headers["x-cache"] == "MISS"
+    assert {a.headers["x-cache"] for a in answers[1:]} == {"HIT"}

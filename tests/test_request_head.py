@@ -66,6 +66,7 @@ def test_a_plain_get_is_read() -> None:
         head_of("Host: gw", "Upgrade: websocket", "Connection: upgrade"),
         head_of("Host: gw", "Connection: close"),
         head_of("Host: gw", "TE: trailers"),
+        head_of("Host: gw", "Proxy-Connection: close"),  # aiohttp reads it as Connection
         head_of("Host: gw", "Authorization : Bearer t"),  # space before the colon
         head_of("Host: gw", " folded: on"),  # obs-fold
         head_of("Host: gw", "Authorization: Bearer caf\xe9"),  # a byte above 0x7F
@@ -80,6 +81,15 @@ def test_anything_else_is_left_to_aiohttp(head: bytes) -> None:
     assert read_head(head) is None
 
 
+def test_the_limits_are_the_caller_s() -> None:
+    padded = head_of("Host: gw", "X-Pad: " + "p" * 5000)
+    assert read_head(padded) is not None
+    assert read_head(padded, line_max=4095) is None
+    many = head_of("Host: gw", *(f"X-{n}: v" for n in range(10)))
+    assert read_head(many) is not None
+    assert read_head(many, fields_max=10) is None  # eleven header lines
+
+
 # Heads from pieces that are each mostly right and sometimes not, so that both what
 # is read and what is refused come up often.
 _METHODS = st.sampled_from(["GET"] * 30 + ["HEAD", "get", "POST"])
@@ -90,7 +100,8 @@ _GOOD_QUERY = "abz09=&-_.~%20+,;:@/?!$'()*"
 _ODD_QUERY = _GOOD_QUERY + '#<>"{}|\\^` \x7f'
 _NAMES = st.sampled_from(
     ["Authorization", "X-Request-ID", "Accept", "User-Agent", "X-Other", "x-other"] * 6
-    + ["Connection", "Content-Length", "Transfer-Encoding", "Cache-Control", "Bad Name", ""]
+    + ["Connection", "Proxy-Connection", "Content-Length", "Transfer-Encoding", "Cache-Control"]
+    + ["Bad Name", ""]
 )
 _VALUES = st.sampled_from(
     ["keep-alive", "Keep-Alive", "gw", "Bearer demo-token", " Bearer  x \t", "v=1, w"] * 6
