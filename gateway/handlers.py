@@ -27,8 +27,7 @@ from gateway.replies import (
     HitHeads,
     WireResponse,
     cache_headers,
-    head_of,
-    ready_made,
+    ready_head,
     sendable,
 )
 from gateway.request_head import RequestHead
@@ -192,8 +191,9 @@ class RecordRoutes:
         key = pipeline.keyer.key_for(query, fingerprint)
         return HitTarget(route.name, key, fingerprint, head.request_id, pipeline, max_limit)
 
-    def answer_target(self, target: HitTarget) -> bytes | None:
-        """The whole answer, as bytes, to the request ``target`` was resolved from,
+    def answer_target(self, target: HitTarget) -> tuple[bytes, bytes] | None:
+        """The whole answer (its head and body, as bytes) to the request ``target`` was
+        resolved from,
         when it is a fresh hit held here and ``target`` still holds (the same
         pipeline, the same ``limits.max_limit``); None otherwise."""
         started = time.perf_counter()
@@ -208,7 +208,7 @@ class RecordRoutes:
             return None
         request_id = self.edge.request_id(target.request_id)
         head = self._hit_heads(entry, pipeline.clock())
-        wire = ready_made(head, self._date(), request_id, entry.body)
+        wire = ready_head(head, self._date(), request_id), entry.body
         self.edge.answered(
             "GET",
             target.route,
@@ -298,13 +298,11 @@ class RecordRoutes:
             out = cache_headers(
                 reply.x_cache, reply.cache_status, reply.age_s, reply.max_age_s, reply.etag
             )
-            response = _conditional(request, reply.etag, out)
-            if response is not None:
-                return response
-            if sendable(request):  # one ready-made block, as a hit's
-                head = head_of(out, len(reply.body))
-                return WireResponse(head, self._date(), request[REQUEST_ID], reply.body)
-            return web.Response(body=reply.body, headers=out)
+            # not ready-made bytes as a hit's: the join would copy every body once
+            # more, which the memory soak shows in the process's peak
+            return _conditional(request, reply.etag, out) or web.Response(
+                body=reply.body, headers=out
+            )
 
         read.__name__ = f"get_{route.name}"
         full = self.edge.wrap(read, route.name)

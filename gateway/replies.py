@@ -115,13 +115,16 @@ def sendable(request: web.BaseRequest) -> bool:
     return request.method == "GET" and request.version == HttpVersion11 and request.keep_alive
 
 
+def ready_head(head: HitHead, date: bytes, request_id: str) -> bytes:
+    """A fresh hit's 200 up to its body: status line, header fields, the empty line."""
+    return b"".join((head.wire, date, b"X-Request-ID: ", request_id.encode("ascii"), b"\r\n\r\n"))
+
+
 def ready_made(head: HitHead, date: bytes, request_id: str, body: bytes) -> bytes:
     """A fresh hit's 200 as one block of bytes, from status line to body: one write,
     the body copied once into it (what aiohttp's own writer does with headers and body
     on Python before 3.12.9, where writelines is not used)."""
-    return b"".join(
-        (head.wire, date, b"X-Request-ID: ", request_id.encode("ascii"), b"\r\n\r\n", body)
-    )
+    return ready_head(head, date, request_id) + body
 
 
 class WireResponse(web.StreamResponse):
@@ -133,7 +136,7 @@ class WireResponse(web.StreamResponse):
     ``force_close`` was called; tests/test_replies.py holds it to that."""
 
     def __init__(self, head: HitHead, date: bytes, request_id: str, body: bytes) -> None:
-        super().__init__(status=200, headers=head.headers)  # what the edge reads
+        super().__init__(status=200)
         self._keep_alive = True  # what the bytes say: no Connection field
         self._wire = ready_made(head, date, request_id, body)
 

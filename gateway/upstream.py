@@ -35,7 +35,7 @@ from gateway.trace import current_trace
 USER_AGENT = f"records-gateway/{__version__}"
 _PASSED_THROUGH = {401, 403, 404, 429}
 _READ_CHUNK = 64 * 1024
-_URLS_KEPT = 1024
+_URLS_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
