@@ -44,7 +44,7 @@ from aiohttp.web_protocol import RequestHandler
 from gateway.edge import UNMATCHED, X_REQUEST_ID
 from gateway.handlers import HitTarget, RecordRoutes, Shortcut
 from gateway.problems import problem_for_rejected
-from gateway.request_head import read_head
+from gateway.request_head import may_become_head, read_head
 from gateway.state import RECORDS, SHORTCUT_DECLINED
 
 log = logging.getLogger("gateway.http")
@@ -147,15 +147,16 @@ class GatewayConnection(RequestHandler):
     each whole request head that arrives is read by ``gateway.request_head`` and
     resolved by ``RecordRoutes.resolve_head``; a fresh hit's ready-made answer is
     written at once, with no request object, task switch, router or response object.
-    Every other head goes to aiohttp whole, in order; once one has, the heads behind
-    it wait their turn there too, so answers keep the order of requests. A head not
-    complete yet is held here while it may still become one ``read_head`` reads (CRLF
-    lines within its limits, at most ``HELD_MAX`` bytes). Anything that is not a head
-    of ours to frame hands the connection to aiohttp for good, which then applies its
-    own rules and limits as it always did: a head that may announce a body or an
-    upgrade, a head of which aiohttp's parser makes no message (empty lines, an HTTP/2
-    preface it waits to see the rest of), bare LFs, an unfinished line or head past
-    those limits.
+    Every other head goes to aiohttp whole, in order; once one has, the whole heads
+    behind it go to aiohttp too, in one piece (its parser then keeps its own bound on
+    the requests it queues), so answers keep the order of requests. A head not
+    complete yet is held here while it may still become one ``read_head`` reads
+    (``may_become_head``, at most ``HELD_MAX`` bytes). Anything that is not a head of
+    ours to frame hands the connection to aiohttp for good, which then applies its own
+    rules and limits as it always did: heads that may announce a body or an upgrade,
+    heads of which aiohttp's parser does not make one message each (empty lines, an
+    HTTP/2 preface it waits to see the rest of, a queue full enough that it holds
+    requests back), and an unfinished head that cannot become one read here.
 
     The connection keeps the last head it resolved (up to ``REMEMBERED_HEAD_MAX``
     bytes) with what it resolved to, so a caller repeating the same request is read
@@ -201,25 +202,55 @@ class GatewayConnection(RequestHandler):
             end = data.find(b"\r\n\r\n", start) + 4
             if end == 3:  # no whole head (left)
                 break
+            if not self._aiohttp_idle():
+                # aiohttp has this connection's earlier requests in hand: every whole
+                # head that follows is for it too, handed over in one piece, so that
+                # its parser keeps its own bound on the requests it queues
+                end = data.rfind(b"\r\n\r\n") + 4
+                if not self._handed_over(data, start, end):
+                    return
+                start = end
+                break
             head = data[start:end] if start or end != len(data) else data
-            answer = self._answer(records, head) if self._aiohttp_idle() else None
+            answer = self._answer(records, head)
             if answer is not None:
                 self._answered(answer)
-            elif _frames_a_body(head):  # a body may follow: aiohttp frames it all
-                self._records = None
-                super().data_received(data[start:])
-                return
-            elif not self._parsed_by_aiohttp(head):  # its parser is mid-way: the same
-                self._records = None
-                super().data_received(data[end:])
+            elif not self._handed_over(data, start, end):
                 return
             start = end
         rest = data[start:] if start else data
-        if rest and self._unfinished(rest):
+        if not rest:
+            return
+        if len(rest) <= HELD_MAX and may_become_head(rest, self._line_max, self._fields_max):
             self._held = rest
-        elif rest:
+        else:  # aiohttp refuses (or reads) it now, with its own rules and limits
             self._records = None
             super().data_received(rest)
+
+    def _handed_over(self, data: bytes, start: int, end: int) -> bool:
+        """The whole heads ``data[start:end]`` handed to aiohttp; whether the
+        connection stays ours to read (else everything after them went to aiohttp, and
+        the connection is aiohttp's alone from now on).
+
+        It does not when the heads may announce a body (what follows is not a head
+        of ours to find), or when aiohttp's parser did not make one message of each
+        head (empty lines, an HTTP/2 preface whose rest it waits for, a queue of
+        requests full enough that it holds some back): its parser is then mid-way,
+        and only it can tell where the next request starts."""
+        heads = data[start:end]
+        if _frames_a_body(heads):
+            self._records = None
+            super().data_received(data[start:])
+            return False
+        counted = self._request_count
+        super().data_received(heads)
+        made = self._request_count - counted
+        if made == heads.count(b"\r\n\r\n") or self._force_close or self._close:
+            return True
+        self._records = None
+        if end < len(data):
+            super().data_received(data[end:])
+        return False
 
     def _answer(self, records: RecordRoutes, head: bytes) -> tuple[bytes, bytes] | None:
         """The answer to ``head`` when it is a plain GET's fresh hit; None otherwise."""
@@ -236,26 +267,6 @@ class GatewayConnection(RequestHandler):
             # not a fresh hit now, or resolved under settings since reloaded: read again
             self._last_head, self._last_target = b"", None
         return answer
-
-    def _parsed_by_aiohttp(self, head: bytes) -> bool:
-        """``head`` handed to aiohttp; whether its parser made a message of it (or
-        refused it, or the connection is closing). Empty lines, or an HTTP/2 preface
-        it waits to see the rest of, make none: its parser is then mid-way, and only
-        it can tell where the next request starts."""
-        counted = self._request_count
-        super().data_received(head)
-        return self._request_count != counted or self._force_close or self._close
-
-    def _unfinished(self, rest: bytes) -> bool:
-        """Whether ``rest``, the start of a head, may still become one that
-        ``read_head`` reads (with CRLF lines within its limits): then it is held until
-        whole; otherwise aiohttp takes it now and applies its own limits at once."""
-        line_start = rest.rfind(b"\n") + 1
-        return (
-            len(rest) - line_start <= self._line_max
-            and len(rest) <= HELD_MAX
-            and rest.count(b"\n") == rest.count(b"\r\n") <= self._fields_max + 1
-        )
 
     def _aiohttp_idle(self) -> bool:
         """aiohttp waits for this connection's next request, with nothing in hand."""

@@ -35,10 +35,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-_HEAD = re.compile(
-    rb"GET (/[A-Za-z0-9/_~.-]*)(?:\?([A-Za-z0-9._~!$&'()*+,;=:@/?%-]*))? HTTP/1\.1\r\n"
-    rb"((?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t -~]*\r\n)*)\r\n"
-)
+_REQUEST_LINE = rb"GET (/[A-Za-z0-9/_~.-]*)(?:\?([A-Za-z0-9._~!$&'()*+,;=:@/?%-]*))? HTTP/1\.1\r\n"
+_FIELD_LINE = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t -~]*\r\n"
+_HEAD = re.compile(_REQUEST_LINE + rb"((?:" + _FIELD_LINE + rb")*)\r\n")
+# the whole lines a head read here can begin with, and what its unfinished line holds
+_HEAD_START = re.compile(_REQUEST_LINE + rb"(?:" + _FIELD_LINE + rb")*")
+_UNFINISHED_LINE = re.compile(rb"[\t -~]*\r?")
+_METHOD = b"GET /"
 # the defaults: half the limits the server gives aiohttp's parser (gateway.server)
 LINE_MAX = 16 * 1024
 FIELDS_MAX = 64
@@ -73,6 +76,30 @@ class RequestHead(NamedTuple):
     query: str
     authorization: str | None
     request_id: str | None
+
+
+def may_become_head(start: bytes, line_max: int = LINE_MAX, fields_max: int = FIELDS_MAX) -> bool:
+    """Whether ``start`` (the start of a request head, its end not received yet) may
+    still become a head :func:`read_head` reads: its whole lines are of that form and
+    within the limits, and its unfinished line can still be. Anything else is for
+    aiohttp's parser to refuse (or read) at once."""
+    if len(start) > line_max * (fields_max + 2):
+        return False
+    unfinished_from = start.rfind(b"\r\n") + 2
+    if unfinished_from == 1:  # still on the request line
+        if start[: len(_METHOD)] != _METHOD[: len(start)]:
+            return False
+        unfinished_from = 0
+    else:
+        whole = _HEAD_START.match(start)
+        if whole is None or whole.end() != unfinished_from:
+            return False
+        if start.count(b"\r\n", 0, unfinished_from) > fields_max + 1:
+            return False
+    return (
+        len(start) - unfinished_from <= line_max
+        and _UNFINISHED_LINE.fullmatch(start, unfinished_from) is not None
+    )
 
 
 def read_head(

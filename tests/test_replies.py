@@ -558,3 +558,63 @@ async def test_hits_pipelined_behind_a_miss_past_aiohttp_s_queue_are_all_answere
     ]
     assert answers[0].headers["x-cache"] == "MISS"
     assert {a.headers["x-cache"] for a in answers[1:]} == {"HIT"}
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        b"GET /expenses HTTP/1.1\r\nBad Header\r\n",  # a field line without a colon
+        b"G\x01T /expenses HTTP/1.1\r\n",  # a control byte in the method
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # TLS on the HTTP port
+    ],
+)
+async def test_an_unfinished_head_aiohttp_refuses_is_refused_at_once(
+    served: tuple[web.Application, int], start: bytes
+) -> None:
+    """Not held until the head ends (or the idle timeout closes the connection without
+    a word): aiohttp's parser sees it and answers at once, as before."""
+    _, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(start)
+    (answer,), rest = await read_all(reader, 1)
+    writer.close()
+    await writer.wait_closed()
+    assert answer.status_line.endswith(" 400 Bad Request")
+    assert rest == b""
+
+
+async def test_requests_behind_a_busy_connection_stay_within_aiohttp_s_queue(
+    upstream: TestServer,
+) -> None:
+    """Heads that arrive while aiohttp handles the connection's earlier request go to
+    it in one piece, so its parser holds back what does not fit its queue (32) rather
+    than each becoming a queued request; all are answered, in order."""
+    app = create_app(make_settings(base_url(upstream), cache={"backend": "memory"}))
+    client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
+    await client.start_server()
+    try:
+        port = client.port
+        runner = client.server.runner
+        assert port is not None
+        assert runner is not None
+        assert runner.server is not None
+        count = 400
+        requests = [request_bytes("/expenses?limit=11", X_Request_ID="r-miss")]
+        requests += [request_bytes("/healthz", X_Request_ID=f"r-{n}") for n in range(count)]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(requests))
+        await writer.drain()
+        queued = [0]
+        for _ in range(40):  # before anything is read
+            queued += [len(cast(Any, c)._messages) for c in runner.server.connections]
+            await asyncio.sleep(0.002)
+        async with asyncio.timeout(30):
+            answers = [await read_answer(reader) for _ in range(count + 1)]
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        await client.close()
+    assert [a.headers["x-request-id"] for a in answers] == ["r-miss"] + [
+        f"r-{n}" for n in range(count)
+    ]
+    assert 0 < max(queued) <= 32

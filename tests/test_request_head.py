@@ -12,7 +12,7 @@ from aiohttp.http_parser import HttpRequestParser
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.request_head import FIELDS_MAX, LINE_MAX, RequestHead, read_head
+from gateway.request_head import FIELDS_MAX, LINE_MAX, RequestHead, may_become_head, read_head
 from gateway.server import MAX_HEADER_BYTES
 
 PLAIN = b"GET /expenses?limit=10 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer t-1\r\n\r\n"
@@ -79,6 +79,38 @@ def test_a_plain_get_is_read() -> None:
 )
 def test_anything_else_is_left_to_aiohttp(head: bytes) -> None:
     assert read_head(head) is None
+
+
+@pytest.mark.parametrize(
+    ("start", "may"),
+    [
+        (b"G", True),
+        (b"GET /exp", True),
+        (b"GET /expenses?limit=10 HTTP/1.1\r", True),
+        (b"GET /expenses HTTP/1.1\r\nHost: g", True),
+        (b"GET /expenses HTTP/1.1\r\nHost: gw\r\n\r", True),
+        (b"POST /", False),
+        (b"G\x01T /", False),
+        (b"\x16\x03\x01\x02\x00", False),  # TLS
+        (b"GET /expenses HTTP/1.0\r\n", False),
+        (b"GET /expenses HTTP/1.1\r\nBad Header\r\n", False),
+        (b"GET /expenses HTTP/1.1\r\nHost: gw\r\nX: caf\xc3", False),
+        (b"GET /" + b"a" * (LINE_MAX + 1), False),
+    ],
+)
+def test_what_may_become_a_head_read_here(start: bytes, may: bool) -> None:
+    assert may_become_head(start) is may
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_every_start_of_a_head_read_here_may_become_one(data: st.DataObject) -> None:
+    """A head split anywhere is held until whole, never handed to aiohttp half-way."""
+    head = data.draw(heads())
+    if read_head(head) is None:
+        return
+    cut = data.draw(st.integers(1, len(head) - 1))  # its end not reached yet
+    assert may_become_head(head[:cut]), head[:cut]
 
 
 def test_the_limits_are_the_caller_s() -> None:
