@@ -11,7 +11,7 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gateway.auth import is_bearer, parse_authorization
-from gateway.cache import CacheEntry, CacheKey, Keyer
+from gateway.cache import CacheEntry, CacheKey
 from gateway.connections import ConnectionFingerprints
 from gateway.edge import X_REQUEST_ID, Edge
 from gateway.metrics import CONTENT_TYPE
@@ -116,18 +116,17 @@ class RecordRoutes:
         self._memos = {route.name: QueryMemo() for route in ROUTES}
         self._hit_heads = HitHeads()
         self._date = DateField()
-        self.shortcuts: dict[str, Shortcut] = {
-            route.template: self._shortcut(route) for route in ROUTES if not route.path_param
-        }
-        self.id_shortcuts: dict[str, Shortcut] = {
-            route.template.rpartition("/")[0]: self._shortcut(route)
-            for route in ROUTES
-            if route.path_param
-        }
-        # the same, by route, for answer_head
+        # the record routes by path (list routes) and by the path above the id (id
+        # routes), and their hit shortcuts by the same, for the front door
         self.list_routes = {route.template: route for route in ROUTES if not route.path_param}
         self.id_routes = {
             route.template.rpartition("/")[0]: route for route in ROUTES if route.path_param
+        }
+        self.shortcuts: dict[str, Shortcut] = {
+            path: self._shortcut(route) for path, route in self.list_routes.items()
+        }
+        self.id_shortcuts: dict[str, Shortcut] = {
+            path: self._shortcut(route) for path, route in self.id_routes.items()
         }
 
     def hit(
@@ -182,20 +181,16 @@ class RecordRoutes:
             if route is None:
                 return None
         max_limit = self.edge.live.settings.limits.max_limit
-        query = self._memos[route.name].known(route, path_value, head.query, max_limit)
-        if query is None:
+        found = self._key(pipeline, route, path_value, head.query, authorization, connection)
+        if found is None:
             return None
-        fingerprint = self._fingerprint(pipeline.keyer, authorization, connection)
-        if fingerprint is None:
-            return None
-        key = pipeline.keyer.key_for(query, fingerprint)
+        key, fingerprint = found
         return HitTarget(route.name, key, fingerprint, head.request_id, pipeline, max_limit)
 
     def answer_target(self, target: HitTarget) -> tuple[bytes, bytes] | None:
         """The whole answer (its head and body, as bytes) to the request ``target`` was
-        resolved from,
-        when it is a fresh hit held here and ``target`` still holds (the same
-        pipeline, the same ``limits.max_limit``); None otherwise."""
+        resolved from, when it is a fresh hit held here and ``target`` still holds (the
+        same pipeline, the same ``limits.max_limit``); None otherwise."""
         started = time.perf_counter()
         pipeline = self.pipeline
         if (
@@ -220,16 +215,6 @@ class RecordRoutes:
         )
         return wire
 
-    def _fingerprint(self, keyer: Keyer, authorization: str, connection: object) -> str | None:
-        """The fingerprint of a bearer ``authorization`` sent on ``connection``; None
-        when it is not a bearer token."""
-        fingerprint = self.fingerprints.known(connection, keyer, authorization)
-        if fingerprint is None:
-            if not is_bearer(authorization):
-                return None
-            fingerprint = self.fingerprints.remember(connection, keyer, authorization)
-        return fingerprint
-
     def _fresh(
         self,
         route: RouteSpec,
@@ -243,19 +228,39 @@ class RecordRoutes:
         pipeline = self.pipeline
         if pipeline is None or not pipeline.caches:
             return None
-        query = self._memos[route.name].known(
-            route, path_value, query_string, self.edge.live.settings.limits.max_limit
-        )
-        if query is None:
+        found = self._key(pipeline, route, path_value, query_string, authorization, connection)
+        if found is None:
             return None
-        keyer = pipeline.keyer
-        fingerprint = self._fingerprint(keyer, authorization, connection)
-        if fingerprint is None:
-            return None
-        entry = pipeline.fresh(keyer.key_for(query, fingerprint))
+        key, fingerprint = found
+        entry = pipeline.fresh(key)
         if entry is None:
             return None
         return entry, fingerprint, pipeline.clock()
+
+    def _key(
+        self,
+        pipeline: RecordPipeline,
+        route: RouteSpec,
+        path_value: str | None,
+        query_string: str,
+        authorization: str,
+        connection: object,
+    ) -> tuple[CacheKey, str] | None:
+        """The cache key of a query validated once already, for a bearer token sent on
+        ``connection`` (its fingerprint computed once per connection and token), with
+        that fingerprint; None for a query not seen yet or a header that is not a
+        bearer token (the full path answers those)."""
+        max_limit = self.edge.live.settings.limits.max_limit
+        query = self._memos[route.name].known(route, path_value, query_string, max_limit)
+        if query is None:
+            return None
+        keyer = pipeline.keyer
+        fingerprint = self.fingerprints.known(connection, keyer, authorization)
+        if fingerprint is None:
+            if not is_bearer(authorization):
+                return None
+            fingerprint = self.fingerprints.remember(connection, keyer, authorization)
+        return keyer.key_for(query, fingerprint), fingerprint
 
     def _shortcut(self, route: RouteSpec) -> Shortcut:
         def shortcut(request: web.Request, path_value: str | None) -> web.StreamResponse | None:

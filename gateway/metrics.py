@@ -148,6 +148,9 @@ class Metrics:
         )
 
         self._answers: dict[tuple[str, int, str], _Answers] = {}
+        # label children of the upstream series, made once each, not per call
+        self._upstream_counted: dict[tuple[str, str], Counter] = {}
+        self._upstream_timed: dict[str, Histogram] = {}
         self.busy = 0  # requests being handled now; the in-flight gauge at each flush
 
     def answered(self, route: str, status: int, cache: str, seconds: float) -> None:
@@ -158,6 +161,18 @@ class Metrics:
         answers.count += 1
         answers.seconds += seconds
         answers.buckets[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+
+    def upstream_called(self, route: str, outcome: str, seconds: float) -> None:
+        """Count one upstream call of ``route`` that ended in ``outcome``."""
+        counted = self._upstream_counted.get((route, outcome))
+        if counted is None:
+            counted = self.upstream_requests.labels(route, outcome)
+            self._upstream_counted[(route, outcome)] = counted
+        timed = self._upstream_timed.get(route)
+        if timed is None:
+            timed = self._upstream_timed[route] = self.upstream_seconds.labels(route)
+        counted.inc()
+        timed.observe(seconds)
 
     def flush(self) -> None:
         """Hand the tallies to prometheus-client (a scrape sees everything before it)."""

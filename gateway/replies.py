@@ -62,13 +62,6 @@ class HitHead(NamedTuple):
     wire: bytes
 
 
-def head_of(headers: CIMultiDict[str], length: int) -> HitHead:
-    """The head of a 200 of ``length`` bytes with ``headers`` (``cache_headers``)."""
-    fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-    wire = _OK + f"{fields}Content-Length: {length}\r\n".encode("latin-1") + _SERVER
-    return HitHead(CIMultiDictProxy(headers), wire)
-
-
 class HitHeads:
     """The heads of fresh hits, the same as the pipeline's hit reply, each made once
     per (ETag, age, freshness left, body length). At most ``size`` are kept (a fixed
@@ -87,7 +80,10 @@ class HitHeads:
             headers = cache_headers(
                 HIT, f"{CACHE_NAME}; {hit_status(left)}", age_s, left, entry.etag
             )
-            made = head_of(headers, len(entry.body))
+            fields = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+            length = f"Content-Length: {len(entry.body)}\r\n"
+            wire = _OK + (fields + length).encode("latin-1") + _SERVER
+            made = HitHead(CIMultiDictProxy(headers), wire)
             if len(self._made) >= self._size:
                 self._made.clear()
             self._made[key] = made

@@ -14,7 +14,6 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 from aiohttp import hdrs
-from prometheus_client import Counter, Histogram
 from yarl import URL
 
 from gateway import __version__
@@ -92,11 +91,9 @@ class UpstreamClient:
         self._timeout = timeouts(settings)
         self._metrics = metrics
         self.health = health or UpstreamHealth()
-        # the URL of each query asked lately (by its canonical text), and the metrics'
-        # label children: made once, not on every upstream call
+        # the URL of each query asked lately (by its canonical text): made once, not
+        # on every upstream call
         self._urls: dict[str, URL] = {}
-        self._counted: dict[tuple[str, str], Counter] = {}
-        self._timed: dict[str, Histogram] = {}
 
     def reconfigure(self, settings: UpstreamSettings) -> None:
         """Apply new timeouts and parameter names (a reload); the session and its pool
@@ -164,25 +161,11 @@ class UpstreamClient:
         finally:
             elapsed = time.perf_counter() - started
             if self._metrics is not None:
-                self._count(query.route.name, outcome, elapsed)
+                self._metrics.upstream_called(query.route.name, outcome, elapsed)
             trace = current_trace()
             if trace is not None:
                 trace.upstream_status = outcome
                 trace.upstream_ms = round(elapsed * 1000, 2)
-
-    def _count(self, route: str, outcome: str, elapsed: float) -> None:
-        metrics = self._metrics
-        assert metrics is not None
-        counted = self._counted.get((route, outcome))
-        if counted is None:
-            counted = self._counted[(route, outcome)] = metrics.upstream_requests.labels(
-                route, outcome
-            )
-        timed = self._timed.get(route)
-        if timed is None:
-            timed = self._timed[route] = metrics.upstream_seconds.labels(route)
-        counted.inc()
-        timed.observe(elapsed)
 
     async def _fetch(
         self, query: RecordQuery, authorization: str, request_id: str
