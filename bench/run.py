@@ -39,6 +39,7 @@ from servers import (
     nginx_binary,
     start_floor,
     start_gateway,
+    start_miss_floor,
     start_nginx,
     start_redis,
     start_upstream,
@@ -54,11 +55,20 @@ KEY_SECRET = "bench-key-secret-0123456789"
 ADMIN_TOKEN = "bench-admin-token-0123456789"
 LONG_TTL = 3600
 # Interleaved in this order (rotated by one each round).
-CONFIGS = ("floor", "hit-memory", "hit-redis", "hit-redis-2w", "nginx", "miss", "direct")
+CONFIGS = (
+    "floor",
+    "hit-memory",
+    "hit-redis",
+    "hit-redis-2w",
+    "nginx",
+    "miss",
+    "miss-floor",
+    "direct",
+)
 HITS = ("hit-memory", "hit-redis", "hit-redis-2w")
 RESULTS = BENCH / "results"
-# What a miss adds to one request, without queueing: these two again with one connection.
-UNLOADED = ("miss", "direct")
+# What a miss adds to one request, without queueing: these again with one connection.
+UNLOADED = ("miss", "miss-floor", "direct")
 
 
 def gateway_config(
@@ -167,6 +177,11 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
         raise BenchError(f"miss: X-Cache {seen}, expected BYPASS with cache.backend = none")
     sizes["miss"] = one_body("miss", gateways["miss"].url + HIT_PATH)
     sizes["direct"] = one_body("direct", upstream + HIT_PATH)
+    miss_floor_proc, miss_floor = start_miss_floor(stack, upstream)
+    sizes["miss-floor"] = one_body("miss-floor", miss_floor + HIT_PATH)
+    if sizes["miss-floor"] != sizes["miss"]:
+        raise BenchError(f"miss-floor answers {sizes['miss-floor']} bytes, miss {sizes['miss']}")
+    say(f"miss floor {miss_floor} (a bare aiohttp proxy and the gateway's normaliser)")
     normalising = normalise_cost(upstream + HIT_PATH)
     say(f"normalising the miss page takes {normalising['median_ms']:.3f} ms (median)")
     before = {name: cache_results(gateways[name]) for name in HITS}
@@ -175,6 +190,7 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
         "floor": floor + HIT_PATH,
         **{name: gateways[name].url + HIT_PATH for name in (*HITS, "miss")},
         "nginx": nginx + HIT_PATH,
+        "miss-floor": miss_floor + HIT_PATH,
         "direct": upstream + HIT_PATH,
     }
     settings = wrk.WrkSettings(args.threads, args.connections, args.duration)
@@ -248,7 +264,8 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
         stack.stop(gateway.proc)
     say(f"near cache: worst {invalidated.worst_ms:.1f} ms over {invalidated.trials} purges")
 
-    for proc in (*[g.proc for g in gateways.values()], floor_proc, nginx_proc, redis_proc):
+    others = (floor_proc, nginx_proc, miss_floor_proc, redis_proc)
+    for proc in (*[g.proc for g in gateways.values()], *others):
         stack.stop(proc)
 
     table = report.summarise(rounds)

@@ -231,6 +231,13 @@ def start_floor(stack: Stack, size: int) -> tuple[Proc, str]:
     return proc, wait_for(proc, "listening line", _line_match(proc, _LISTENING))
 
 
+def start_miss_floor(stack: Stack, upstream: str) -> tuple[Proc, str]:
+    """bench/miss_floor.py in front of ``upstream``, on a free port."""
+    argv = [sys.executable, str(BENCH / "miss_floor.py"), "--upstream", upstream, "--port", "0"]
+    proc = stack.spawn("miss-floor", argv)
+    return proc, wait_for(proc, "listening line", _line_match(proc, _LISTENING))
+
+
 def start_redis(stack: Stack) -> tuple[Proc, str]:
     """A throw-away redis-server: no persistence, loopback only, a free port."""
     import redis
