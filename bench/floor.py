@@ -38,21 +38,28 @@ def create_app(body: bytes) -> web.Application:
     return app
 
 
-async def serve(host: str, port: int, size: int) -> None:
+async def serve_app(app: web.Application, host: str, port: int, announce: str) -> None:
+    """Serve ``app`` on ``host:port`` until SIGINT or SIGTERM; once bound, print
+    ``announce`` with ``{url}`` filled in (the bench waits for that line)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(create_app(fixed_body(size)), handle_signals=False, access_log=None)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
         bound = runner.addresses[0][1]
-        print(f"floor listening on http://{host}:{bound} ({size} bytes)", flush=True)
+        print(announce.format(url=f"http://{host}:{bound}"), flush=True)
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+async def serve(host: str, port: int, size: int) -> None:
+    app = create_app(fixed_body(size))
+    await serve_app(app, host, port, f"floor listening on {{url}} ({size} bytes)")
 
 
 def main() -> None:

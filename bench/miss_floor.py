@@ -19,12 +19,11 @@ SIGINT or SIGTERM. Any upstream status but 200 is answered as 502; bad input as 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 
 import aiohttp
 import uvloop
 from aiohttp import web
+from floor import serve_app
 
 from gateway.errors import GatewayError
 from gateway.normalise import CoercionCounts, Normaliser
@@ -64,20 +63,8 @@ def create_app(upstream: str) -> web.Application:
 
 
 async def serve(host: str, port: int, upstream: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    runner = web.AppRunner(create_app(upstream), handle_signals=False, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0][1]
-        print(f"miss-floor listening on http://{host}:{bound} (upstream {upstream})", flush=True)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    announce = f"miss-floor listening on {{url}} (upstream {upstream})"
+    await serve_app(create_app(upstream), host, port, announce)
 
 
 def main() -> None:
