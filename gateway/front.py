@@ -256,7 +256,7 @@ class GatewayConnection(RequestHandler):
         """The answer to ``head`` when it is a plain GET's fresh hit; None otherwise."""
         if head == self._last_head:
             target = self._last_target
-        elif not records.answers_hits:  # caching off: no head is worth reading here
+        elif records.caching_pipeline() is None:  # no head read here could be a hit
             return None
         else:
             read = read_head(head, self._line_max, self._fields_max)

@@ -163,11 +163,11 @@ class RecordRoutes:
         )
         return response
 
-    @property
-    def answers_hits(self) -> bool:
-        """Whether any request may be a hit now (answers are cached at all)."""
+    def caching_pipeline(self) -> RecordPipeline | None:
+        """The application's pipeline when it caches answers at all; None before the
+        application starts and with ``cache.backend = "none"`` (no request is a hit)."""
         pipeline = self.pipeline
-        return pipeline is not None and pipeline.caches
+        return pipeline if pipeline is not None and pipeline.caches else None
 
     def resolve_head(self, head: RequestHead, connection: object) -> HitTarget | None:
         """What a hit on ``head`` (a plain kept-alive GET read by
@@ -175,8 +175,8 @@ class RecordRoutes:
         record route and its query was validated before; None otherwise (the request
         then takes aiohttp's way, unchanged)."""
         authorization = head.authorization
-        pipeline = self.pipeline
-        if authorization is None or pipeline is None or not pipeline.caches:
+        pipeline = self.caching_pipeline()
+        if authorization is None or pipeline is None:
             return None
         path = head.path
         route = self.list_routes.get(path)
@@ -231,8 +231,8 @@ class RecordRoutes:
     ) -> tuple[CacheEntry, str, float] | None:
         """The fresh entry held here for the query (validated once already) and token,
         with the token's fingerprint and the time read; None otherwise."""
-        pipeline = self.pipeline
-        if pipeline is None or not pipeline.caches:
+        pipeline = self.caching_pipeline()
+        if pipeline is None:
             return None
         found = self._key(pipeline, route, path_value, query_string, authorization, connection)
         if found is None:

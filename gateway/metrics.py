@@ -20,7 +20,7 @@ import os
 from bisect import bisect_left
 from collections import Counter as Tally
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -67,6 +67,18 @@ def observe_many(histogram: Any, buckets: list[int], seconds: float) -> None:
     for i, count in enumerate(buckets):
         if count:
             histogram._buckets[i].inc(count)
+
+
+_Metric = TypeVar("_Metric", Counter, Histogram)
+
+
+def _child(children: dict[tuple[str, ...], _Metric], metric: _Metric, *labels: str) -> _Metric:
+    """``metric.labels(*labels)``, made once and kept in ``children`` (the lookup
+    ``labels`` does on every call costs more than the count itself)."""
+    child = children.get(labels)
+    if child is None:
+        child = children[labels] = metric.labels(*labels)
+    return child
 
 
 class Metrics:
@@ -149,9 +161,9 @@ class Metrics:
 
         self._answers: dict[tuple[str, int, str], _Answers] = {}
         # label children of the upstream series, made once each, not per call
-        self._upstream_counted: dict[tuple[str, str], Counter] = {}
-        self._upstream_timed: dict[str, Histogram] = {}
-        self._normalise_timed: dict[str, Histogram] = {}
+        self._upstream_counted: dict[tuple[str, ...], Counter] = {}
+        self._upstream_timed: dict[tuple[str, ...], Histogram] = {}
+        self._normalise_timed: dict[tuple[str, ...], Histogram] = {}
         # coercions since the last flush, by (field, kind): a page brings several kinds
         self._coerced: Tally[tuple[str, str]] = Tally()
         self.busy = 0  # requests being handled now; the in-flight gauge at each flush
@@ -167,22 +179,12 @@ class Metrics:
 
     def upstream_called(self, route: str, outcome: str, seconds: float) -> None:
         """Count one upstream call of ``route`` that ended in ``outcome``."""
-        counted = self._upstream_counted.get((route, outcome))
-        if counted is None:
-            counted = self.upstream_requests.labels(route, outcome)
-            self._upstream_counted[(route, outcome)] = counted
-        timed = self._upstream_timed.get(route)
-        if timed is None:
-            timed = self._upstream_timed[route] = self.upstream_seconds.labels(route)
-        counted.inc()
-        timed.observe(seconds)
+        _child(self._upstream_counted, self.upstream_requests, route, outcome).inc()
+        _child(self._upstream_timed, self.upstream_seconds, route).observe(seconds)
 
     def normalised(self, route: str, seconds: float) -> None:
         """Time one normalised answer of ``route``."""
-        timed = self._normalise_timed.get(route)
-        if timed is None:
-            timed = self._normalise_timed[route] = self.normalise_seconds.labels(route)
-        timed.observe(seconds)
+        _child(self._normalise_timed, self.normalise_seconds, route).observe(seconds)
 
     def flush(self) -> None:
         """Hand the tallies to prometheus-client (a scrape sees everything before it)."""
