@@ -20,7 +20,12 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# gcc builds gateway/canonicaliser.pyx (Cython, fetched by pip as a build requirement);
+# only the build stage has it, the runtime stage gets the compiled module in the venv.
+RUN apt-get update \
+    && apt-get install --yes --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+COPY pyproject.toml setup.py README.md ./
 COPY gateway ./gateway
 RUN pip wheel --no-deps --wheel-dir /wheels . \
     && python -m venv /opt/records-gateway \

@@ -112,12 +112,21 @@ def decimal_text(number: Decimal, scale: int) -> str:
     return text[1:] if text.startswith("-") and number.is_zero() else text
 
 
-def scaled_decimal(scale: int) -> tuple[FastCheck, Coercion]:
-    """The check and coercion of a decimal quantity published as text with ``scale``."""
-    canonical = re.compile(rf"-?(?:0|[1-9][0-9]{{0,39}})\.[0-9]{{{scale},{MAX_EXPONENT}}}")
+class DecimalCheck:
+    """True for text that is already a canonical decimal of at least ``scale`` decimals:
+    plain notation, no leading zeros, no negative zero."""
 
-    def is_canonical(value: str) -> bool:
-        return canonical.fullmatch(value) is not None and not value.startswith("-0.0")
+    def __init__(self, scale: int) -> None:
+        self.scale = scale
+        self.max_scale = MAX_EXPONENT
+        self._pattern = re.compile(rf"-?(?:0|[1-9][0-9]{{0,39}})\.[0-9]{{{scale},{MAX_EXPONENT}}}")
+
+    def __call__(self, value: str) -> bool:
+        return self._pattern.fullmatch(value) is not None and not value.startswith("-0.0")
+
+
+def scaled_decimal(scale: int) -> tuple[DecimalCheck, Coercion]:
+    """The check and coercion of a decimal quantity published as text with ``scale``."""
 
     def coerce(value: Any) -> tuple[str, str | None]:
         number, kind = to_decimal(value)
@@ -126,7 +135,7 @@ def scaled_decimal(scale: int) -> tuple[FastCheck, Coercion]:
             kind = "reformatted"
         return text, kind
 
-    return is_canonical, coerce
+    return DecimalCheck(scale), coerce
 
 
 def to_number(value: Any) -> tuple[Decimal, str | None]:
@@ -181,14 +190,14 @@ def to_uuid(value: Any) -> tuple[str, str | None]:
 
 
 # Dates repeat across records; the valid ones seen are remembered (bounded) so that
-# checking one again is a set lookup.
-_VALID_DATES: set[str] = set()
+# checking one again is a set lookup (gateway.canonicaliser looks in it too).
+KNOWN_DATES: set[str] = set()
 _MAX_REMEMBERED_DATES = 20_000
 
 
 def is_known_date(value: str) -> bool:
     """True for a ``YYYY-MM-DD`` already checked to be a real calendar date."""
-    return value in _VALID_DATES
+    return value in KNOWN_DATES
 
 
 def to_date(value: Any) -> tuple[str, str | None]:
@@ -200,8 +209,8 @@ def to_date(value: Any) -> tuple[str, str | None]:
         date.fromisoformat(value)
     except ValueError:
         raise ValueError(f"{value} is not a real calendar date") from None
-    if len(_VALID_DATES) < _MAX_REMEMBERED_DATES:
-        _VALID_DATES.add(value)
+    if len(KNOWN_DATES) < _MAX_REMEMBERED_DATES:
+        KNOWN_DATES.add(value)
     return value, None
 
 

@@ -31,10 +31,13 @@ from typing import Annotated, Any, ClassVar, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from gateway import canonicaliser as compiled
 from gateway.coercions import (
     CANONICAL_UUID,
+    KNOWN_DATES,
     CanonicalError,
     Coercion,
+    DecimalCheck,
     FastCheck,
     enumeration,
     is_canonical_instant,
@@ -135,6 +138,7 @@ class CanonicalModel(BaseModel):
     _texts: ClassVar[tuple[str, ...]] = ()
     _steps: ClassVar[tuple[_Step, ...]] = ()
     _nested: ClassVar[tuple[tuple[str, type[CanonicalModel]], ...]] = ()
+    _plan: ClassVar[compiled.Plan]
 
     @classmethod
     def _prepare(cls, embedded: dict[str, type[CanonicalModel]]) -> None:
@@ -148,6 +152,17 @@ class CanonicalModel(BaseModel):
             if name in cls._rules
         )
         cls._nested = tuple(embedded.items())
+        overrides_complete = "_complete" in vars(cls)
+        cls._plan = compiled.Plan(
+            cls.__name__,
+            cls._order,
+            tuple(cls._qualified[name] for name in cls._order),
+            cls._derived,
+            cls._texts,
+            tuple(_compiled_step(step) for step in cls._steps),
+            tuple((name, model._plan) for name, model in cls._nested),
+            cls._complete if overrides_complete else None,
+        )
 
     @classmethod
     def _complete(
@@ -171,15 +186,52 @@ class CanonicalModel(BaseModel):
             raise pydantic_error(exc) from None
 
 
+def _compiled_step(step: _Step) -> compiled.Step:
+    """The compiled canonicaliser's form of a step: its check said as one of the checks
+    written in C where there is one, else the Python check, called from C."""
+    fast = step.fast
+    argument: Any = None
+    check, scale, max_scale = compiled.CHECK_CALL, 0, 0
+    if step.coerce is text_list:
+        check = compiled.CHECK_TEXT_LIST
+    elif fast is None:
+        check = compiled.CHECK_NONE
+    elif fast == CANONICAL_UUID.fullmatch:
+        check = compiled.CHECK_UUID
+    elif fast is is_canonical_instant:
+        check = compiled.CHECK_INSTANT
+    elif fast is is_known_date:
+        check, argument = compiled.CHECK_MEMBER, KNOWN_DATES
+    elif isinstance(fast, DecimalCheck):
+        check, scale, max_scale = compiled.CHECK_DECIMAL, fast.scale, fast.max_scale
+    elif isinstance(getattr(fast, "__self__", None), frozenset):  # known.__contains__
+        check, argument = compiled.CHECK_MEMBER, getattr(fast, "__self__")  # noqa: B009
+    else:
+        argument = fast
+    return compiled.Step(step.name, step.qualified, check, argument, step.coerce, scale, max_scale)
+
+
 def canonicalise(
     model: type[CanonicalModel], data: dict[str, Any], context: NormaliseContext, *, nested: bool
 ) -> dict[str, Any]:
     """Bring one parsed record to canonical form, in place where it can; returns it.
 
-    With ``nested`` the embedded records are canonicalised too (the gateway's path);
-    without, they are left to pydantic, which validates them with their own model.
-    Raises CanonicalError locating the first value that cannot be made canonical.
+    With ``nested`` the embedded records are canonicalised too (the gateway's path),
+    by the compiled canonicaliser (gateway/canonicaliser.pyx) unless the probe is
+    tracking variants; without, they are left to pydantic, which validates them with
+    their own model. Raises CanonicalError locating the first value that cannot be
+    made canonical.
     """
+    if nested and not context.track_variants:
+        return compiled.canonicalise(model._plan, data, context)
+    return canonicalise_python(model, data, context, nested=nested)
+
+
+def canonicalise_python(
+    model: type[CanonicalModel], data: dict[str, Any], context: NormaliseContext, *, nested: bool
+) -> dict[str, Any]:
+    """:func:`canonicalise` in Python: the rules as written, which the compiled
+    canonicaliser is held to (tests/test_canonicaliser.py)."""
     if context.track_variants:
         for name, qualified in model._qualified.items():
             context.saw(qualified, json_type(data[name]) if name in data else "missing")
@@ -212,7 +264,7 @@ def canonicalise(
             raise CanonicalError(name, f"a JSON {json_type(value)} where an object is expected")
         if nested:
             try:
-                data[name] = canonicalise(embedded, value, context, nested=True)
+                data[name] = canonicalise_python(embedded, value, context, nested=True)
             except CanonicalError as exc:
                 raise exc.within(name) from None
     return model._complete(data, context, missing)

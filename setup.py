@@ -1,0 +1,16 @@
+"""The compiled part of records-gateway (everything else is in pyproject.toml).
+
+gateway/canonicaliser.pyx is Cython: the record canonicaliser of the normalise step,
+compiled to C by the build (Cython is a build requirement in pyproject.toml) and built
+with the machine's C compiler.
+"""
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=cythonize(
+        [Extension("gateway.canonicaliser", ["gateway/canonicaliser.pyx"])],
+        compiler_directives={"language_level": "3"},
+    )
+)
