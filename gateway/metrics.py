@@ -6,8 +6,9 @@ codes, cache results and coercion kinds; never raw paths, ids or tokens. With
 ``PROMETHEUS_MULTIPROC_DIR`` (set by the supervisor before the workers start) and
 /metrics sums them, so the numbers are for the whole gateway.
 
-The per-request series (requests, their durations, cache results, in flight) are
-tallied in plain integers on the request path and handed to prometheus-client in
+The per-request series (requests, their durations, cache results, in flight, upstream
+calls and their durations, normalising times, coercions) are tallied in plain integers
+on the request path and handed to prometheus-client in
 bulk by :meth:`Metrics.flush`: before every scrape, and once a second in every worker
 (so a scrape sums the other workers' requests up to a second late). Six locked
 increments and a histogram bucket search per request were a tenth of a cache hit's
@@ -19,8 +20,7 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from collections import Counter as Tally
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -49,14 +49,22 @@ def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV) or None
 
 
-@dataclass(slots=True)
-class _Answers:
-    """The requests of one (route, status, cache) since the last flush."""
+class _Timed:
+    """Observations of one label set since the last flush: how many, their sum, and
+    how many fell in each bucket of ``bounds`` (one slot past the last for +Inf)."""
 
-    count: int = 0
-    seconds: float = 0.0
-    # one slot per bucket of _LATENCY_BUCKETS, and one past the last for +Inf only
-    buckets: list[int] = field(default_factory=lambda: [0] * (len(_LATENCY_BUCKETS) + 1))
+    __slots__ = ("bounds", "buckets", "count", "seconds")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.count = 0
+        self.seconds = 0.0
+        self.buckets = [0] * (len(bounds) + 1)
+
+    def add(self, seconds: float) -> None:
+        self.count += 1
+        self.seconds += seconds
+        self.buckets[bisect_left(self.bounds, seconds)] += 1
 
 
 def observe_many(histogram: Any, buckets: list[int], seconds: float) -> None:
@@ -67,18 +75,6 @@ def observe_many(histogram: Any, buckets: list[int], seconds: float) -> None:
     for i, count in enumerate(buckets):
         if count:
             histogram._buckets[i].inc(count)
-
-
-_Metric = TypeVar("_Metric", Counter, Histogram)
-
-
-def _child(children: dict[tuple[str, ...], _Metric], metric: _Metric, *labels: str) -> _Metric:
-    """``metric.labels(*labels)``, made once and kept in ``children`` (the lookup
-    ``labels`` does on every call costs more than the count itself)."""
-    child = children.get(labels)
-    if child is None:
-        child = children[labels] = metric.labels(*labels)
-    return child
 
 
 class Metrics:
@@ -159,11 +155,9 @@ class Metrics:
             multiprocess_mode="livesum",
         )
 
-        self._answers: dict[tuple[str, int, str], _Answers] = {}
-        # label children of the upstream series, made once each, not per call
-        self._upstream_counted: dict[tuple[str, ...], Counter] = {}
-        self._upstream_timed: dict[tuple[str, ...], Histogram] = {}
-        self._normalise_timed: dict[tuple[str, ...], Histogram] = {}
+        self._answers: dict[tuple[str, int, str], _Timed] = {}
+        self._upstream: dict[tuple[str, str], _Timed] = {}  # by (route, outcome)
+        self._normalised: dict[str, _Timed] = {}  # by route
         # coercions since the last flush, by (field, kind): a page brings several kinds
         self._coerced: Tally[tuple[str, str]] = Tally()
         self.busy = 0  # requests being handled now; the in-flight gauge at each flush
@@ -172,19 +166,22 @@ class Metrics:
         """Count one answered request (cache is "hit", "miss", ..., or "none")."""
         answers = self._answers.get((route, status, cache))
         if answers is None:
-            answers = self._answers[(route, status, cache)] = _Answers()
-        answers.count += 1
-        answers.seconds += seconds
-        answers.buckets[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+            answers = self._answers[(route, status, cache)] = _Timed(_LATENCY_BUCKETS)
+        answers.add(seconds)
 
     def upstream_called(self, route: str, outcome: str, seconds: float) -> None:
         """Count one upstream call of ``route`` that ended in ``outcome``."""
-        _child(self._upstream_counted, self.upstream_requests, route, outcome).inc()
-        _child(self._upstream_timed, self.upstream_seconds, route).observe(seconds)
+        calls = self._upstream.get((route, outcome))
+        if calls is None:
+            calls = self._upstream[(route, outcome)] = _Timed(_LATENCY_BUCKETS)
+        calls.add(seconds)
 
     def normalised(self, route: str, seconds: float) -> None:
         """Time one normalised answer of ``route``."""
-        _child(self._normalise_timed, self.normalise_seconds, route).observe(seconds)
+        timed = self._normalised.get(route)
+        if timed is None:
+            timed = self._normalised[route] = _Timed(_NORMALISE_BUCKETS)
+        timed.add(seconds)
 
     def flush(self) -> None:
         """Hand the tallies to prometheus-client (a scrape sees everything before it)."""
@@ -192,6 +189,13 @@ class Metrics:
         coerced, self._coerced = self._coerced, Tally()
         for (name, kind), count in coerced.items():
             self.coercions.labels(name, kind).inc(count)
+        upstream, self._upstream = self._upstream, {}
+        for (route, outcome), calls in upstream.items():
+            self.upstream_requests.labels(route, outcome).inc(calls.count)
+            observe_many(self.upstream_seconds.labels(route), calls.buckets, calls.seconds)
+        normalised, self._normalised = self._normalised, {}
+        for route, timed in normalised.items():
+            observe_many(self.normalise_seconds.labels(route), timed.buckets, timed.seconds)
         answers, self._answers = self._answers, {}
         for (route, status, cache), tally in answers.items():
             self.requests.labels(route, str(status), cache).inc(tally.count)
