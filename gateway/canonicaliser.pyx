@@ -327,5 +327,8 @@ def canonicalise(Plan plan, dict data, object context):
         except CanonicalError as exc:
             raise exc.within(name) from None
     if plan.complete is not None:
-        return plan.complete(data, context, missing)
+        # _complete fills derived fields that are null; with none null it does nothing
+        for name in plan.derived:
+            if data[name] is None:
+                return plan.complete(data, context, missing)
     return data

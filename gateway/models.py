@@ -172,6 +172,8 @@ class CanonicalModel(BaseModel):
 
         ``missing`` names the fields of ``_derived`` that the upstream left out; their
         "missing->null" is counted here, where it is known whether they stay null.
+        Only null fields of ``_derived`` are filled: when none is null this must do
+        nothing, and the compiled canonicaliser does not call it then.
         """
         return values
 
