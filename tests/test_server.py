@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import sys
+import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
+from gateway.server import GC_YOUNG_THRESHOLD, settle_collector
 
 from .redis_server import free_port
 
@@ -323,3 +326,27 @@ async def test_an_idle_kept_alive_connection_is_closed_after_its_timeout(
         await reader.readexactly(len(b'{"status":"ok"}'))
         assert await reader.read() == b""  # ...until the gateway closed it, idle
     writer.close()
+
+
+class _Node:
+    other: _Node | None = None
+
+
+def test_settled_collector_leaves_start_up_alone_and_still_collects_cycles() -> None:
+    """What serve() does once started: everything alive is frozen (full collections stop
+    walking it), the young generation is wider; a cycle made later is still freed."""
+    before = gc.get_threshold()
+    try:
+        settle_collector()
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, before[1], before[2])
+        assert gc.get_freeze_count() > 0
+        first, second = _Node(), _Node()
+        first.other, second.other = second, first
+        gone = weakref.ref(first)
+        del first, second
+        assert gone() is not None  # a cycle: reference counting alone cannot free it
+        gc.collect()
+        assert gone() is None
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
