@@ -56,12 +56,13 @@ def create_app(
     without it a reload re-reads the environment only.
     """
     app = web.Application()
-    metrics_ = Metrics()
+    coercions = CoercionCounts()
+    metrics_ = Metrics(coercions=coercions.take)
     live = LiveConfig(settings, source or ConfigSource())
     app[LIVE] = live
     app[CLOCK] = clock
     app[METRICS] = metrics_
-    app[COERCIONS] = CoercionCounts(metrics_.add_coercions)
+    app[COERCIONS] = coercions
     app[OPENAPI] = openapi_bytes(settings)
     edge = Edge(metrics=metrics_, ids=RequestIds(), live=live)
     records = RecordRoutes(edge, ConnectionFingerprints())

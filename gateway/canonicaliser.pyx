@@ -241,7 +241,10 @@ def check(Step step, object value):
 
 
 cdef inline void _count(object coercions, tuple key) except *:
-    coercions[key] = coercions.get(key, 0) + 1
+    # coercions is the context's Counter, a dict: read as a dict (a missing key is
+    # not there, rather than Counter's 0), written as a dict; the same counts
+    cdef PyObject* seen = PyDict_GetItem(coercions, key)
+    coercions[key] = 1 if seen is NULL else <object>seen + 1
 
 
 cdef bint _in_order(dict data, tuple order) except -1:
@@ -261,7 +264,7 @@ cdef bint _in_order(dict data, tuple order) except -1:
 cdef tuple _reshape(Plan plan, dict data, object context):
     """Every field in the published order; missing ones null, unknown ones dropped.
     Also the missing fields the model may derive (counted by its _complete)."""
-    coercions = context.coercions
+    cdef object coercions = context.coercions
     cdef str model_name = plan.model_name
     for key in data:
         if key not in plan.names:
@@ -295,7 +298,7 @@ def canonicalise(Plan plan, dict data, object context):
         value = data[name]
         if value is not None and type(value) is not str:
             raise CanonicalError(name, f"a JSON {json_type(value)} where text is expected")
-    coercions = context.coercions
+    cdef object coercions = context.coercions
     cdef Step step
     for step in plan.steps:
         value = data[step.name]
@@ -332,3 +335,17 @@ def canonicalise(Plan plan, dict data, object context):
             if data[name] is None:
                 return plan.complete(data, context, missing)
     return data
+
+
+def canonicalise_items(Plan plan, list items, object context):
+    """canonicalise() each record of a list, in place. A CanonicalError's path starts
+    with the record's index; an item that is not an object is one at its index."""
+    cdef Py_ssize_t index
+    for index in range(len(items)):
+        item = items[index]
+        if type(item) is not dict:
+            raise CanonicalError(index, f"a JSON {json_type(item)} where an object is expected")
+        try:
+            items[index] = canonicalise(plan, item, context)
+        except CanonicalError as exc:
+            raise exc.within(index) from None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_left
-from collections import Counter as Tally
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -80,7 +80,12 @@ def observe_many(histogram: Any, buckets: list[int], seconds: float) -> None:
 class Metrics:
     """Every metric of one gateway process, registered in its own registry."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, coercions: Callable[[], Mapping[tuple[str, str], int]] | None = None
+    ) -> None:
+        """``coercions`` hands over the normaliser's coercions since it was last asked
+        (``CoercionCounts.take``), by (field, kind); each flush asks it."""
+        self._take_coercions = coercions
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -158,8 +163,6 @@ class Metrics:
         self._answers: dict[tuple[str, int, str], _Timed] = {}
         self._upstream: dict[tuple[str, str], _Timed] = {}  # by (route, outcome)
         self._normalised: dict[str, _Timed] = {}  # by route
-        # coercions since the last flush, by (field, kind): a page brings several kinds
-        self._coerced: Tally[tuple[str, str]] = Tally()
         self.busy = 0  # requests being handled now; the in-flight gauge at each flush
 
     def answered(self, route: str, status: int, cache: str, seconds: float) -> None:
@@ -186,9 +189,9 @@ class Metrics:
     def flush(self) -> None:
         """Hand the tallies to prometheus-client (a scrape sees everything before it)."""
         self.in_flight.set(self.busy)
-        coerced, self._coerced = self._coerced, Tally()
-        for (name, kind), count in coerced.items():
-            self.coercions.labels(name, kind).inc(count)
+        if self._take_coercions is not None:
+            for (name, kind), count in self._take_coercions().items():
+                self.coercions.labels(name, kind).inc(count)
         upstream, self._upstream = self._upstream, {}
         for (route, outcome), calls in upstream.items():
             self.upstream_requests.labels(route, outcome).inc(calls.count)
@@ -202,11 +205,6 @@ class Metrics:
             observe_many(self.request_seconds.labels(route, cache), tally.buckets, tally.seconds)
             if cache != "none":
                 self.cache_results.labels(route, cache).inc(tally.count)
-
-    def add_coercions(self, counts: Tally[tuple[str, str]]) -> None:
-        """Count one answer's coercions (on the event loop's thread, as ``answered``);
-        they reach prometheus-client at the next flush."""
-        self._coerced.update(counts)
 
     def circuit_changed(self, backend: str, state: str) -> None:
         self.circuit_state.labels(backend).set(CIRCUIT_VALUES[state])

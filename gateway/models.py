@@ -229,6 +229,23 @@ def canonicalise(
     return canonicalise_python(model, data, context, nested=nested)
 
 
+def canonicalise_items(
+    model: type[CanonicalModel], items: list[Any], context: NormaliseContext
+) -> None:
+    """:func:`canonicalise` (``nested``) each record of a list, in place; a
+    CanonicalError's path starts with the record's index."""
+    if not context.track_variants:
+        compiled.canonicalise_items(model._plan, items, context)
+        return
+    for index, item in enumerate(items):
+        if type(item) is not dict:
+            raise CanonicalError(index, f"a JSON {json_type(item)} where an object is expected")
+        try:
+            items[index] = canonicalise_python(model, item, context, nested=True)
+        except CanonicalError as exc:
+            raise exc.within(index) from None
+
+
 def canonicalise_python(
     model: type[CanonicalModel], data: dict[str, Any], context: NormaliseContext, *, nested: bool
 ) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -34,23 +34,30 @@ _MAX_LOGGED_VALUES = 1000
 class CoercionCounts:
     """Every coercion the normaliser performed, by (field, kind), since start.
 
-    ``listener`` (the metrics) receives every batch too.
+    ``add`` (once per answer) counts into what is new; ``take`` (the metrics, at each
+    flush) hands that over and folds it into the totals, so an answer's counts are
+    added once, not once here and once more for the metrics.
     """
 
-    def __init__(self, listener: Callable[[Counter[tuple[str, str]]], None] | None = None) -> None:
-        self._counts: Counter[tuple[str, str]] = Counter()
+    def __init__(self) -> None:
+        self._totals: Counter[tuple[str, str]] = Counter()  # handed over by take
+        self._new: Counter[tuple[str, str]] = Counter()  # added since the last take
         self._lock = threading.Lock()
-        self._listener = listener
 
     def add(self, counts: Counter[tuple[str, str]]) -> None:
         with self._lock:
-            self._counts.update(counts)
-        if self._listener is not None:
-            self._listener(counts)
+            self._new.update(counts)
+
+    def take(self) -> Counter[tuple[str, str]]:
+        """What was added since the last take."""
+        with self._lock:
+            new, self._new = self._new, Counter()
+            self._totals.update(new)
+        return new
 
     def snapshot(self) -> dict[tuple[str, str], int]:
         with self._lock:
-            return dict(self._counts)
+            return dict(self._totals + self._new)
 
 
 def parse_lossless(body: bytes) -> Any:

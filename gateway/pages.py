@@ -22,6 +22,7 @@ from gateway.models import (
     NormaliseContext,
     User,
     canonicalise,
+    canonicalise_items,
     context_of,
     pydantic_error,
 )
@@ -83,15 +84,10 @@ def canonical_page(
     if type(items) is not list:
         raise CanonicalError("data", f"a JSON {json_type(items)} where an array is expected")
     if nested:
-        for index, item in enumerate(items):
-            if type(item) is not dict:
-                raise CanonicalError(
-                    index, f"a JSON {json_type(item)} where an object is expected"
-                ).within("data")
-            try:
-                items[index] = canonicalise(item_model, item, context, nested=True)
-            except CanonicalError as exc:
-                raise exc.within(index).within("data") from None
+        try:
+            canonicalise_items(item_model, items, context)
+        except CanonicalError as exc:
+            raise exc.within("data") from None
     out: dict[str, Any] = {"data": items}
     for key in ("total", "page", "limit"):
         value = data.get(key)

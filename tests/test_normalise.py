@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -470,3 +471,16 @@ def test_both_paths_name_the_same_first_bad_value_of_a_record() -> None:
         Expense.model_validate(record(), context=NormaliseContext())
     assert json_path(direct.value.path) == "amount"
     assert first_problem(pydantic_path.value)[0] == "amount"
+
+
+def test_coercion_counts_hand_over_what_is_new_and_keep_every_count() -> None:
+    """take() (the metrics' flush) gets each answer's counts once; snapshot() all."""
+    counts = CoercionCounts()
+    counts.add(Counter({("Expense.amount", "number->string"): 2}))
+    counts.add(Counter({("Expense.amount", "number->string"): 1, ("Page", "x"): 1}))
+    assert counts.take() == {("Expense.amount", "number->string"): 3, ("Page", "x"): 1}
+    assert counts.take() == {}
+    counts.add(Counter({("Page", "x"): 4}))
+    assert counts.snapshot() == {("Expense.amount", "number->string"): 3, ("Page", "x"): 5}
+    assert counts.take() == {("Page", "x"): 4}
+    assert counts.snapshot() == {("Expense.amount", "number->string"): 3, ("Page", "x"): 5}
