@@ -54,6 +54,8 @@ cdef class Step:
     cdef readonly int max_scale
     cdef readonly object argument
     cdef readonly object coerce
+    cdef object _kind  # the kind of the last coercion counted, and its counter key
+    cdef tuple _key
 
     def __init__(self, str name, str qualified, int check, object argument, object coerce,
                  int scale=0, int max_scale=0):
@@ -70,6 +72,15 @@ cdef class Step:
         self.coerce = coerce
         self.scale = scale
         self.max_scale = max_scale
+        self._kind = None
+        self._key = None
+
+    cdef tuple key_of(self, str kind):
+        """(qualified, kind): made once per kind in a row, not once per count."""
+        if kind is not self._kind:
+            self._kind = kind
+            self._key = (self.qualified, kind)
+        return self._key
 
 
 cdef class Plan:
@@ -84,6 +95,8 @@ cdef class Plan:
     cdef readonly tuple steps            # Step of every field with a rule
     cdef readonly tuple nested           # (field, Plan) of embedded records
     cdef readonly object complete        # model._complete, or None when it does nothing
+    cdef tuple missing_keys              # (qualified, "missing->null") in the order of order
+    cdef tuple extra_key                 # (model_name, "extra-field-dropped")
 
     def __init__(self, str model_name, tuple order, tuple qualified, frozenset derived,
                  tuple texts, tuple steps, tuple nested, object complete):
@@ -104,6 +117,8 @@ cdef class Plan:
         self.steps = steps
         self.nested = nested
         self.complete = complete
+        self.missing_keys = tuple((name, "missing->null") for name in qualified)
+        self.extra_key = (model_name, "extra-field-dropped")
 
 
 cdef inline bint _digit(char c) noexcept:
@@ -268,7 +283,7 @@ cdef tuple _reshape(Plan plan, dict data, object context):
     cdef str model_name = plan.model_name
     for key in data:
         if key not in plan.names:
-            _count(coercions, (model_name, "extra-field-dropped"))
+            _count(coercions, plan.extra_key)
             context.dropped.add(f"{model_name}.{key}")
     cdef dict shaped = {}
     cdef list derived = []
@@ -282,7 +297,7 @@ cdef tuple _reshape(Plan plan, dict data, object context):
             if key in plan.derived:
                 derived.append(key)
             else:
-                _count(coercions, (plan.qualified[index], "missing->null"))
+                _count(coercions, plan.missing_keys[index])
         else:
             shaped[key] = <object>found
     return shaped, frozenset(derived) if derived else _NOTHING
@@ -316,7 +331,7 @@ def canonicalise(Plan plan, dict data, object context):
         if kind is not None:
             if kind == "unknown-value":
                 context.unknown_values.add((step.qualified, canonical))
-            _count(coercions, (step.qualified, kind))
+            _count(coercions, step.key_of(kind))
         data[step.name] = canonical
     cdef Plan embedded
     for name, embedded in plan.nested:
