@@ -54,8 +54,7 @@ cdef class Step:
     cdef readonly int max_scale
     cdef readonly object argument
     cdef readonly object coerce
-    cdef object _kind  # the kind of the last coercion counted, and its counter key
-    cdef tuple _key
+    cdef tuple _last  # (kind, (qualified, kind)) of the last coercion counted
 
     def __init__(self, str name, str qualified, int check, object argument, object coerce,
                  int scale=0, int max_scale=0):
@@ -72,15 +71,15 @@ cdef class Step:
         self.coerce = coerce
         self.scale = scale
         self.max_scale = max_scale
-        self._kind = None
-        self._key = None
+        self._last = (None, None)
 
     cdef tuple key_of(self, str kind):
-        """(qualified, kind): made once per kind in a row, not once per count."""
-        if kind is not self._kind:
-            self._kind = kind
-            self._key = (self.qualified, kind)
-        return self._key
+        """(qualified, kind): made once per kind in a row, not once per count (kept as
+        one tuple, so that a reader never pairs one kind with another's key)."""
+        cdef tuple last = self._last
+        if last[0] is not kind:
+            last = self._last = (kind, (self.qualified, kind))
+        return <tuple>last[1]
 
 
 cdef class Plan:
