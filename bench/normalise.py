@@ -68,8 +68,7 @@ def cold_ms(function: Callable[[], object]) -> dict[str, float]:
     """Like per_call_ms, each call timed alone after the value caches are emptied."""
     samples = []
     for _ in range(RUNS * ITERATIONS):
-        coercions.KNOWN_DATES.clear()
-        coercions._to_number.cache_clear()
+        coercions.clear_value_caches()
         started = time.perf_counter()
         function()
         samples.append((time.perf_counter() - started) * 1000)

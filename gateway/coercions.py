@@ -142,14 +142,36 @@ def to_number(value: Any) -> tuple[Decimal, str | None]:
     """A JSON number (published through orjson.Fragment, exactly) from a number or text."""
     if isinstance(value, list | dict):  # unhashable: the cache would raise TypeError
         raise ValueError(f"a JSON {json_type(value)} is not a decimal number")
+    if isinstance(value, Decimal):
+        # by its text: Decimal("-0") == Decimal("0") with the same hash, so a cache
+        # keyed by the value would answer whichever zero it saw first
+        return _decimal_number(str(value))
     return _to_number(value)
 
 
 @lru_cache(maxsize=4096, typed=True)
 def _to_number(value: Any) -> tuple[Decimal, str | None]:
-    # Cached: the same few percentages recur in every page.
+    # Cached: the same few percentages recur in every page. Only str, int and bool
+    # reach it: values that are equal and of one type are the same value.
+    return _number(value)
+
+
+@lru_cache(maxsize=4096)
+def _decimal_number(text: str) -> tuple[Decimal, str | None]:
+    return _number(Decimal(text))
+
+
+def _number(value: Any) -> tuple[Decimal, str | None]:
     number, kind = to_decimal(value)
     return number.normalize(_EXACT), "string->number" if kind is None else None
+
+
+def clear_value_caches() -> None:
+    """Forget the dates proven real and the numbers converted (a fresh process's state;
+    for measurements and tests)."""
+    KNOWN_DATES.clear()
+    _to_number.cache_clear()
+    _decimal_number.cache_clear()
 
 
 def to_integer(value: Any) -> tuple[int, str | None]:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.coercions import (
+    clear_value_caches,
     enumeration,
     scaled_decimal,
     to_boolean,
@@ -240,3 +241,18 @@ def test_enumerations() -> None:
     assert types("Crypto") == ("CRYPTO", "unknown-value")
     with pytest.raises(ValueError, match="where an enumeration value is expected"):
         types(1)
+
+
+@pytest.mark.parametrize(
+    "order",
+    [("-0", "0", "-0.0", "0E+2"), ("0E+2", "-0.0", "0", "-0")],
+    ids=["neg-first", "pos-first"],
+)
+def test_a_number_does_not_depend_on_the_numbers_converted_before(order: tuple[str, ...]) -> None:
+    """Decimal("-0") equals Decimal("0") and hashes alike: the conversion cache must not
+    hand one for the other (the same upstream body would publish other bytes)."""
+    clear_value_caches()
+    published = {text: str(to_number(Decimal(text))[0]) for text in order}
+    assert published == {"-0": "-0", "0": "0", "-0.0": "-0", "0E+2": "0"}
+    assert to_number("-0.0")[0].is_signed()
+    assert not to_number("0.0")[0].is_signed()
