@@ -11,11 +11,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+# the editable install compiles gateway/canonicaliser.pyx: an edit to it (or to the build)
+# installs again, so that nothing runs against a stale compiled module
+BUILT := pyproject.toml setup.py gateway/canonicaliser.pyx
+
+$(VENV)/.installed-run: $(BUILT) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: $(BUILT) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@ $(VENV)/.installed-run
 
