@@ -246,12 +246,17 @@ cdef bint _texts(list value) noexcept:
     return True
 
 
+cdef inline bint _already(Step step, object value) except -1:
+    """Whether ``value`` is already canonical for ``step`` (its coercion would return it
+    as it is, with no kind): a string its check accepts, or a list of text."""
+    if type(value) is str:
+        return _canonical(step, value)
+    return step.check == _TEXT_LIST and type(value) is list and _texts(value)
+
+
 def check(Step step, object value):
-    """What ``step`` decides about a value: True when it is already canonical (and its
-    coercion would return it as it is, with no kind)."""
-    if step.check == _TEXT_LIST:
-        return type(value) is list and _texts(value)
-    return type(value) is str and _canonical(step, value)
+    """What ``step`` decides about a value: True when it is already canonical."""
+    return _already(step, value)
 
 
 cdef inline void _count(object coercions, tuple key) except *:
@@ -318,10 +323,7 @@ def canonicalise(Plan plan, dict data, object context):
         value = data[step.name]
         if value is None:
             continue
-        if type(value) is str:
-            if _canonical(step, value):
-                continue
-        elif step.check == _TEXT_LIST and type(value) is list and _texts(value):
+        if _already(step, value):
             continue
         try:
             canonical, kind = step.coerce(value)

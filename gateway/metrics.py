@@ -67,6 +67,12 @@ class _Timed:
         self.buckets[bisect_left(self.bounds, seconds)] += 1
 
 
+def _made(table: dict[Any, _Timed], key: Any, bounds: tuple[float, ...]) -> _Timed:
+    """A new tally for ``key`` in ``table`` (the first observation of a label set)."""
+    timed = table[key] = _Timed(bounds)
+    return timed
+
+
 def observe_many(histogram: Any, buckets: list[int], seconds: float) -> None:
     """Add ``buckets[i]`` observations to bucket ``i`` of a histogram child and
     ``seconds`` to its sum, as that many ``observe()`` calls would (tested against
@@ -167,23 +173,19 @@ class Metrics:
 
     def answered(self, route: str, status: int, cache: str, seconds: float) -> None:
         """Count one answered request (cache is "hit", "miss", ..., or "none")."""
-        answers = self._answers.get((route, status, cache))
-        if answers is None:
-            answers = self._answers[(route, status, cache)] = _Timed(_LATENCY_BUCKETS)
+        key = (route, status, cache)
+        answers = self._answers.get(key) or _made(self._answers, key, _LATENCY_BUCKETS)
         answers.add(seconds)
 
     def upstream_called(self, route: str, outcome: str, seconds: float) -> None:
         """Count one upstream call of ``route`` that ended in ``outcome``."""
-        calls = self._upstream.get((route, outcome))
-        if calls is None:
-            calls = self._upstream[(route, outcome)] = _Timed(_LATENCY_BUCKETS)
+        key = (route, outcome)
+        calls = self._upstream.get(key) or _made(self._upstream, key, _LATENCY_BUCKETS)
         calls.add(seconds)
 
     def normalised(self, route: str, seconds: float) -> None:
         """Time one normalised answer of ``route``."""
-        timed = self._normalised.get(route)
-        if timed is None:
-            timed = self._normalised[route] = _Timed(_NORMALISE_BUCKETS)
+        timed = self._normalised.get(route) or _made(self._normalised, route, _NORMALISE_BUCKETS)
         timed.add(seconds)
 
     def flush(self) -> None:

@@ -206,8 +206,8 @@ def _compiled_step(step: _Step) -> compiled.Step:
         check, argument = compiled.CHECK_MEMBER, KNOWN_DATES
     elif isinstance(fast, DecimalCheck):
         check, scale, max_scale = compiled.CHECK_DECIMAL, fast.scale, fast.max_scale
-    elif isinstance(getattr(fast, "__self__", None), frozenset):  # known.__contains__
-        check, argument = compiled.CHECK_MEMBER, getattr(fast, "__self__")  # noqa: B009
+    elif isinstance(owner := getattr(fast, "__self__", None), frozenset):  # known.__contains__
+        check, argument = compiled.CHECK_MEMBER, owner
     else:
         argument = fast
     return compiled.Step(step.name, step.qualified, check, argument, step.coerce, scale, max_scale)
