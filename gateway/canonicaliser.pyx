@@ -365,3 +365,29 @@ def canonicalise_items(Plan plan, list items, object context):
             items[index] = canonicalise(plan, item, context)
         except CanonicalError as exc:
             raise exc.within(index) from None
+
+
+def holds_float(object value):
+    """Whether a ``float`` is anywhere in ``value``, a JSON document as jiter parses it
+    (dicts with string keys, lists, str, int, float, bool, None): gateway.normalise
+    parses with floats first, the quick way, and again with Decimals when this is
+    True."""
+    return _holds_float(value)
+
+
+cdef bint _holds_float(object value) except -1:
+    cdef type kind = type(value)
+    cdef Py_ssize_t position = 0
+    cdef PyObject* key
+    cdef PyObject* item
+    if kind is float:
+        return True
+    if kind is dict:
+        while PyDict_Next(value, &position, &key, &item):
+            if _holds_float(<object>item):
+                return True
+    elif kind is list:
+        for member in <list>value:
+            if _holds_float(member):
+                return True
+    return False

@@ -9,6 +9,10 @@ The gateway normalises every record through the compiled canonicaliser; the Pyth
   the same published bytes, or the same error at the same path with the same reason,
   and the same coercion counts, unknown values and dropped fields.
 
+It also holds the body parse (``parse_lossless``: floats first, Decimals again when
+``holds_float`` finds one) to jiter's Decimal parse alone, value for value and type
+for type, errors included.
+
 tests/test_models.py checks the published values themselves (through the gateway's
 Normaliser, so through this canonicaliser) against what each generated body calls for.
 """
@@ -23,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import jiter
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -51,7 +56,7 @@ from gateway.models import (
     canonicalise_python,
 )
 from gateway.normalise import dump_canonical, parse_lossless
-from tests.test_models import json_values, records, write_json
+from tests.test_models import Num, json_values, records, write_json
 
 SETTINGS = settings(
     max_examples=400,
@@ -398,3 +403,101 @@ def test_the_gateway_path_uses_the_compiled_canonicaliser() -> None:
     assert not fast.variants
     assert fast.coercions == tracked.coercions
     assert fast.coercions[("Expense.id", "uuid->canonical")] == 1
+
+
+# ------------------------------------------------------------------- the body parse
+
+
+def decimal_parse(body: bytes) -> Any:
+    """What parse_lossless must give: jiter's Decimal parse, nothing else."""
+    return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
+
+
+def parsed_as(parse: Callable[[bytes], Any], body: bytes) -> str:
+    """The parse of ``body`` as text that tells every type apart (1, 1.0 and Decimal("1.0")
+    differ, so do Decimal("1.0") and Decimal("1.00")), or the error it raised."""
+    try:
+        return "value " + repr(parse(body))
+    except ValueError as exc:
+        return f"error {exc}"
+
+
+json_numbers = st.one_of(
+    st.integers(-(10**40), 10**40).map(lambda value: Num(str(value))),
+    st.from_regex(
+        r"-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,24})?([eE][+-]?[0-9]{1,3})?", fullmatch=True
+    ).map(Num),
+    st.sampled_from(["-0", "-0.0", "0.0", "1E+2", "1e400", "-1e-400", "0.1", "5e-324"]).map(Num),
+)
+json_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=8),
+    json_numbers,
+    st.floats(allow_nan=False)
+    .filter(lambda value: value not in (float("inf"), float("-inf")))
+    .map(lambda value: Num(repr(value))),
+)
+json_documents = st.recursive(
+    json_leaves,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=40,
+)
+
+
+def floats_in(value: Any) -> int:
+    """How many floats ``value`` holds, anywhere (the rule holds_float implements)."""
+    if type(value) is float:
+        return 1
+    if type(value) is dict:
+        return sum(floats_in(item) for item in value.values())
+    if type(value) is list:
+        return sum(floats_in(item) for item in value)
+    return 0
+
+
+@SETTINGS
+@given(json_documents)
+@example({"a": [1, {"b": [Num("-0.0")]}]})
+@example([Num("123456789012345678901234567890"), Num("-0"), "1.5"])
+def test_the_body_parse_is_the_decimal_parse(document: Any) -> None:
+    body = write_json(document, ascii_only=False).encode()
+    assert parsed_as(parse_lossless, body) == parsed_as(decimal_parse, body)
+    with contextlib.suppress(ValueError):  # 1e400 has no float
+        quick = jiter.from_json(body, allow_inf_nan=False)
+        assert compiled.holds_float(quick) == (floats_in(quick) > 0)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"{",
+        b'{"a": 1.5',
+        b'{"a": 1}x',
+        b"[1e400]",
+        b"[-1e400, 2.5]",
+        b"[NaN]",
+        b"[Infinity]",
+        b'{"a": 01}',
+        b'{"a": 1.}',
+        b'{"a": "\\ud800"}',
+        b"\xff",
+        b'{"a": 1, "a": 2.50}',
+        b"[" * 300 + b"1.5" + b"]" * 300,
+    ],
+)
+def test_what_the_body_parse_refuses_or_reads_as_the_decimal_parse(body: bytes) -> None:
+    assert parsed_as(parse_lossless, body) == parsed_as(decimal_parse, body)
+
+
+def test_the_body_parse_keeps_every_digit_of_a_fraction() -> None:
+    body = b'{"data": [{"amount": 12345678901234.5678, "n": 7}], "total": 1e1}'
+    parsed = parse_lossless(body)
+    assert parsed == {
+        "data": [{"amount": Decimal("12345678901234.5678"), "n": 7}],
+        "total": Decimal("1E+1"),
+    }
+    assert [type(value) for value in parsed["data"][0].values()] == [Decimal, int]
