@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,6 +41,15 @@ def test_entry_round_trips_in_one_value() -> None:
         generations=Generations(3, 7),
     )
     assert CacheEntry.decode(original.encode()) == original
+
+
+def test_the_etag_is_128_bits_of_the_bodys_blake3() -> None:
+    # BLAKE3's published test vector: the hash of no input at all
+    assert etag_of(b"") == '"af1349b9f5f9a1a6a0404dea36dcc949"'
+    page = b'{"data":[{"amount":"1694.8300"}],"total":1}'
+    assert etag_of(page) == etag_of(bytes(page))
+    assert etag_of(page) != etag_of(page.replace(b"1694.8300", b"1694.8301"))
+    assert re.fullmatch(r'"[0-9a-f]{32}"', etag_of(page * 500))
 
 
 def test_keys_are_canonical_and_per_token() -> None:
