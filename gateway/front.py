@@ -190,8 +190,10 @@ class GatewayConnection(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         records = self._records
-        # no bytes: aiohttp re-reading what its parser held back while its queue was full
-        if records is None or not data:
+        # no bytes: aiohttp re-reading what its parser held back while its queue was full;
+        # with caching off (the backend is fixed for the process's life), no head read
+        # here could be a hit
+        if records is None or not data or (records.caching_pipeline() is None and not self._held):
             super().data_received(data)
             return
         if self._held:

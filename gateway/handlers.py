@@ -25,6 +25,7 @@ from gateway.replies import (
     JSON,
     DateField,
     HitHeads,
+    ReadyReply,
     WireResponse,
     cache_headers,
     ready_head,
@@ -133,6 +134,8 @@ class RecordRoutes:
         self, route: RouteSpec, path_value: str | None, request: web.Request
     ) -> web.StreamResponse | None:
         """The answer to ``request`` when it is a fresh hit held here; None otherwise."""
+        if self.caching_pipeline() is None:  # no request is a hit
+            return None
         started = time.perf_counter()
         headers = request.headers
         authorization = headers.get(hdrs.AUTHORIZATION)
@@ -309,11 +312,12 @@ class RecordRoutes:
             out = cache_headers(
                 reply.x_cache, reply.cache_status, reply.age_s, reply.max_age_s, reply.etag
             )
-            # not ready-made bytes as a hit's: the join would copy every body once
-            # more, which the memory soak shows in the process's peak
-            return _conditional(request, reply.etag, out) or web.Response(
-                body=reply.body, headers=out
-            )
+            conditional = _conditional(request, reply.etag, out)
+            if conditional is not None:
+                return conditional
+            if sendable(request):
+                return ReadyReply(reply.body, out)  # its X-Request-ID set by the edge
+            return web.Response(body=reply.body, headers=out)
 
         read.__name__ = f"get_{route.name}"
         full = self.edge.wrap(read, route.name)

@@ -70,7 +70,7 @@ def parse_lossless(body: bytes) -> Any:
     or holds a float anywhere (``holds_float``, a walk in C). Without a float, the two
     parses are the same values of the same types; with one, the float is never used.
     What comes out is what the Decimal parse alone gives, errors included
-    (tests/test_normalise.py holds the two to that)."""
+    (tests/test_canonicaliser.py holds the two to that)."""
     try:
         quick = jiter.from_json(body, allow_inf_nan=False)
     except ValueError:

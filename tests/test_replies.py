@@ -21,7 +21,7 @@ from multidict import CIMultiDict
 from gateway.app import create_app
 from gateway.cache import CacheEntry
 from gateway.demo import REQUEST_LOG
-from gateway.replies import HitHeads, WireResponse
+from gateway.replies import HitHeads, ReadyReply, WireResponse
 from gateway.state import PIPELINE, RECORDS
 
 from .conftest import TOKEN, GatewayTestServer, base_url, make_settings
@@ -162,6 +162,50 @@ async def test_ready_made_answers_send_what_aiohttp_sends_for_the_same_reply(
     assert own.fields[-1][0] != "x-request-id"
 
 
+async def test_a_full_way_reply_sends_what_aiohttp_sends_for_the_same_reply(
+    upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Caching off: every answer is the pipeline's. A kept-alive HTTP/1.1 GET's is a
+    ReadyReply, framed right when pipelined; HTTP/1.0's and Connection: close's are
+    aiohttp's own web.Response, with the same fields."""
+    app = create_app(make_settings(base_url(upstream), cache={"backend": "none"}))
+    client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
+    await client.start_server()
+    port = client.port
+    assert port is not None
+    prepared = [0]
+    prepare = ReadyReply.prepare
+
+    async def counting(self: ReadyReply, request: web.BaseRequest) -> Any:
+        prepared[0] += 1
+        return await prepare(self, request)
+
+    monkeypatch.setattr(ReadyReply, "prepare", counting)
+    try:
+        first, second = await exchange(port, request_bytes(LIST), request_bytes(ACCOUNT))
+        assert prepared == [2]
+        (own,) = await exchange(port, request_bytes(LIST, version="1.0"))
+        (closing,) = await exchange(port, request_bytes(LIST, Connection="close"))
+        assert prepared == [2]
+    finally:
+        await client.close()
+    assert first.status_line == second.status_line == closing.status_line == "HTTP/1.1 200 OK"
+    assert first.body == own.body == closing.body
+    assert orjson.loads(second.body)["id"] == "Caja chica Bogotá"
+    assert first.comparable() == own.comparable()
+    assert [field for field in first.comparable() if field[0] != "connection"] == [
+        field for field in closing.comparable() if field[0] != "connection"
+    ]
+    assert first.headers["x-cache"] == "BYPASS"
+    assert first.headers["cache-status"] == "records-gateway; fwd=bypass"
+    assert first.headers["content-length"] == str(len(first.body))
+    assert first.headers["content-type"] == "application/json"
+    assert re.fullmatch(r'"[0-9a-f]{32}"', first.headers["etag"])
+    assert first.headers["x-request-id"] != second.headers["x-request-id"]
+    assert "connection" not in first.headers
+    assert closing.headers["connection"] == "close"
+
+
 async def test_pipelined_hits_each_get_a_whole_answer_and_their_own_request_id(
     served: tuple[web.Application, int],
 ) -> None:
@@ -288,6 +332,41 @@ async def test_a_ready_made_answer_once_sent_is_what_aiohttp_s_own_is() -> None:
     await response.write_eof()  # the end was sent with the rest: nothing more goes out
     assert await response.prepare(request) is None
     assert writer.sent == [wire]
+    response.force_close()
+    assert not response.keep_alive
+
+
+class HeadWriter(RecordingWriter):
+    output_size = 0
+
+    async def write_headers(self, status_line: str, headers: CIMultiDict[str]) -> None:
+        head = status_line + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.sent.append((head + "\r\n").encode("latin-1"))
+
+    async def write_eof(self, chunk: bytes = b"") -> None:
+        await super().write_eof(chunk)
+        self.output_size = sum(len(part) for part in self.sent)
+
+
+async def test_a_full_way_reply_once_sent_is_what_aiohttp_s_own_is() -> None:
+    headers = CIMultiDict({"Content-Type": "application/json", "X-Cache": "MISS"})
+    response = ReadyReply(b'{"data":[]}', headers)
+    response.headers["X-Request-ID"] = "id-2"  # as the edge sets it
+    assert (response.status, response.keep_alive, response.prepared) == (200, True, False)
+    writer = HeadWriter()
+    request = make_mocked_request("GET", "/users", writer=writer)
+    assert await response.prepare(request) is cast(Any, writer)
+    head, body = writer.sent
+    assert body == b'{"data":[]}'
+    fields = head.decode("latin-1").split("\r\n")
+    assert fields[0] == "HTTP/1.1 200 OK"
+    assert fields[1:4] == ["Content-Type: application/json", "X-Cache: MISS", "X-Request-ID: id-2"]
+    assert "Content-Length: 11" in fields
+    assert response.prepared
+    assert response.body_length == len(head) + len(body)
+    await response.write_eof()
+    assert await response.prepare(request) is None
+    assert writer.sent == [head, body]
     response.force_close()
     assert not response.keep_alive
 
