@@ -116,9 +116,26 @@ def locate(error: ErrorDetails) -> tuple[tuple[int | str, ...], str]:
     return tuple(location), reason
 
 
+# The JSON text of the Decimals written lately, by the Decimal object: gateway.coercions
+# hands out one Decimal object per number text it converted (its caches), so a page's
+# repeated numbers are written once, not formatted again on every answer (10 a page
+# of expenses, 2.5 µs of the 10.6 its write costs). Keyed by id(), each with the
+# Decimal itself: while its entry is here the object lives, and no other can have its
+# id. Never keyed by value: Decimal("4") == Decimal("4.0") == Decimal("4.00").
+_FRAGMENTS: dict[int, tuple[Decimal, orjson.Fragment]] = {}
+_FRAGMENTS_KEPT = 512  # about 80 KB at most
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, Decimal):
-        return orjson.Fragment(format(value, "f"))
+        made = _FRAGMENTS.get(id(value))
+        if made is not None and made[0] is value:
+            return made[1]
+        fragment = orjson.Fragment(format(value, "f"))
+        if len(_FRAGMENTS) >= _FRAGMENTS_KEPT:
+            _FRAGMENTS.clear()
+        _FRAGMENTS[id(value)] = (value, fragment)
+        return fragment
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 

@@ -14,6 +14,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from gateway.normalise import (
     CoercionCounts,
     Normaliser,
     dump,
+    dump_canonical,
     first_problem,
     json_path,
     parse_lossless,
@@ -484,3 +486,23 @@ def test_coercion_counts_hand_over_what_is_new_and_keep_every_count() -> None:
     assert counts.snapshot() == {("Expense.amount", "number->string"): 3, ("Page", "x"): 5}
     assert counts.take() == {("Page", "x"): 4}
     assert counts.snapshot() == {("Expense.amount", "number->string"): 3, ("Page", "x"): 5}
+
+
+def test_every_decimal_is_written_as_its_own_text_however_often_it_recurs() -> None:
+    """dump_canonical remembers the text of the Decimal objects it wrote; equal values
+    with other texts (4, 4.0, -0, 0) are never written as one another."""
+    texts = ["4", "4.0", "4.00", "-0", "0", "0E+2", "1E+1", "12345678901234.5678", "-1.50"]
+    values = [Decimal(text) for text in texts]
+    expected = "[" + ",".join(format(value, "f") for value in values) + "]"
+    assert expected == "[4,4.0,4.00,-0,0,0,10,12345678901234.5678,-1.50]"
+    for _ in range(3):  # the same objects again, then fresh equal ones
+        assert dump_canonical(values).decode() == expected
+        assert dump_canonical(list(reversed(values))).decode() == (
+            "[" + ",".join(reversed(expected[1:-1].split(","))) + "]"
+        )
+        values = [Decimal(text) for text in texts]
+    # past what it keeps: it forgets and goes on writing each right
+    many = [Decimal(f"{index}.{index % 7}") for index in range(3000)]
+    assert orjson.loads(dump_canonical(many)) == [float(value) for value in many]
+    assert dump_canonical(many).decode() == "[" + ",".join(str(value) for value in many) + "]"
+    assert dump_canonical(values).decode() == expected
