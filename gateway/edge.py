@@ -63,8 +63,9 @@ class Edge:
             started = time.perf_counter()
             request_id = self.request_id(request.headers.get(X_REQUEST_ID))
             request[REQUEST_ID] = request_id
-            trace = RequestTrace()
-            token = CURRENT_TRACE.set(trace)
+            # what the request does upstream is gathered for its access log line only
+            trace = RequestTrace() if self.live.settings.log.access else None
+            token = None if trace is None else CURRENT_TRACE.set(trace)
             metrics.busy += 1
             response: web.StreamResponse
             try:
@@ -72,7 +73,8 @@ class Edge:
                 response.headers[X_REQUEST_ID] = request_id
             finally:
                 metrics.busy -= 1
-                CURRENT_TRACE.reset(token)
+                if token is not None:
+                    CURRENT_TRACE.reset(token)
             self.answered(
                 request.method,
                 route,

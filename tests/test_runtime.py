@@ -155,6 +155,13 @@ async def test_the_log_level_and_the_access_log_apply(
     caplog.set_level(logging.INFO, logger="gateway.access")
     assert (await client.get("/users", headers=AUTH)).status == 200
     assert [r for r in caplog.records if r.name == "gateway.access"] == []
+    # on again: each line has what its request did upstream, gathered while it ran
+    config.set("log", "access", True)
+    assert live(client).reload().applied == ["log.access"]
+    assert (await client.get("/users?page=3", headers=AUTH)).status == 200
+    (line,) = [r for r in caplog.records if r.name == "gateway.access"]
+    assert (line.cache, line.upstream_status) == ("miss", "200")  # type: ignore[attr-defined]
+    assert line.upstream_ms > 0  # type: ignore[attr-defined]
 
 
 async def test_upstream_timeout_limits_and_check_interval_apply(
