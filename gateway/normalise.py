@@ -78,6 +78,7 @@ def parse_lossless(body: bytes) -> Any:
     else:
         if not holds_float(quick):
             return quick
+        del quick  # not held while the body is parsed again: a page's tree is large
     return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
 
 
