@@ -64,6 +64,8 @@ class Edge:
             request_id = self.request_id(request.headers.get(X_REQUEST_ID))
             request[REQUEST_ID] = request_id
             # what the request does upstream is gathered for its access log line only
+            # (a request under way when a reload turns the log on gets its line without
+            # the upstream's status and time, and without the token's fingerprint)
             trace = RequestTrace() if self.live.settings.log.access else None
             token = None if trace is None else CURRENT_TRACE.set(trace)
             metrics.busy += 1

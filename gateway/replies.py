@@ -136,7 +136,8 @@ class ReadyReply(web.StreamResponse):
     page (bench/README.md). The fields are aiohttp's own, serialised by aiohttp's
     writer; tests/test_replies.py compares them with ``web.Response``'s, field for
     field. Past ``prepare`` it is what aiohttp's own response is once sent, as
-    :class:`WireResponse` is."""
+    :class:`WireResponse` is. Like it, it sends no ``on_response_prepare`` signal:
+    ``create_app`` registers none (tests/test_front.py holds it to that)."""
 
     def __init__(self, body: bytes, headers: CIMultiDict[str]) -> None:
         super().__init__(status=200, headers=headers)

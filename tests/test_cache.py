@@ -47,7 +47,7 @@ def test_the_etag_is_128_bits_of_the_bodys_sha256() -> None:
     # SHA-256's published test vector: the hash of "abc"
     assert etag_of(b"abc") == '"ba7816bf8f01cfea414140de5dae2223"'
     page = b'{"data":[{"amount":"1694.8300"}],"total":1}'
-    assert etag_of(page) == etag_of(bytes(page))
+    assert etag_of(page) == etag_of(b"".join([page[:9], page[9:]]))  # by content
     assert etag_of(page) != etag_of(page.replace(b"1694.8300", b"1694.8301"))
     assert re.fullmatch(r'"[0-9a-f]{32}"', etag_of(page * 500))
 

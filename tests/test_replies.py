@@ -193,6 +193,7 @@ async def test_a_full_way_reply_sends_what_aiohttp_sends_for_the_same_reply(
     assert first.body == own.body == closing.body
     assert orjson.loads(second.body)["id"] == "Caja chica Bogotá"
     assert first.comparable() == own.comparable()
+    assert [name for name, _ in first.fields] == [name for name, _ in own.fields]  # in order
     assert [field for field in first.comparable() if field[0] != "connection"] == [
         field for field in closing.comparable() if field[0] != "connection"
     ]
@@ -346,6 +347,46 @@ class HeadWriter(RecordingWriter):
     async def write_eof(self, chunk: bytes = b"") -> None:
         await super().write_eof(chunk)
         self.output_size = sum(len(part) for part in self.sent)
+
+
+async def test_a_miss_is_a_ready_reply_with_the_fields_of_aiohttp_s_own(
+    upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Caching on: a kept-alive HTTP/1.1 miss is a ReadyReply, an HTTP/1.0 miss is
+    web.Response; both MISS, stored, with the same fields in the same order."""
+    app = create_app(make_settings(base_url(upstream), cache={"backend": "memory"}))
+    client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
+    await client.start_server()
+    port = client.port
+    assert port is not None
+    prepared = [0]
+    prepare = ReadyReply.prepare
+
+    async def counting(self: ReadyReply, request: web.BaseRequest) -> Any:
+        prepared[0] += 1
+        return await prepare(self, request)
+
+    monkeypatch.setattr(ReadyReply, "prepare", counting)
+    try:
+        (ready,) = await exchange(port, request_bytes("/expenses?limit=3"))
+        (own,) = await exchange(port, request_bytes("/expenses?limit=4", version="1.0"))
+        (hit,) = await exchange(port, request_bytes("/expenses?limit=3"))
+    finally:
+        await client.close()
+    assert prepared == [1]
+    assert ready.status_line == "HTTP/1.1 200 OK"
+    assert [name for name, _ in ready.fields] == [name for name, _ in own.fields]
+    for answer in (ready, own):
+        assert answer.headers["x-cache"] == "MISS"
+        assert answer.headers["cache-status"] == "records-gateway; fwd=miss; stored"
+        assert answer.headers["content-length"] == str(len(answer.body))
+    assert len(orjson.loads(ready.body)["data"]) == 3
+    assert len(orjson.loads(own.body)["data"]) == 4
+    assert (hit.headers["x-cache"], hit.body, hit.headers["etag"]) == (
+        "HIT",
+        ready.body,
+        ready.headers["etag"],
+    )
 
 
 async def test_a_full_way_reply_once_sent_is_what_aiohttp_s_own_is() -> None:
