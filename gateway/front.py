@@ -258,9 +258,7 @@ class GatewayConnection(RequestHandler):
         """The answer to ``head`` when it is a plain GET's fresh hit; None otherwise."""
         if head == self._last_head:
             target = self._last_target
-        elif records.caching_pipeline() is None:  # no head read here could be a hit
-            return None
-        else:
+        else:  # (caching off, data_received hands every byte to aiohttp before this)
             read = read_head(head, self._line_max, self._fields_max)
             target = None if read is None else records.resolve_head(read, self)
             # a head not resolved now may be later; a long one is not kept

@@ -134,7 +134,8 @@ class RecordRoutes:
         self, route: RouteSpec, path_value: str | None, request: web.Request
     ) -> web.StreamResponse | None:
         """The answer to ``request`` when it is a fresh hit held here; None otherwise."""
-        if self.caching_pipeline() is None:  # no request is a hit
+        pipeline = self.caching_pipeline()
+        if pipeline is None:  # no request is a hit
             return None
         started = time.perf_counter()
         headers = request.headers
@@ -142,7 +143,12 @@ class RecordRoutes:
         if authorization is None or hdrs.CACHE_CONTROL in headers or hdrs.PRAGMA in headers:
             return None
         found = self._fresh(
-            route, path_value, request.rel_url.raw_query_string, authorization, request.protocol
+            pipeline,
+            route,
+            path_value,
+            request.rel_url.raw_query_string,
+            authorization,
+            request.protocol,
         )
         if found is None:
             return None
@@ -226,17 +232,16 @@ class RecordRoutes:
 
     def _fresh(
         self,
+        pipeline: RecordPipeline,
         route: RouteSpec,
         path_value: str | None,
         query_string: str,
         authorization: str,
         connection: object,
     ) -> tuple[CacheEntry, str, float] | None:
-        """The fresh entry held here for the query (validated once already) and token,
-        with the token's fingerprint and the time read; None otherwise."""
-        pipeline = self.caching_pipeline()
-        if pipeline is None:
-            return None
+        """The fresh entry ``pipeline`` (the caching one) holds here for the query
+        (validated once already) and token, with the token's fingerprint and the time
+        read; None otherwise."""
         found = self._key(pipeline, route, path_value, query_string, authorization, connection)
         if found is None:
             return None

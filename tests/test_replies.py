@@ -7,6 +7,7 @@ request on the connection, for its own token only, never after a purge."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -70,18 +71,30 @@ def request_bytes(path: str, *, method: str = "GET", version: str = "1.1", **hea
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-@pytest.fixture
-async def served(upstream: TestServer) -> AsyncIterator[tuple[web.Application, int]]:
-    app = create_app(make_settings(base_url(upstream), cache={"backend": "memory"}))
+@contextlib.asynccontextmanager
+async def gateway_on(
+    upstream: TestServer, backend: str
+) -> AsyncIterator[tuple[TestClient[web.Request, web.Application], int]]:
+    """The gateway in front of ``upstream`` with ``cache.backend = backend``, on a
+    loopback port: its test client and the port."""
+    app = create_app(make_settings(base_url(upstream), cache={"backend": backend}))
     client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
     await client.start_server()
-    for path in (LIST, ACCOUNT):  # a miss stores each; from then on they are hits
-        response = await client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
-        assert response.headers["X-Cache"] == "MISS"
     port = client.port
     assert port is not None
-    yield app, port
-    await client.close()
+    try:
+        yield client, port
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def served(upstream: TestServer) -> AsyncIterator[tuple[web.Application, int]]:
+    async with gateway_on(upstream, "memory") as (client, port):
+        for path in (LIST, ACCOUNT):  # a miss stores each; from then on they are hits
+            response = await client.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+            assert response.headers["X-Cache"] == "MISS"
+        yield client.app, port
 
 
 def count_routed_hits(app: web.Application, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -110,6 +123,19 @@ def count_full_reads(app: web.Application, monkeypatch: pytest.MonkeyPatch) -> l
         return await read(*args, **kwargs)
 
     monkeypatch.setattr(pipeline, "read", counting)
+    return counted
+
+
+def count_ready_replies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many answers are sent as a ReadyReply."""
+    prepare = ReadyReply.prepare
+    counted = [0]
+
+    async def counting(self: ReadyReply, request: web.BaseRequest) -> Any:
+        counted[0] += 1
+        return await prepare(self, request)
+
+    monkeypatch.setattr(ReadyReply, "prepare", counting)
     return counted
 
 
@@ -168,27 +194,13 @@ async def test_a_full_way_reply_sends_what_aiohttp_sends_for_the_same_reply(
     """Caching off: every answer is the pipeline's. A kept-alive HTTP/1.1 GET's is a
     ReadyReply, framed right when pipelined; HTTP/1.0's and Connection: close's are
     aiohttp's own web.Response, with the same fields."""
-    app = create_app(make_settings(base_url(upstream), cache={"backend": "none"}))
-    client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
-    await client.start_server()
-    port = client.port
-    assert port is not None
-    prepared = [0]
-    prepare = ReadyReply.prepare
-
-    async def counting(self: ReadyReply, request: web.BaseRequest) -> Any:
-        prepared[0] += 1
-        return await prepare(self, request)
-
-    monkeypatch.setattr(ReadyReply, "prepare", counting)
-    try:
+    prepared = count_ready_replies(monkeypatch)
+    async with gateway_on(upstream, "none") as (_, port):
         first, second = await exchange(port, request_bytes(LIST), request_bytes(ACCOUNT))
         assert prepared == [2]
         (own,) = await exchange(port, request_bytes(LIST, version="1.0"))
         (closing,) = await exchange(port, request_bytes(LIST, Connection="close"))
         assert prepared == [2]
-    finally:
-        await client.close()
     assert first.status_line == second.status_line == closing.status_line == "HTTP/1.1 200 OK"
     assert first.body == own.body == closing.body
     assert orjson.loads(second.body)["id"] == "Caja chica Bogotá"
@@ -354,25 +366,11 @@ async def test_a_miss_is_a_ready_reply_with_the_fields_of_aiohttp_s_own(
 ) -> None:
     """Caching on: a kept-alive HTTP/1.1 miss is a ReadyReply, an HTTP/1.0 miss is
     web.Response; both MISS, stored, with the same fields in the same order."""
-    app = create_app(make_settings(base_url(upstream), cache={"backend": "memory"}))
-    client: TestClient[web.Request, web.Application] = TestClient(GatewayTestServer(app))
-    await client.start_server()
-    port = client.port
-    assert port is not None
-    prepared = [0]
-    prepare = ReadyReply.prepare
-
-    async def counting(self: ReadyReply, request: web.BaseRequest) -> Any:
-        prepared[0] += 1
-        return await prepare(self, request)
-
-    monkeypatch.setattr(ReadyReply, "prepare", counting)
-    try:
+    prepared = count_ready_replies(monkeypatch)
+    async with gateway_on(upstream, "memory") as (_, port):
         (ready,) = await exchange(port, request_bytes("/expenses?limit=3"))
         (own,) = await exchange(port, request_bytes("/expenses?limit=4", version="1.0"))
         (hit,) = await exchange(port, request_bytes("/expenses?limit=3"))
-    finally:
-        await client.close()
     assert prepared == [1]
     assert ready.status_line == "HTTP/1.1 200 OK"
     assert [name for name, _ in ready.fields] == [name for name, _ in own.fields]
