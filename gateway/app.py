@@ -15,6 +15,7 @@ from gateway.breaker import CircuitBreaker, CircuitState, GuardedCache
 from gateway.cache import CacheBackend, Keyer
 from gateway.clock import Clock, system_clock
 from gateway.connections import ConnectionFingerprints
+from gateway.eager_tasks import installed as eager_tasks_installed
 from gateway.edge import Edge, Handler, method_not_allowed, not_found
 from gateway.handlers import RecordRoutes, healthz, metrics, openapi_json, readyz
 from gateway.health import Readiness
@@ -79,9 +80,17 @@ def create_app(
             wrapped = {method: edge.wrap(handler, name) for method, handler in handlers.items()}
             add_routes(app, edge, path, wrapped, name)
     app.router.add_route("*", "/{path:.*}", edge.wrap(not_found))
+    app.cleanup_ctx.append(_eager_tasks_ctx)
     app.cleanup_ctx.append(_pipeline_ctx)
     app.cleanup_ctx.append(_metrics_flush_ctx)
     return app
+
+
+async def _eager_tasks_ctx(app: web.Application) -> AsyncIterator[None]:
+    """aiohttp's connection and request tasks started eagerly on Python 3.11, as aiohttp
+    itself does from 3.12 (gateway.eager_tasks), for as long as the app runs."""
+    with eager_tasks_installed(asyncio.get_running_loop()):
+        yield
 
 
 def add_routes(
