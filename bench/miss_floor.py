@@ -1,4 +1,4 @@
-"""The bench's miss floor: the least a gateway that normalises in-process adds to a miss.
+"""The bench's miss floor: what a bare aiohttp proxy that normalises in-process adds to a miss.
 
 A bare aiohttp application on uvloop with one route, ``GET /expenses``: it validates the
 query with the gateway's own ``parse_record_query``, forwards the request to the

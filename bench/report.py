@@ -349,8 +349,8 @@ def _miss_floor(data: Mapping[str, Any]) -> list[str]:
         parts.append(f"{how}, the stack adds {stack:+.2f} ms and the gateway {own:+.2f} ms more")
     return [
         "",
-        "The miss floor (bench/miss_floor.py: aiohttp's server and client and the gateway's"
-        " normaliser, nothing else) is the least a miss can add with this stack: "
+        "The miss floor (bench/miss_floor.py: a bare proxy on aiohttp's server and client with"
+        " the gateway's normaliser, nothing else) shows what the stack alone adds: "
         + "; ".join(parts)
         + " (p50 over direct, then miss over miss-floor).",
     ]
