@@ -41,15 +41,18 @@ from typing import Any
 from aiohttp.web_protocol import RequestHandler
 
 NEEDED = sys.version_info < (3, 12)  # 3.12 has eager_start, and aiohttp uses it
+# how many of installed()'s blocks are open on each loop
+_USERS: dict[asyncio.AbstractEventLoop, int] = {}
 
 
 class _FirstStep:
     """How a coroutine's first step ended: suspended on ``awaited``, returned
     ``result``, or raised ``error``."""
 
-    __slots__ = ("awaited", "error", "finished", "result")
+    __slots__ = ("abandoned", "awaited", "error", "finished", "result")
 
     def __init__(self) -> None:
+        self.abandoned = False  # it raised KeyboardInterrupt or SystemExit out of create_task
         self.awaited: Any = None
         self.error: BaseException | None = None
         self.finished = False
@@ -96,6 +99,8 @@ def _started(
             first.finished, first.result = True, stop.value
         except (KeyboardInterrupt, SystemExit):
             coro.close()
+            first.abandoned = True  # the task, already scheduled, ends cancelled
+            task.cancel()
             raise
         except BaseException as exc:
             first.error = exc
@@ -133,30 +138,45 @@ def _carry_on(coro: Coroutine[Any, Any, Any], first: _FirstStep) -> Generator[An
 
     The factory primes it (one step, to the first ``yield``) before the task exists,
     so that a cancellation before the task's first step reaches the ``try`` here: it
-    then cancels what the first step awaits and is thrown into ``coro``, as a task's
-    cancel() does. Otherwise the task waits for what that step awaits; an exception it
-    gets meanwhile (a cancellation, an error set on the awaited) is thrown into
-    ``coro`` where it waits, as ``await`` would deliver it. Then ``yield from`` hands
-    ``coro`` to the task for good, so every later step goes straight to it (a started
-    coroutine cannot be awaited, but it can be yielded from once what it waits for is
-    done)."""
+    then does what a task's cancel() does to a task that waits, it cancels what the
+    first step awaits (with the same message) and the task waits for that to end, so
+    the handler gets the cancellation from it, once it has ended (an inner task may
+    take passes to clean up). What cannot be cancelled (done already, or not a future)
+    gets the cancellation thrown into ``coro``. Otherwise the task waits for what that
+    step awaits; an exception it gets meanwhile (a cancellation, an error set on the
+    awaited) is thrown into ``coro`` where it waits, as ``await`` would deliver it.
+    Then ``yield from`` hands ``coro`` to the task for good, so every later step goes
+    straight to it (a started coroutine cannot be awaited, but it can be yielded from
+    once what it waits for is done)."""
     pending: BaseException | None = None
     try:
         yield _PRIMED
+    except GeneratorExit:  # the task was dropped before it ever ran
+        coro.close()
+        raise
     except BaseException as exc:  # cancelled before the task's first step
         pending = exc
+    if first.abandoned:
+        raise asyncio.CancelledError
     if first.finished:
         return first.result
     if first.error is not None:
         raise first.error
     awaited = first.awaited
     del first
-    if pending is not None and isinstance(awaited, asyncio.Future):
-        awaited.cancel()
+    if (
+        isinstance(pending, asyncio.CancelledError)
+        and isinstance(awaited, asyncio.Future)
+        and awaited.cancel(pending.args[0] if pending.args else None)
+    ):
+        pending = None  # delivered by what it awaits, once that has ended
     while True:
         if pending is None:
             try:
                 yield awaited
+            except GeneratorExit:
+                coro.close()
+                raise
             except BaseException as exc:
                 pending = exc
             else:
@@ -173,15 +193,22 @@ def installed(
     loop: asyncio.AbstractEventLoop, factory: TaskFactory | None = None
 ) -> Iterator[bool]:
     """``factory`` (:data:`eager_request_tasks`) as ``loop``'s task factory inside, on
-    Python 3.11 and when no other factory is set; whether it is. The loop has no
-    factory again after."""
+    Python 3.11 and unless another factory is set; whether it is. Blocks of the same
+    factory may nest or overlap (two apps on one loop): the loop has no factory again
+    once the last of them has ended."""
     factory = eager_request_tasks if factory is None else factory
-    if not NEEDED or loop.get_task_factory() is not None:
+    current = loop.get_task_factory()
+    if not NEEDED or (current is not None and current is not factory):
         yield False
         return
+    # two apps on one loop: the factory stays until the last of them has ended
+    _USERS[loop] = _USERS.get(loop, 0) + 1
     loop.set_task_factory(factory)
     try:
         yield True
     finally:
-        if loop.get_task_factory() is factory:
-            loop.set_task_factory(None)
+        _USERS[loop] -= 1
+        if not _USERS[loop]:
+            del _USERS[loop]
+            if loop.get_task_factory() is factory:
+                loop.set_task_factory(None)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from gateway.app import create_app
 from gateway.eager_tasks import (
@@ -17,6 +18,7 @@ from gateway.eager_tasks import (
     eager_tasks_for,
     installed,
 )
+from gateway.front import GatewayConnection
 from gateway.settings import Settings
 from tests.conftest import GatewayFactory
 
@@ -165,3 +167,93 @@ async def test_the_app_hands_the_loop_back_without_its_factory() -> None:
     assert asyncio.get_running_loop().get_task_factory() is eager_request_tasks
     await runner.cleanup()
     assert asyncio.get_running_loop().get_task_factory() is None
+
+
+async def test_a_cancel_before_the_first_own_step_waits_for_what_it_cancels() -> None:
+    """The first step awaits an inner task that needs a pass to clean up: the handler
+    gets the cancellation once that task has ended, as from a plain task."""
+    loop = asyncio.get_running_loop()
+    seen_when_cancelled: list[bool] = []
+
+    async def inner() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            await asyncio.sleep(0)  # its cleanup takes a pass
+
+    async def waits_on_inner() -> None:
+        child = asyncio.ensure_future(inner())
+        try:
+            await child
+        except asyncio.CancelledError:
+            seen_when_cancelled.append(child.done())
+            raise
+
+    with installed(loop, eager_tasks_for([waits_on_inner.__code__])):
+        task = loop.create_task(waits_on_inner())
+        task.cancel("client gone")
+        with pytest.raises(asyncio.CancelledError, match="client gone"):
+            await task
+    assert seen_when_cancelled == [True]
+
+
+async def test_interrupting_the_first_step_leaves_no_task_behind() -> None:
+    async def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    loop = asyncio.get_running_loop()
+    before = asyncio.all_tasks(loop)
+    with installed(loop, eager_tasks_for([interrupted.__code__])):
+        with pytest.raises(KeyboardInterrupt):
+            loop.create_task(interrupted())  # noqa: RUF006 - it raises; no task comes back
+        made = asyncio.all_tasks(loop) - before  # the task, scheduled before the step
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+    # it ended cancelled, not with "cannot reuse already awaited coroutine"
+    assert [task.cancelled() for task in made] == [True]
+
+
+async def test_blocks_on_one_loop_share_the_factory_until_the_last_ends() -> None:
+    loop = asyncio.get_running_loop()
+    with installed(loop) as first:
+        with installed(loop) as second:
+            assert first
+            assert second
+        assert loop.get_task_factory() is eager_request_tasks  # the first still runs
+    assert loop.get_task_factory() is None
+
+
+async def test_aiohttp_runs_each_request_handler_in_an_eagerly_started_task() -> None:
+    """aiohttp's own server (whose connection and request code the gateway's connection
+    does not replace) with the factory: a handler's task is one it started."""
+    assert GatewayConnection.start is RequestHandler.start
+    assert GatewayConnection._handle_request is RequestHandler._handle_request
+    coroutines: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        task = asyncio.current_task()
+        assert task is not None
+        coroutines.append(getattr(task.get_coro(), "__name__", "?"))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", record)
+    loop = asyncio.get_running_loop()
+    with installed(loop):
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 2)  # kept alive, pipelined
+            await writer.drain()
+            answers = b""
+            while answers.count(b"ok") < 2:
+                answers += await reader.read(65536)
+            writer.close()
+        finally:
+            await runner.cleanup()
+    assert answers.count(b"HTTP/1.1 200 OK") == 2
+    assert coroutines == ["_carry_on", "_carry_on"]  # not aiohttp's coroutine as is
