@@ -8,8 +8,8 @@ start, so a request's handler waits for the event loop's next pass before it run
 all, behind every callback queued in this one. Under load a pass of a gateway's loop
 runs the normalising of every upstream answer that came in, so a miss's upstream call
 went out one such pass later than it had to: at 64 connections its p50 was 1.3-1.6 ms
-longer than with the handler started at once, at the same CPU per miss (bench/README.md,
-"The handler's task").
+longer than with the handler started at once (bench/README.md, "The handler's task",
+which also gives what it costs in CPU).
 
 :data:`eager_request_tasks` is a task factory that does for those two coroutines on
 3.11 what ``eager_start=True`` does on 3.12: it makes the task, runs the coroutine's
@@ -24,7 +24,10 @@ Making another task current for a moment is what 3.12's eager start does itself,
 ``asyncio.tasks._enter_task`` and ``_leave_task`` (there since 3.7). One difference is
 left: a task cancelled before its own first step, whose eager step had already
 finished, ends with that step's result here and cancelled on 3.12. aiohttp never
-cancels a request's task before awaiting it. tests/test_eager_tasks.py holds the rest
+cancels a request's task before awaiting it. The task's ``get_coro()`` (and so its
+repr) is the generator that carries the coroutine on, not aiohttp's coroutine, and a
+``name`` given to ``create_task`` is set after the first step, not before it.
+tests/test_eager_tasks.py holds the rest
 to a plain task's behaviour: result, errors, cancellation where it waits, context.
 """
 

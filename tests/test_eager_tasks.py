@@ -149,7 +149,7 @@ async def test_installed_sets_the_factory_only_while_inside_and_not_over_another
         loop.set_task_factory(None)
 
 
-async def test_a_served_gateway_starts_its_request_handlers_eagerly(
+async def test_a_served_gateway_has_the_factory_while_it_runs(
     gateway_factory: GatewayFactory,
 ) -> None:
     client = await gateway_factory("http://127.0.0.1:9")  # no upstream needed: /healthz
