@@ -20,7 +20,7 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-# gcc builds gateway/canonicaliser.pyx (Cython, fetched by pip as a build requirement);
+# gcc builds gateway/normalise/compiled.pyx (Cython, fetched by pip as a build requirement);
 # only the build stage has it, the runtime stage gets the compiled module in the venv.
 RUN apt-get update \
     && apt-get install --yes --no-install-recommends gcc libc6-dev \

@@ -11,9 +11,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# the editable install compiles gateway/canonicaliser.pyx: an edit to it (or to the build)
+# the editable install compiles gateway/normalise/compiled.pyx: an edit to it (or to the build)
 # installs again, so that nothing runs against a stale compiled module
-BUILT := pyproject.toml setup.py gateway/canonicaliser.pyx
+BUILT := pyproject.toml setup.py gateway/normalise/compiled.pyx
 
 $(VENV)/.installed-run: $(BUILT) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .

@@ -26,8 +26,8 @@ from aiohttp import web
 from floor import serve_app
 
 from gateway.errors import GatewayError
-from gateway.normalise import CoercionCounts, Normaliser
-from gateway.params import EXPENSES, parse_record_query
+from gateway.normalise.normaliser import CoercionCounts, Normaliser
+from gateway.records.routes import EXPENSES, parse_record_query
 
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 MAX_LIMIT = 1000

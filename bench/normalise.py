@@ -38,10 +38,10 @@ from gateway.demo import generate_dataset
 from gateway.demo.params import PageRequest
 from gateway.demo.representations import expense_json
 from gateway.demo.store import page_envelope
-from gateway.models import NormaliseContext
-from gateway.normalise import CoercionCounts, Normaliser, dump, parse_lossless
-from gateway.pages import ExpensePage
-from gateway.params import EXPENSES, parse_record_query
+from gateway.normalise.schema import NormaliseContext
+from gateway.normalise.normaliser import CoercionCounts, Normaliser, dump, parse_lossless
+from gateway.normalise.pages import ExpensePage
+from gateway.records.routes import EXPENSES, parse_record_query
 
 PAGE_SIZE = 100
 RUNS = 7

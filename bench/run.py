@@ -116,8 +116,8 @@ def normalise_cost(url: str) -> dict[str, float]:
     """What the normalise step costs for the page a miss fetches (the reference
     upstream's own bytes), timed in this process as bench/normalise.py times it: the
     part of a miss's added latency that the miss target allows on top of 1 ms."""
-    from gateway.normalise import CoercionCounts, Normaliser
-    from gateway.params import EXPENSES, parse_record_query
+    from gateway.normalise.normaliser import CoercionCounts, Normaliser
+    from gateway.records.routes import EXPENSES, parse_record_query
 
     answer = http_get(url, AUTH)
     query = parse_record_query(EXPENSES, None, [("limit", "10")], max_limit=1000)

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway import __version__
+from gateway.config.settings import Settings, load_settings, redacted
 from gateway.errors import ConfigError
-from gateway.settings import Settings, load_settings, redacted
 
 if TYPE_CHECKING:
-    from gateway.probe import ProbeReport
+    from gateway.probe.conformance import ProbeReport
 
 EXIT_CONFIG = 2
 
@@ -88,8 +88,8 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None)
 
 
 async def _probe(settings: Settings, token: str) -> ProbeReport:
-    from gateway.probe import run_probe
-    from gateway.upstream import UpstreamClient, create_session
+    from gateway.probe.conformance import run_probe
+    from gateway.upstream.client import UpstreamClient, create_session
 
     async with create_session(settings.upstream) as session:
         return await run_probe(UpstreamClient(session, settings.upstream), token)
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if args.command == "probe":
         settings = _settings(args)
-        from gateway.probe_report import to_json, to_text
+        from gateway.probe.report import to_json, to_text
 
         report = asyncio.run(_probe(settings, args.token))
         print(to_json(report) if args.json else to_text(report))
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     overrides = {"server": server} if server else {}
     settings = _settings(args, overrides)
 
-    from gateway.runtime import ConfigSource
-    from gateway.server import main_serve
+    from gateway.config.live import ConfigSource
+    from gateway.process.supervisor import main_serve
 
     raise SystemExit(main_serve(settings, ConfigSource(args.config, overrides), demo=args.demo))

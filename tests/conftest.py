@@ -14,11 +14,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.web_runner import BaseRunner
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
-from gateway.front import GatewayRunner
-from gateway.logs import JsonFormatter
-from gateway.settings import Settings
+from gateway.fastpath.connection import GatewayRunner
+from gateway.ops.logs import JsonFormatter
+from gateway.config.settings import Settings
 
 from .redis_server import RedisServer
 

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from gateway.breaker import CircuitBreaker, CircuitState, GuardedCache
-from gateway.cache import CacheEntry, CacheKey, Generations, Lookup
+from gateway.cache.breaker import CircuitBreaker, CircuitState, GuardedCache
+from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
 from gateway.errors import CacheUnavailable
 
 
@@ -58,7 +58,7 @@ class Monotonic:
 async def test_breaker_opens_skips_then_retries_and_closes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.cache")
+    caplog.set_level(logging.INFO, logger="gateway.cache.entry")
     backend, monotonic = FlakyBackend(), Monotonic()
     cache = GuardedCache(backend, CircuitBreaker(failures=3, reset_s=5, monotonic=monotonic))
     key = CacheKey("users", "k")

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpServer
 
-from gateway.breaker import CircuitState
+from gateway.cache.breaker import CircuitState
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.state import CACHE, PIPELINE
 
@@ -424,7 +424,7 @@ async def test_a_corrupt_purge_generation_is_a_cache_fault_not_a_500(
 @pytest.mark.parametrize(
     ("path", "max_age"),
     [
-        ("/expenses?limit=5&page=2", 22),  # a list route: the front door (gateway.front)
+        ("/expenses?limit=5&page=2", 22),  # a list route: the front door (gateway.fastpath.connection)
         ("/accounts/Caja%20chica%20Bogot%C3%A1", 52),  # an id route: the front door too
     ],
 )

@@ -32,8 +32,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway import canonicaliser as compiled
-from gateway.coercions import (
+from gateway.normalise import compiled
+from gateway.normalise.coercions import (
     CANONICAL_UUID,
     KNOWN_DATES,
     CanonicalError,
@@ -43,7 +43,7 @@ from gateway.coercions import (
     text_list,
     to_date,
 )
-from gateway.models import (
+from gateway.normalise.schema import (
     Account,
     Bank,
     CanonicalModel,
@@ -55,7 +55,7 @@ from gateway.models import (
     canonicalise_items,
     canonicalise_python,
 )
-from gateway.normalise import dump_canonical, parse_lossless
+from gateway.normalise.normaliser import dump_canonical, parse_lossless
 from tests.test_models import Num, json_values, records, write_json
 
 SETTINGS = settings(

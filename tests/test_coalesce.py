@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.coalesce import Coalescer
+from gateway.records.coalesce import Coalescer
 
 
 async def test_concurrent_callers_share_one_call() -> None:

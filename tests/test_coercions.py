@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.coercions import (
+from gateway.normalise.coercions import (
     clear_value_caches,
     enumeration,
     scaled_decimal,

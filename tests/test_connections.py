@@ -7,9 +7,9 @@ import asyncio
 import aiohttp
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from gateway.app import create_app
-from gateway.cache import Keyer
-from gateway.connections import ENTRY_COST_BYTES, REMEMBERED_HEADER_MAX, ConnectionFingerprints
+from gateway.http.app import create_app
+from gateway.records.keys import Keyer
+from gateway.fastpath.fingerprints import ENTRY_COST_BYTES, REMEMBERED_HEADER_MAX, ConnectionFingerprints
 from gateway.state import RECORDS
 
 from .conftest import base_url, gateway_client, make_settings, token_upstream

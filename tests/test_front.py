@@ -14,12 +14,12 @@ from hypothesis import strategies as st
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 from yarl import URL
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.demo import create_demo_app
-from gateway.front import GatewayRunner, front_door
-from gateway.handlers import Shortcut
-from gateway.logs import MalformedRequestFilter
-from gateway.params import ROUTES
+from gateway.fastpath.connection import GatewayRunner, front_door
+from gateway.http.records import Shortcut
+from gateway.ops.logs import MalformedRequestFilter
+from gateway.records.routes import ROUTES
 from gateway.state import METRICS, RECORDS, SHORTCUT_DECLINED
 
 from .conftest import AUTH, GatewayTestServer, base_url, gateway_client, make_settings
@@ -104,7 +104,7 @@ def test_the_app_has_nothing_the_front_door_would_skip() -> None:
 
 @pytest.fixture
 def gateway_logging(monkeypatch: pytest.MonkeyPatch) -> None:
-    """aiohttp's server log with the filter the gateway installs (gateway.logs)."""
+    """aiohttp's server log with the filter the gateway installs (gateway.ops.logs)."""
     server_log = logging.getLogger("aiohttp.server")
     monkeypatch.setattr(server_log, "filters", [MalformedRequestFilter()])
 

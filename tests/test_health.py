@@ -13,7 +13,8 @@ from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.errors import CacheUnavailable, UpstreamUnavailable
-from gateway.health import Readiness, UpstreamHealth
+from gateway.ops.health import Readiness
+from gateway.upstream.health import UpstreamHealth
 
 from .conftest import AUTH, GatewayFactory, base_url, redis_cache
 from .redis_server import RedisServer

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import create_demo_app
-from gateway.logs import JsonFormatter, TextFormatter, configure_logging
+from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging
 from gateway.state import PIPELINE
 
 from .conftest import AUTH, TOKEN, GatewayFactory, base_url
@@ -333,8 +333,8 @@ async def test_a_running_gateway_writes_only_json_lines_without_tokens(
 async def test_a_token_that_is_not_utf8_is_a_401_not_an_unhandled_error(
     gateway: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert gateway.server.host is not None
-    reader, writer = await asyncio.open_connection(gateway.server.host, gateway.server.port)
+    assert gateway.process.supervisor.host is not None
+    reader, writer = await asyncio.open_connection(gateway.process.supervisor.host, gateway.process.supervisor.port)
     writer.write(
         b"GET /users HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n"
         b"X-Request-ID: latin1\r\nAuthorization: Bearer t\xf6ken-0123456789\r\n\r\n"
@@ -379,7 +379,7 @@ async def test_an_upstream_contract_violation_is_logged_once_per_request(
 def test_a_malformed_request_is_logged_without_quoting_it() -> None:
     from aiohttp.http_exceptions import LineTooLong
 
-    from gateway.logs import MalformedRequestFilter
+    from gateway.ops.logs import MalformedRequestFilter
 
     try:
         raise LineTooLong("Authorization: Bearer wrong-secret-token" * 3, "8190")

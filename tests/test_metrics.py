@@ -13,7 +13,7 @@ from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
-from gateway.metrics import MULTIPROC_ENV, Metrics
+from gateway.ops.metrics import MULTIPROC_ENV, Metrics
 from gateway.state import METRICS
 
 from .conftest import AUTH, TOKEN, GatewayFactory, base_url, redis_cache

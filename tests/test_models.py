@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from gateway.models import (
+from gateway.normalise.schema import (
     ACCOUNT_TYPES,
     CLIENT_TYPES,
     EXPENSE_STATUSES,
@@ -48,9 +48,9 @@ from gateway.models import (
     NormaliseContext,
     User,
 )
-from gateway.normalise import CoercionCounts, Normaliser, dump, parse_lossless
-from gateway.pages import ROUTE_MODELS, Page
-from gateway.params import ROUTES, parse_record_query
+from gateway.normalise.normaliser import CoercionCounts, Normaliser, dump, parse_lossless
+from gateway.normalise.pages import ROUTE_MODELS, Page
+from gateway.records.routes import ROUTES, parse_record_query
 
 Counts = Counter[tuple[str, str]]
 Path = tuple[str | int, ...]

@@ -12,8 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
-from gateway.near_cache import NearCache, TieredBackend
-from gateway.runtime import ConfigSource
+from gateway.cache.near import NearCache, TieredBackend
+from gateway.config.live import ConfigSource
 from gateway.state import CACHE, LIVE
 
 from .conftest import AUTH, GatewayFactory, base_url, redis_cache
@@ -167,7 +167,7 @@ async def test_an_answer_fetched_across_a_purge_is_not_kept_near(
 async def test_a_connection_repeating_one_request_sees_a_purge_made_on_another_instance(
     gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
 ) -> None:
-    """The hit a connection answers from its bytes (gateway.front) is the near cache's
+    """The hit a connection answers from its bytes (gateway.fastpath.connection) is the near cache's
     too: once the purge reaches this instance, the same request goes upstream."""
     first = await gateway_on(gateway_factory, upstream, redis_url)
     second = await gateway_on(gateway_factory, upstream, redis_url)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.errors import InvalidParameters
-from gateway.params import (
+from gateway.records.routes import (
     ACCOUNT,
     ACCOUNTS,
     EXPENSE,

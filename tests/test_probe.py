@@ -20,13 +20,13 @@ from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
-from gateway.coercions import CanonicalError
+from gateway.normalise.coercions import CanonicalError
 from gateway.demo import start_demo_server
-from gateway.models import NormaliseContext
-from gateway.probe import Failure, ProbeReport, check_body, run_probe
-from gateway.probe_report import to_json, to_text
-from gateway.settings import UpstreamSettings
-from gateway.upstream import UpstreamClient, create_session
+from gateway.normalise.schema import NormaliseContext
+from gateway.probe.conformance import Failure, ProbeReport, check_body, run_probe
+from gateway.probe.report import to_json, to_text
+from gateway.config.settings import UpstreamSettings
+from gateway.upstream.client import UpstreamClient, create_session
 from tests.conftest import AUTH, TOKEN, base_url
 
 ROOT = Path(__file__).parent.parent
@@ -273,7 +273,7 @@ def test_what_the_gateway_refuses_fails_even_when_the_models_accept_it(
     def refuse(route_name: str, data: Any, context: NormaliseContext) -> Any:
         raise CanonicalError("amount", "refused by the gateway").within(0).within("data")
 
-    monkeypatch.setattr("gateway.probe.canonical_body", refuse)
+    monkeypatch.setattr("gateway.probe.conformance.canonical_body", refuse)
     body = {"data": [], "total": 0, "page": 1, "limit": 10}
 
     _, failures = check_body("expenses", body)

@@ -1,7 +1,7 @@
 """Fresh hits sent as ready-made bytes: the same fields aiohttp sends for the same
 reply, framed right on a kept-alive connection, and aiohttp's own answer for every
 request the bytes would not fit. A plain GET's hit is answered from the bytes the
-connection receives (gateway.front.GatewayConnection): in order with every other
+connection receives (gateway.fastpath.connection.GatewayConnection): in order with every other
 request on the connection, for its own token only, never after a purge."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from multidict import CIMultiDict
 
-from gateway.app import create_app
-from gateway.cache import CacheEntry
+from gateway.http.app import create_app
+from gateway.cache.entry import CacheEntry
 from gateway.demo import REQUEST_LOG
-from gateway.replies import HitHeads, ReadyReply, WireResponse
+from gateway.http.replies import HitHeads, ReadyReply, WireResponse
 from gateway.state import PIPELINE, RECORDS
 
 from .conftest import TOKEN, GatewayTestServer, base_url, make_settings
@@ -166,7 +166,7 @@ async def test_ready_made_answers_send_what_aiohttp_sends_for_the_same_reply(
     (own,) = await exchange(port, request_bytes(path, version="1.0", Cache_Control="max-age=60"))
     assert full_reads == [2], "only the first took no full way"
     # the list route's plain GET is answered from the connection's bytes; the id has
-    # a percent escape, which gateway.request_head leaves to aiohttp and the front
+    # a percent escape, which gateway.fastpath.request_head leaves to aiohttp and the front
     # door; the other two are offered to the front door's hit too, which declines them
     assert routed_hits == ([3] if "%" in path else [2])
     assert ready.status_line == full.status_line == "HTTP/1.1 200 OK"

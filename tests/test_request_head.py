@@ -12,8 +12,8 @@ from aiohttp.http_parser import HttpRequestParser
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.request_head import FIELDS_MAX, LINE_MAX, RequestHead, may_become_head, read_head
-from gateway.server import MAX_HEADER_BYTES
+from gateway.fastpath.request_head import FIELDS_MAX, LINE_MAX, RequestHead, may_become_head, read_head
+from gateway.process.worker import MAX_HEADER_BYTES
 
 PLAIN = b"GET /expenses?limit=10 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer t-1\r\n\r\n"
 

@@ -13,10 +13,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from gateway.app import create_app
+from gateway.http.app import create_app
 from gateway.demo import REQUEST_LOG, create_demo_app
-from gateway.runtime import ConfigSource, LiveConfig
-from gateway.settings import Settings
+from gateway.config.live import ConfigSource, LiveConfig
+from gateway.config.settings import Settings
 from gateway.state import LIVE, PIPELINE, READINESS
 
 from .conftest import AUTH, FakeClock, base_url, gateway_client

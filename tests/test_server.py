@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
-from gateway.server import GC_YOUNG_THRESHOLD, settle_collector
+from gateway.process.worker import GC_YOUNG_THRESHOLD, settle_collector
 
 from .redis_server import free_port
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.settings import Settings, load_settings, redacted
+from gateway.config.settings import Settings, load_settings, redacted
 
 EXAMPLE = Path(__file__).parent.parent / "config.example.toml"
 

@@ -1,0 +1,121 @@
+"""What the cache stores: an entry, its key, and the purge generations it carries.
+
+An entry is the final published bytes of one answer with its ETag, status and the
+time it was stored, packed into one value, so that a hit is one backend read and no
+JSON work. Keys are made by ``gateway.records.keys.Keyer``; here a key is only its
+route and its text.
+
+Purges work with generation counters rather than by finding keys: an entry records
+the generations (of the whole namespace and of its route) current when it was
+stored, and an entry whose generations are older than the current ones is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+_HEADER = struct.Struct("!4sdIHQQB")
+_MAGIC = b"RGC1"
+
+# The parts of every key, after "namespace:upstream": entries, purge generations.
+ENTRY_PART = "e"
+GENERATION_PART = "gen"
+# Generation counters outlive every entry stored under them.
+GENERATION_LIFETIME_S = 30 * 24 * 3600
+
+
+def generation_key(prefix: str, route: str | None) -> str:
+    """The counter whose increment purges everything (route None) or one route."""
+    return f"{prefix}:{GENERATION_PART}" + ("" if route is None else f":{route}")
+
+
+class CacheCorrupt(ValueError):
+    """A stored value that is not an entry of this format."""
+
+
+class Generations(NamedTuple):
+    """The purge generations an entry was stored under (a named tuple: a hit compares
+    two of them, and tuples compare in C)."""
+
+    everything: int = 0
+    route: int = 0
+
+
+NO_GENERATIONS = Generations()  # before any purge
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    """One stored answer: status 200 with the published body, or a negative 404."""
+
+    body: bytes
+    etag: str
+    stored_at: float
+    ttl_s: int
+    status: int = 200
+    generations: Generations = NO_GENERATIONS
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.stored_at)
+
+    def left(self, now: float) -> float:
+        """Seconds of freshness left at ``now`` (at most 0 once its TTL is over)."""
+        return self.ttl_s - self.age(now)
+
+    def encode(self) -> bytes:
+        etag = self.etag.encode("ascii")
+        header = _HEADER.pack(
+            _MAGIC,
+            self.stored_at,
+            self.ttl_s,
+            self.status,
+            self.generations.everything,
+            self.generations.route,
+            len(etag),
+        )
+        return header + etag + self.body
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CacheEntry:
+        if len(raw) < _HEADER.size or raw[:4] != _MAGIC:
+            raise CacheCorrupt("not a records-gateway cache entry")
+        _, stored_at, ttl_s, status, everything, route, etag_len = _HEADER.unpack_from(raw)
+        start = _HEADER.size
+        etag = raw[start : start + etag_len].decode("ascii")
+        return cls(
+            body=raw[start + etag_len :],
+            etag=etag,
+            stored_at=stored_at,
+            ttl_s=ttl_s,
+            status=status,
+            generations=Generations(everything, route),
+        )
+
+
+# Lookup and CacheKey are made on every request: named tuples cost a fraction of a
+# frozen dataclass's __init__ and are just as immutable.
+
+
+class Lookup(NamedTuple):
+    """What a read found: the entry (None when absent or purged) and the generations
+    current now, which an entry stored after this read must carry."""
+
+    entry: CacheEntry | None
+    generations: Generations
+
+
+class CacheKey(NamedTuple):
+    """The key of one answer; ``route`` is kept apart for per-route purges."""
+
+    route: str
+    text: str
+
+
+def etag_of(body: bytes) -> str:
+    """A strong ETag of the published bytes: 128 bits of their SHA-256 (collision
+    resistant: nobody who can write text into a record can make two versions of a page
+    share an ETag)."""
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'

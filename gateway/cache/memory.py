@@ -1,0 +1,159 @@
+"""The in-process cache backend: bounded by bytes, least-recently-used eviction."""
+
+from __future__ import annotations
+
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from gateway.cache.backend import QuietBackend
+from gateway.cache.clock import Clock
+from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
+
+# What one entry costs besides its key and body: the entry, its slot and OrderedDict
+# node, the ETag (about 600 bytes), plus what such small long-lived objects cost in
+# allocator pages they keep from being returned (about as much again), and a share of
+# the heap that bodies of 10-100 KB leave fragmented. Set from the bench's memory soak
+# (1536 left under 0.5 MiB of room in its bound; 2048 leaves about 1 MiB), so that the
+# process stays within memory_max_bytes + its base.
+ENTRY_OVERHEAD_BYTES = 2048
+
+
+@dataclass(slots=True)
+class _Slot:
+    entry: CacheEntry
+    expires_at: float
+    size: int
+    route: str
+
+
+class MemoryBackend(QuietBackend):
+    """Entries in this process only, at most ``max_bytes`` of them (keys, bodies, overhead)."""
+
+    name = "memory"
+
+    def __init__(self, *, max_bytes: int, clock: Clock) -> None:
+        self._max_bytes = max_bytes
+        self._clock = clock
+        self._slots: OrderedDict[str, _Slot] = OrderedDict()
+        self._bytes = 0
+        self._everything = 0
+        self._routes: dict[str, int] = {}
+        self._generations: dict[str, Generations] = {}
+
+    @staticmethod
+    def new_secret() -> bytes:
+        """A random per-process secret for token fingerprints: memory never leaves it."""
+        return secrets.token_bytes(32)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def _current(self, route: str) -> Generations:
+        current = self._generations.get(route)
+        if current is None:
+            current = Generations(self._everything, self._routes.get(route, 0))
+            self._generations[route] = current
+        return current
+
+    async def get(self, key: CacheKey) -> Lookup:
+        current = self._current(key.route)
+        return Lookup(self._unpurged(key.text, current), current)
+
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        return self.fresh_text(key.text, self._current(key.route))
+
+    def fresh_text(self, text: str, current: Generations | None) -> CacheEntry | None:
+        """The entry under ``text`` while within its TTL, marked recently used (see
+        :meth:`_held` for what is dropped)."""
+        now = self._clock()
+        slot = self._held(text, current, now)
+        if slot is None or slot.entry.left(now) <= 0:
+            return None
+        self._slots.move_to_end(text)
+        return slot.entry
+
+    def _unpurged(self, text: str, current: Generations | None) -> CacheEntry | None:
+        """The entry under ``text``, fresh or stale, marked recently used (see
+        :meth:`_held` for what is dropped)."""
+        slot = self._held(text, current, self._clock())
+        if slot is None:
+            return None
+        self._slots.move_to_end(text)
+        return slot.entry
+
+    def _held(self, text: str, current: Generations | None, now: float) -> _Slot | None:
+        """The slot under ``text``, unless expired from the store at ``now`` or stored
+        before the ``current`` generations (None: no purge check); those are dropped."""
+        slot = self._slots.get(text)
+        if slot is not None and (
+            slot.expires_at <= now or (current is not None and slot.entry.generations != current)
+        ):
+            self.drop(text)
+            return None
+        return slot
+
+    async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
+        self.put(key.text, entry, lifetime_s, route=key.route)
+
+    def peek(self, text: str) -> CacheEntry | None:
+        """The entry under ``text`` unless expired from the store; marks it recently used."""
+        return self._unpurged(text, None)
+
+    def put(self, text: str, entry: CacheEntry, lifetime_s: float, *, route: str = "") -> None:
+        """Store ``entry`` for ``lifetime_s``, evicting the least recently used beyond the bound."""
+        size = len(text) + len(entry.body) + ENTRY_OVERHEAD_BYTES
+        if size > self._max_bytes:
+            return
+        self.drop(text)
+        self._slots[text] = _Slot(entry, self._clock() + lifetime_s, size, route)
+        self._bytes += size
+        while self._bytes > self._max_bytes:
+            self.drop(next(iter(self._slots)))
+
+    def drop(self, text: str) -> None:
+        slot = self._slots.pop(text, None)
+        if slot is not None:
+            self._bytes -= slot.size
+
+    def drop_route(self, route: str) -> None:
+        """Drop every entry of ``route`` (a scan: for purges, never on the request path)."""
+        for text in [text for text, slot in self._slots.items() if slot.route == route]:
+            self.drop(text)
+
+    def clear(self) -> None:
+        self._slots.clear()
+        self._bytes = 0
+
+    async def purge(self, route: str | None) -> None:
+        if route is None:
+            self._everything += 1
+            self.clear()
+        else:
+            self._routes[route] = self._routes.get(route, 0) + 1
+        self._generations.clear()
+
+    async def close(self) -> None:
+        self.clear()
+
+
+class NullBackend(QuietBackend):
+    """``cache.backend = "none"``: nothing is stored."""
+
+    name = "none"
+
+    async def get(self, key: CacheKey) -> Lookup:
+        return Lookup(None, Generations())
+
+    async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
+        return None
+
+    async def purge(self, route: str | None) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,150 @@
+"""The running configuration, and reloading it without a restart (SIGHUP, POST
+/admin/reload).
+
+A reload re-reads the config file (and the environment and flags, as at start),
+validates it whole, and applies what can change while serving: the cache TTLs and
+stale windows, the log level and access log, the upstream timeouts, the readiness
+check interval and ``limits.max_limit``. A file that fails validation is refused
+with a log line and the running configuration is kept. Other changes (addresses,
+the cache backend, the upstream URL, secrets) need a restart and are reported so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.config.settings import Settings, load_settings, redacted
+from gateway.errors import ConfigError
+
+log = logging.getLogger("gateway.config")
+
+# Dotted keys a reload applies; every other change waits for a restart.
+LIVE_KEYS = (
+    "cache.ttl_s",
+    "cache.stale_while_revalidate_s",
+    "cache.stale_if_error_s",
+    "cache.negative_ttl_s",
+    "cache.honor_client_no_cache",
+    "log.level",
+    "log.access",
+    "upstream.timeout_s",
+    "upstream.connect_timeout_s",
+    "limits.max_limit",
+    "health.check_interval_s",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSource:
+    """Where the settings come from: the file and the command line's overrides."""
+
+    path: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> Settings:
+        return load_settings(self.path, self.overrides)
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadResult:
+    ok: bool
+    applied: list[str]
+    needs_restart: list[str]
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "applied": self.applied,
+            "needsRestart": self.needs_restart,
+            "error": self.error,
+        }
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and name != "cache.ttl_s":
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+class LiveConfig:
+    """Holds the effective settings and applies reloads to the running parts."""
+
+    def __init__(self, settings: Settings, source: ConfigSource) -> None:
+        self.settings = settings
+        self._source = source
+        self._appliers: list[Callable[[Settings], None]] = []
+
+    def on_change(self, apply: Callable[[Settings], None]) -> None:
+        """Register a part that takes new settings (called with every applied reload)."""
+        self._appliers.append(apply)
+
+    def effective(self) -> dict[str, Any]:
+        return redacted(self.settings)
+
+    def reload(self) -> ReloadResult:
+        try:
+            new = self._source.load()
+        except ConfigError as exc:
+            log.error(
+                "config reload refused; the running configuration stays",
+                extra={"event": "config_reload", "ok": False, "error": str(exc)},
+            )
+            return ReloadResult(ok=False, applied=[], needs_restart=[], error=str(exc))
+        # compared unredacted (SecretStr compares by value); only key names are reported
+        before = _flatten(self.settings.model_dump())
+        after = _flatten(new.model_dump())
+        changed = sorted(key for key in after if before.get(key) != after[key])
+        applied = [key for key in changed if key in LIVE_KEYS]
+        needs_restart = [key for key in changed if key not in LIVE_KEYS]
+        if needs_restart:
+            log.warning(
+                "config reload: these changes need a restart and were not applied",
+                extra={"event": "config_reload", "keys": needs_restart},
+            )
+        merged = self._live_part(new)
+        for apply in self._appliers:
+            apply(merged)
+        self.settings = merged
+        log.info(
+            "config reloaded",
+            extra={"event": "config_reload", "ok": True, "applied": applied},
+        )
+        return ReloadResult(ok=True, applied=applied, needs_restart=needs_restart)
+
+    def _live_part(self, new: Settings) -> Settings:
+        """The running settings with only the live keys taken from ``new``."""
+        current = self.settings
+        return current.model_copy(
+            update={
+                "cache": current.cache.model_copy(
+                    update={
+                        "ttl_s": new.cache.ttl_s,
+                        "stale_while_revalidate_s": new.cache.stale_while_revalidate_s,
+                        "stale_if_error_s": new.cache.stale_if_error_s,
+                        "negative_ttl_s": new.cache.negative_ttl_s,
+                        "honor_client_no_cache": new.cache.honor_client_no_cache,
+                    }
+                ),
+                "log": current.log.model_copy(
+                    update={"level": new.log.level, "access": new.log.access}
+                ),
+                "upstream": current.upstream.model_copy(
+                    update={
+                        "timeout_s": new.upstream.timeout_s,
+                        "connect_timeout_s": new.upstream.connect_timeout_s,
+                    }
+                ),
+                "limits": new.limits,
+                "health": new.health,
+            }
+        )

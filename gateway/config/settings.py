@@ -1,0 +1,273 @@
+"""The gateway's one settings object.
+
+Settings come from, highest priority first: keyword arguments (the CLI's flags and
+the tests), environment variables (``GATEWAY_`` prefix, ``__`` between levels, e.g.
+``GATEWAY_UPSTREAM__BASE_URL``), the TOML config file, then the defaults below.
+``config.example.toml`` documents every key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+from yarl import URL
+
+from gateway.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=64)
+    shutdown_timeout_s: float = Field(default=15.0, ge=0, le=600)
+    # an idle kept-alive client connection is closed after this (aiohttp's own default
+    # is about an hour); what the gateway remembers of the connection goes with it
+    keepalive_timeout_s: float = Field(default=75.0, gt=0, le=3600)
+    # answer fresh hits from a connection's bytes (gateway.fastpath); off, the gateway is
+    # plain aiohttp. Needs a restart.
+    fast_path: bool = True
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["json", "text"] = "json"
+    access: bool = True
+
+
+class HealthSettings(_Section):
+    check_interval_s: float = Field(default=5.0, ge=0, le=3600)
+
+
+class UpstreamSettings(_Section):
+    base_url: str = "http://127.0.0.1:9090"
+    timeout_s: float = Field(default=10.0, gt=0, le=600)
+    connect_timeout_s: float = Field(default=2.0, gt=0, le=600)
+    max_connections: int = Field(default=100, ge=1, le=10_000)
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    bank_code_param: str = Field(default="bankCode", min_length=1, max_length=100)
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str) -> str:
+        try:
+            url = URL(value)
+        except ValueError as exc:
+            raise ValueError(f"not a URL: {exc}") from exc
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError("must be an absolute http:// or https:// URL")
+        if url.query_string or url.fragment:
+            raise ValueError("must not carry a query or a fragment")
+        if url.user is not None or url.password is not None:
+            raise ValueError(
+                "must not carry credentials: the caller's Authorization header is what"
+                " goes upstream"
+            )
+        return value.rstrip("/")
+
+    @field_validator("bank_code_param")
+    @classmethod
+    def _check_param_name(cls, value: str) -> str:
+        if not all(ch.isalnum() or ch in "_-." for ch in value):
+            raise ValueError("must be letters, digits, '_', '-' or '.'")
+        return value
+
+
+class LimitsSettings(_Section):
+    max_limit: int = Field(default=100, ge=1, le=10_000)
+
+
+class CacheTTLs(_Section):
+    """Seconds an answer of each route stays fresh; 0 turns caching off for the route."""
+
+    users: int = Field(default=300, ge=0, le=86_400)
+    clients: int = Field(default=300, ge=0, le=86_400)
+    accounts: int = Field(default=60, ge=0, le=86_400)
+    account: int = Field(default=60, ge=0, le=86_400)
+    expenses: int = Field(default=30, ge=0, le=86_400)
+    expense: int = Field(default=30, ge=0, le=86_400)
+
+
+class CacheSettings(_Section):
+    backend: Literal["redis", "memory", "none"] = "memory"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_timeout_ms: int = Field(default=50, ge=1, le=10_000)
+    key_secret: SecretStr | None = None
+    namespace: str = Field(default="rg", min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$")
+    memory_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
+    negative_ttl_s: int = Field(default=0, ge=0, le=86_400)
+    stale_while_revalidate_s: int = Field(default=30, ge=0, le=86_400)
+    stale_if_error_s: int = Field(default=600, ge=0, le=7 * 86_400)
+    honor_client_no_cache: bool = True
+    near_cache: bool = True
+    near_max_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
+    breaker_failures: int = Field(default=5, ge=1, le=1000)
+    breaker_reset_s: float = Field(default=5.0, gt=0, le=3600)
+    ttl_s: CacheTTLs = CacheTTLs()
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("key_secret")
+    @classmethod
+    def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _secret_for_redis(self) -> CacheSettings:
+        if self.backend == "redis" and self.key_secret is None:
+            raise ValueError(
+                "key_secret is required when backend is redis"
+                " (set cache.key_secret or GATEWAY_CACHE__KEY_SECRET)"
+            )
+        return self
+
+
+class AdminSettings(_Section):
+    token: SecretStr | None = None
+
+    @field_validator("token")
+    @classmethod
+    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 16:
+            raise ValueError("must be at least 16 characters")
+        return value
+
+
+class Settings(BaseSettings):
+    """Every setting of the gateway, validated once at start."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GATEWAY_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    server: ServerSettings = ServerSettings()
+    upstream: UpstreamSettings = UpstreamSettings()
+    limits: LimitsSettings = LimitsSettings()
+    cache: CacheSettings = CacheSettings()
+    admin: AdminSettings = AdminSettings()
+    log: LogSettings = LogSettings()
+    health: HealthSettings = HealthSettings()
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path}: not found") from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text ({exc.reason})") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"config file {path}: nested too deeply") from exc
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming the first bad key (dotted) and what is wrong with it."""
+    first = exc.errors()[0]
+    key = ".".join(str(part) for part in first["loc"]) or "(root)"
+    message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    message = message.removeprefix("Value error, ")
+    return f"{key}: {message}"
+
+
+def load_settings(
+    config_path: Path | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Settings:
+    """Build the settings from the file, the environment and ``overrides`` (CLI flags).
+
+    Raises ConfigError with one line naming the key and the problem.
+    """
+    file_data = _read_toml(config_path) if config_path is not None else {}
+
+    class _Loaded(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (
+                init_settings,
+                env_settings,
+                InitSettingsSource(settings_cls, init_kwargs=file_data),
+            )
+
+    try:
+        return _Loaded(**(overrides or {}))
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from exc
+    except SettingsError as exc:
+        # an environment variable that should hold JSON (a whole section) does not
+        raise ConfigError(str(exc).splitlines()[0]) from exc
+
+
+REDACTED = "**********"
+
+
+def redacted(settings: Settings) -> dict[str, Any]:
+    """The effective settings as plain data, every secret replaced by "**********",
+    the password of ``cache.redis_url`` too."""
+    data = settings.model_dump(mode="json")
+    url = URL(data["cache"]["redis_url"])
+    if url.password or "password" in url.query:
+        if url.password:
+            url = url.with_password(REDACTED)
+        if "password" in url.query:
+            url = url.update_query(password=REDACTED)
+        data["cache"]["redis_url"] = str(url)
+    return data
+
+
+__all__ = [
+    "AdminSettings",
+    "CacheSettings",
+    "CacheTTLs",
+    "HealthSettings",
+    "LimitsSettings",
+    "LogSettings",
+    "ServerSettings",
+    "Settings",
+    "UpstreamSettings",
+    "describe_validation_error",
+    "load_settings",
+    "redacted",
+]

@@ -1,0 +1,8 @@
+"""Answering fresh hits from a connection's bytes, before aiohttp parses them, and
+answering what aiohttp's parser rejects as problems: the only code of the gateway that
+touches aiohttp's internals.
+
+``server.make_runner`` checks at start that every internal it relies on is there, with
+the shape it expects (``internals``); if one is not, it logs one warning naming it
+and the gateway runs as plain aiohttp. Imports ``http`` and the domain below it.
+"""

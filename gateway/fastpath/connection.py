@@ -1,0 +1,376 @@
+"""One client connection of the fast path: aiohttp's connection handler, which answers a
+fresh hit on a plain kept-alive GET from the bytes it receives, and whose own error
+answers (a request aiohttp's parser rejects) are problems.
+
+Hits from the bytes: while aiohttp has nothing of this connection's in hand (no
+request queued or being handled, no answer waiting for the socket to drain), each
+whole request head that arrives is read by ``request_head.read_head``; when the record
+handlers validated its query before (``RecordHandlers.known_query``) and the pipeline
+holds a fresh entry for it (``RecordPipeline.fresh``, the same reply a full read would
+give), the answer is written at once, with no request object, task, router or
+response object. Its headers are ``gateway.http.replies.reply_headers`` of that reply,
+as bytes, and it is counted and logged by ``Edge.answered``, as every other answer is.
+
+Every other head goes to aiohttp whole, in order; once one has, the whole heads behind
+it go to aiohttp too, in one piece (its parser keeps its own bound on the requests it
+queues), so answers keep the order of requests. A head not complete yet is held in a
+:class:`~gateway.fastpath.request_head.PendingHead`, which checks each byte once, under
+aiohttp's own limits for this connection. Anything that is not a head of ours to frame
+hands the connection to aiohttp for good: heads that may announce a body or an
+upgrade, heads of which aiohttp's parser does not make one message each, and an
+unfinished head that cannot become one read here.
+
+The connection keeps the last head it resolved (up to ``REMEMBERED_HEAD_MAX`` bytes)
+with what it resolved to, so a caller repeating the same request is read once; like
+the token's fingerprint (``fingerprints``), it lives as long as the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from email.utils import formatdate
+from typing import Any, NamedTuple
+
+from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.web_protocol import RequestHandler
+
+from gateway.cache.entry import CacheKey
+from gateway.fastpath.fingerprints import ConnectionFingerprints
+from gateway.fastpath.request_head import PendingHead, read_head
+from gateway.http.edge import UNMATCHED, X_REQUEST_ID, Edge
+from gateway.http.problems import problem_for_rejected
+from gateway.http.records import RecordHandlers
+from gateway.http.replies import reply_headers
+from gateway.records.credentials import is_bearer
+from gateway.records.pipeline import RecordPipeline, Reply
+
+log = logging.getLogger("gateway.http")
+# the longest head a connection remembers with what it resolved to (a few usual
+# headers and a JWT of a kilobyte or so fit): the most it keeps of its caller's
+REMEMBERED_HEAD_MAX = 2048
+_BODY_FIELDS = (b"content-length:", b"transfer-encoding:", b"upgrade:")
+_OK = b"HTTP/1.1 200 OK\r\n"
+_SERVER = f"Server: {SERVER_SOFTWARE}\r\n".encode("latin-1")
+
+
+class HitTarget(NamedTuple):
+    """A plain GET's head resolved to what its hit looks up: valid while the pipeline
+    and ``limits.max_limit`` are the ones it was resolved under."""
+
+    route: str
+    key: CacheKey
+    fingerprint: str
+    request_id: str | None  # the caller's X-Request-ID
+    pipeline: RecordPipeline
+    max_limit: int
+
+
+class WireHeads:
+    """The status line and header fields of hit replies as bytes, up to ``Date``, each
+    made once per (ETag, cache status, age, freshness left, body length); at most
+    ``size`` are kept."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._made: dict[tuple[str, str, int, int, int], bytes] = {}
+
+    def __call__(self, reply: Reply) -> bytes:
+        key = (reply.etag, reply.cache_status, reply.age_s, reply.max_age_s, len(reply.body))
+        made = self._made.get(key)
+        if made is None:
+            fields = "".join(f"{name}: {value}\r\n" for name, value in reply_headers(reply).items())
+            length = f"Content-Length: {len(reply.body)}\r\n"
+            made = _OK + (fields + length).encode("latin-1") + _SERVER
+            if len(self._made) >= self._size:
+                self._made.clear()
+            self._made[key] = made
+        return made
+
+
+class DateField:
+    """The ``Date`` header field of now, made once a second (RFC 9110 IMF-fixdate)."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._field = b""
+
+    def __call__(self) -> bytes:
+        second = int(time.time())
+        if second != self._second:
+            self._field = f"Date: {formatdate(second, usegmt=True)}\r\n".encode("latin-1")
+            self._second = second
+        return self._field
+
+
+class Hits:
+    """What the connections of one server share to answer hits: the record handlers,
+    the edge, the token fingerprints per connection, and the ready-made heads."""
+
+    def __init__(self, records: RecordHandlers) -> None:
+        self.records = records
+        self.edge: Edge = records.edge
+        self.fingerprints = ConnectionFingerprints()
+        self.heads = WireHeads()
+        self.date = DateField()
+
+    def resolve(
+        self, head: bytes, connection: object, line_max: int, fields_max: int
+    ) -> HitTarget | None:
+        """What a hit on ``head`` looks up, when it is a plain GET of a record route
+        whose query was validated before, with a bearer token; None otherwise."""
+        pipeline = self.records.caching_pipeline()
+        if pipeline is None:
+            return None
+        read = read_head(head, line_max, fields_max)
+        if read is None or read.authorization is None:
+            return None
+        max_limit = self.records.live.settings.limits.max_limit
+        query = self.records.known_query(read.path, read.query, max_limit)
+        if query is None:
+            return None
+        keyer = pipeline.keyer
+        authorization = read.authorization
+        fingerprint = self.fingerprints.known(connection, keyer, authorization)
+        if fingerprint is None:
+            if not is_bearer(authorization):
+                return None
+            fingerprint = self.fingerprints.remember(connection, keyer, authorization)
+        key = keyer.key_for(query, fingerprint)
+        return HitTarget(query.route.name, key, fingerprint, read.request_id, pipeline, max_limit)
+
+    def answer(self, target: HitTarget) -> tuple[bytes, bytes] | None:
+        """The answer (head and body) to the request ``target`` came from, when it is a
+        fresh hit held here and ``target`` still holds; None otherwise."""
+        started = time.perf_counter()
+        records = self.records
+        if (
+            records.pipeline is not target.pipeline
+            or target.max_limit != records.live.settings.limits.max_limit
+        ):
+            return None
+        reply = target.pipeline.fresh(target.key)
+        if reply is None:
+            return None
+        edge = self.edge
+        request_id = edge.request_id(target.request_id)
+        head = b"".join(
+            (self.heads(reply), self.date(), b"X-Request-ID: ", request_id.encode(), b"\r\n\r\n")
+        )
+        edge.answered(
+            "GET",
+            target.route,
+            200,
+            "hit",
+            started,
+            request_id,
+            token_fingerprint=target.fingerprint,
+        )
+        return head, reply.body
+
+
+class GatewayConnection(RequestHandler):
+    """aiohttp's handler of one connection, with hits from the bytes and problems for
+    what aiohttp's parser rejects (see the module's docstring)."""
+
+    __slots__ = (
+        "_fields_max",
+        "_gateway_edge",
+        "_hits",
+        "_hold_fields",
+        "_hold_line",
+        "_last_head",
+        "_last_target",
+        "_line_max",
+        "_pending",
+    )
+
+    def __init__(self, manager: web.Server, hits: Hits, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._hits: Hits | None = hits
+        self._gateway_edge = hits.edge
+        self._pending: PendingHead | None = None
+        # a head is held under the limits aiohttp's parser applies to this connection,
+        # and read here only within half of them, so that nothing read here is what
+        # the parser would refuse
+        self._hold_line = min(self.max_line_size, self.max_field_size)
+        self._hold_fields = self.max_headers
+        self._line_max = self._hold_line // 2
+        self._fields_max = self._hold_fields // 2
+        self._last_head = b""
+        self._last_target: HitTarget | None = None
+
+    def data_received(self, data: bytes) -> None:
+        hits = self._hits
+        # no bytes: aiohttp re-reading what its parser held back while its queue was
+        # full; with caching off (fixed for the process's life) nothing here is a hit
+        if (
+            hits is None
+            or not data
+            or (hits.records.caching_pipeline() is None and not self._pending)
+        ):
+            super().data_received(data)
+            return
+        pending = self._pending
+        if pending is not None:
+            complete = pending.feed(data)
+            if complete == 0:
+                return
+            self._pending = None
+            data = bytes(pending.data)
+            if complete < 0:
+                self._hand_over_for_good(data)
+                return
+        self._heads(hits, data)
+
+    def _heads(self, hits: Hits, data: bytes) -> None:
+        """Answer or hand over the whole heads in ``data`` (which starts a request), and
+        hold what is left of it."""
+        start = 0
+        while True:
+            end = data.find(b"\r\n\r\n", start) + 4
+            if end == 3:  # no whole head (left)
+                break
+            if not self._aiohttp_idle():
+                # aiohttp has this connection's earlier requests in hand: every whole
+                # head that follows is for it too, in one piece
+                end = data.rfind(b"\r\n\r\n") + 4
+                if not self._handed_over(data, start, end):
+                    return
+                start = end
+                break
+            head = data[start:end] if start or end != len(data) else data
+            answer = self._answer(hits, head)
+            if answer is not None:
+                self._answered(answer)
+            elif not self._handed_over(data, start, end):
+                return
+            start = end
+        if start == len(data):
+            return
+        pending = PendingHead(self._hold_line, self._hold_fields)
+        if pending.feed(data[start:] if start else data) == 0:
+            self._pending = pending
+        else:  # aiohttp refuses (or reads) it now, with its own rules and limits
+            self._hand_over_for_good(data[start:])
+
+    def _hand_over_for_good(self, data: bytes) -> None:
+        self._hits = None
+        super().data_received(data)
+
+    def _handed_over(self, data: bytes, start: int, end: int) -> bool:
+        """The whole heads ``data[start:end]`` handed to aiohttp; whether the
+        connection stays ours to read (else everything after them went to aiohttp,
+        and the connection is aiohttp's alone from now on).
+
+        It does not when the heads may announce a body (what follows is not a head
+        of ours to find), or when aiohttp's parser did not make one message of each
+        head (empty lines, an HTTP/2 preface whose rest it waits for, a queue of
+        requests full enough that it holds some back): its parser is then mid-way,
+        and only it can tell where the next request starts."""
+        heads = data[start:end]
+        if _frames_a_body(heads):
+            self._hand_over_for_good(data[start:])
+            return False
+        counted = self._request_count
+        super().data_received(heads)
+        made = self._request_count - counted
+        if made == heads.count(b"\r\n\r\n") or self._force_close or self._close:
+            return True
+        self._hits = None
+        if end < len(data):
+            super().data_received(data[end:])
+        return False
+
+    def _answer(self, hits: Hits, head: bytes) -> tuple[bytes, bytes] | None:
+        """The answer to ``head`` when it is a plain GET's fresh hit; None otherwise."""
+        if head == self._last_head:
+            target = self._last_target
+        else:
+            target = hits.resolve(head, self, self._line_max, self._fields_max)
+            # a head not resolved now may be later; a long one is not kept
+            if target is not None and len(head) <= REMEMBERED_HEAD_MAX:
+                self._last_head, self._last_target = head, target
+        answer = None if target is None else hits.answer(target)
+        if answer is None and target is self._last_target:
+            # not a fresh hit now, or resolved under settings since reloaded: read again
+            self._last_head, self._last_target = b"", None
+        return answer
+
+    def _aiohttp_idle(self) -> bool:
+        """aiohttp waits for this connection's next request, with nothing in hand."""
+        waiter = self._waiter
+        return (
+            waiter is not None
+            and not waiter.done()
+            and not self._messages
+            and not self._buffer_paused
+            and not self._force_close
+            and not self._close
+            and not self.writing_paused
+        )
+
+    def _answered(self, answer: tuple[bytes, bytes]) -> None:
+        """``answer`` (head and body, sent in one system call without joining them)
+        sent; the connection's idle time starts again, as after any answer."""
+        assert self.transport is not None
+        self.transport.writelines(answer)
+        loop = self._loop
+        close_time = loop.time() + self._keepalive_timeout
+        self._next_keepalive_close_time = close_time
+        if self._keepalive_handle is None and self._keepalive_timeout > 0:
+            self._keepalive_handle = loop.call_at(close_time, self._process_keepalive)
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        # aiohttp's own: logs the error (gateway.ops.logs keeps the request's text out)
+        # and raises ConnectionError when an answer has begun; its text is dropped
+        started = time.perf_counter()  # what came before the error is not known here
+        plain = super().handle_error(request, status, exc, message)
+        edge = self._gateway_edge
+        request_id = edge.request_id(request.headers.get(X_REQUEST_ID))
+        problem = problem_for_rejected(request, plain.status, exc, request_id)
+        problem.headers[X_REQUEST_ID] = request_id
+        problem.force_close()
+        if problem.status >= 500:  # aiohttp logged the traceback, without the id
+            log.error(
+                "unhandled error outside the handlers",
+                extra={"request_id": request_id, "status": problem.status},
+            )
+        edge.answered(request.method, UNMATCHED, problem.status, "none", started, request_id)
+        return problem
+
+
+class FastPathServer(web.Server):
+    """The application's aiohttp server whose connections are :class:`GatewayConnection`;
+    it tells the fast path when a connection closes (it forgets what it remembered)."""
+
+    def __init__(self, made: web.Server, records: RecordHandlers) -> None:
+        # the handler, request factory and options of the server aiohttp made for the app
+        super().__init__(
+            made.request_handler,
+            request_factory=made.request_factory,
+            handler_cancellation=made.handler_cancellation,
+            **made._kwargs,
+        )
+        self.hits = Hits(records)
+
+    def __call__(self) -> RequestHandler:
+        return GatewayConnection(self, self.hits, loop=self._loop, **self._kwargs)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self.hits.fingerprints.forget(handler)
+        super().connection_lost(handler, exc)
+
+
+def _frames_a_body(head: bytes) -> bool:
+    """Whether ``head`` may announce a body or a protocol switch: what follows it is
+    then not a head of ours to find (matched loosely: a false yes only costs speed)."""
+    lowered = head.lower()
+    return any(field in lowered for field in _BODY_FIELDS)

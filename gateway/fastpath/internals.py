@@ -1,0 +1,85 @@
+"""The aiohttp internals the fast path relies on, and the check that they are there.
+
+aiohttp promises nothing about them: a release may rename or drop any. So the fast
+path names each one here, :func:`missing` looks for every one of them with the shape
+it expects at start, and ``server.make_runner`` serves as plain aiohttp when one is
+missing. The project pins the aiohttp versions this was tested on (pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+# attributes every connection handler has (in its __slots__, set by its __init__)
+CONNECTION_SLOTS = (
+    "_waiter",
+    "_messages",
+    "_buffer_paused",
+    "_force_close",
+    "_close",
+    "_request_count",
+    "_keepalive_timeout",
+    "_keepalive_handle",
+    "_next_keepalive_close_time",
+    "_loop",
+    "max_line_size",
+    "max_field_size",
+    "max_headers",
+    "transport",
+)
+# methods of the connection handler the fast path calls or overrides, with the
+# parameters it passes them
+CONNECTION_METHODS = {
+    "data_received": ("self", "data"),
+    "handle_error": ("self", "request", "status", "exc", "message"),
+    "_process_keepalive": ("self",),
+}
+# what the runner and the server the fast path makes rely on
+RUNNER_METHODS = ("_make_server",)
+SERVER_ATTRIBUTES = ("_kwargs", "_loop", "request_handler", "request_factory")
+
+
+def _slots(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        slots = vars(klass).get("__slots__", ())
+        names.update((slots,) if isinstance(slots, str) else slots)
+    return names
+
+
+def missing(connection: type = RequestHandler, runner: type = web.AppRunner) -> list[str]:
+    """What of the internals above ``connection`` and ``runner`` lack, by name
+    (empty when everything is there with the expected shape)."""
+    absent: list[str] = []
+    slots = _slots(connection)
+    absent += [f"{connection.__name__}.{name}" for name in CONNECTION_SLOTS if name not in slots]
+    for name, parameters in CONNECTION_METHODS.items():
+        method = getattr(connection, name, None)
+        if not callable(method) or not _takes(method, parameters):
+            absent.append(f"{connection.__name__}.{name}{parameters}")
+    if "writing_paused" not in dir(connection):
+        absent.append(f"{connection.__name__}.writing_paused")
+    try:
+        inspect.signature(connection).bind(None, loop=None)
+    except TypeError:
+        absent.append(f"{connection.__name__}(manager, *, loop, **options)")
+    absent += [f"{runner.__name__}.{name}" for name in RUNNER_METHODS if not hasattr(runner, name)]
+    return absent
+
+
+def server_missing(server: web.Server) -> list[str]:
+    """What of the server internals above ``server`` (made by aiohttp) lacks."""
+    return [f"Server.{name}" for name in SERVER_ATTRIBUTES if not hasattr(server, name)]
+
+
+def _takes(method: object, parameters: Iterable[str]) -> bool:
+    try:
+        names = list(inspect.signature(method).parameters)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    expected = list(parameters)
+    return names[: len(expected)] == expected

@@ -1,0 +1,55 @@
+"""The runner the gateway is served by: with the fast path when ``server.fast_path`` is
+on and aiohttp has every internal it relies on, plain ``web.AppRunner`` otherwise."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from gateway.fastpath import internals
+from gateway.fastpath.connection import FastPathServer
+from gateway.http.admin import LIVE
+from gateway.http.records import RECORDS
+
+log = logging.getLogger("gateway.fastpath")
+
+
+class FastPathRunner(web.AppRunner):
+    """``web.AppRunner`` serving the application through a :class:`FastPathServer`."""
+
+    async def _make_server(self) -> web.Server:
+        made = await super()._make_server()  # the application started and frozen
+        absent = internals.server_missing(made)
+        if absent:
+            _step_aside(absent)
+            return made
+        return FastPathServer(made, self.app[RECORDS])
+
+
+@functools.cache
+def _missing() -> tuple[str, ...]:
+    return tuple(internals.missing())
+
+
+def _step_aside(absent: tuple[str, ...] | list[str]) -> None:
+    log.warning(
+        "fast path off: aiohttp %s lacks %s; serving as plain aiohttp",
+        aiohttp.__version__,
+        ", ".join(absent),
+        extra={"event": "fast_path", "on": False, "missing": list(absent)},
+    )
+
+
+def make_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
+    """The runner of the gateway's ``app`` (``kwargs`` are ``web.AppRunner``'s)."""
+    if not app[LIVE].settings.server.fast_path:
+        return web.AppRunner(app, **kwargs)
+    absent = _missing()
+    if absent:
+        _step_aside(absent)
+        return web.AppRunner(app, **kwargs)
+    return FastPathRunner(app, **kwargs)

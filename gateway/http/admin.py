@@ -1,0 +1,108 @@
+"""Admin routes under /admin, present only when ``admin.token`` is set.
+
+``DELETE /admin/cache`` purges every entry of this namespace and upstream;
+``DELETE /admin/cache?route=expenses`` purges one route for every token. With the
+redis backend the purge is seen by every instance sharing the Redis.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+import orjson
+from aiohttp import web
+
+from gateway.cache.breaker import GuardedCache
+from gateway.config.live import LiveConfig
+from gateway.errors import (
+    AuthenticationRequired,
+    CacheUnavailable,
+    InvalidParameters,
+    ParameterProblem,
+)
+from gateway.http.edge import REQUEST_ID, Handler
+from gateway.http.problems import problem_response
+from gateway.records.routes import ROUTES
+
+log = logging.getLogger("gateway.admin")
+LIVE = web.AppKey("live", LiveConfig)
+CACHE = web.AppKey("cache", GuardedCache)
+_ROUTE_NAMES = tuple(route.name for route in ROUTES)
+
+
+def check_admin(request: web.Request) -> None:
+    """Raise AuthenticationRequired unless the request carries the admin token."""
+    token = request.app[LIVE].settings.admin.token
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if (
+        token is None
+        or scheme.lower() != "bearer"
+        or not hmac.compare_digest(
+            given.strip().encode("utf-8", "surrogateescape"), token.get_secret_value().encode()
+        )
+    ):
+        raise AuthenticationRequired("the admin routes need 'Authorization: Bearer <admin.token>'")
+
+
+async def purge_cache(request: web.Request) -> web.StreamResponse:
+    """DELETE /admin/cache[?route=NAME]."""
+    check_admin(request)
+    unknown = [name for name in request.query if name != "route"]
+    route = request.query.get("route")
+    problems = [
+        ParameterProblem(name, "unknown query parameter; allowed: route") for name in unknown
+    ]
+    if len(request.query.getall("route", [])) > 1:
+        problems.append(ParameterProblem("route", "given more than once; purge one route"))
+    if route is not None and route not in _ROUTE_NAMES:
+        problems.append(ParameterProblem("route", "must be one of " + ", ".join(_ROUTE_NAMES)))
+    if problems:
+        raise InvalidParameters(problems)
+    backend = request.app[CACHE].backend
+    try:
+        await backend.purge(route)
+    except CacheUnavailable as exc:
+        return problem_response(
+            request,
+            status=503,
+            slug="cache-unavailable",
+            title="The cache backend is unavailable",
+            detail=f"the purge did not happen: {exc}",
+            request_id=request[REQUEST_ID],
+        )
+    log.info("cache purged", extra={"event": "cache_purge", "purged_route": route or "*"})
+    body = {"purged": route or "all", "backend": backend.name}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def effective_config(request: web.Request) -> web.StreamResponse:
+    """GET /admin/config: the effective configuration, secrets redacted."""
+    check_admin(request)
+    body = orjson.dumps(request.app[LIVE].effective())
+    return web.Response(body=body, content_type="application/json")
+
+
+async def reload_config(request: web.Request) -> web.StreamResponse:
+    """POST /admin/reload: what SIGHUP does; 422 when the new configuration is refused."""
+    check_admin(request)
+    result = request.app[LIVE].reload()
+    if not result.ok:
+        return problem_response(
+            request,
+            status=422,
+            slug="config-refused",
+            title="The new configuration was refused",
+            detail=f"the running configuration stays: {result.error}",
+            request_id=request[REQUEST_ID],
+        )
+    return web.Response(body=orjson.dumps(result.as_json()), content_type="application/json")
+
+
+# (path, route name, handlers by method); registered only when admin.token is set.
+ADMIN_ROUTES: tuple[tuple[str, str, dict[str, Handler]], ...] = (
+    ("/admin/cache", "admin-cache", {"DELETE": purge_cache}),
+    ("/admin/config", "admin-config", {"GET": effective_config}),
+    ("/admin/reload", "admin-reload", {"POST": reload_config}),
+)

@@ -1,0 +1,186 @@
+"""The HTTP edge around every handler: request ids, errors as problems, the access log
+and the request metrics.
+
+It wraps each handler (``Edge.wrap``) instead of being an aiohttp middleware, because
+aiohttp calls a handler directly when an application has no middleware. Unknown paths
+and other methods reach handlers of their own (``not_found``, ``method_not_allowed``),
+so they get the same problem responses.
+
+:meth:`Edge.answered` is the one place where an answered request is counted and
+logged: the wrapped handlers call it, and so does the fast path (``gateway.fastpath``)
+for what it answers without aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable
+
+from aiohttp import web
+from multidict import istr
+
+from gateway.config.live import LiveConfig
+from gateway.errors import GatewayError, UpstreamContractError
+from gateway.http.problems import internal_problem, problem_for_error, problem_for_http
+from gateway.ops.metrics import Metrics
+from gateway.ops.trace import CURRENT_TRACE, RequestTrace
+
+log = logging.getLogger("gateway.http")
+access_log = logging.getLogger("gateway.access")
+REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
+X_REQUEST_ID = istr("X-Request-ID")  # an istr: looked up without case folding
+UNMATCHED = "other"  # the metrics label of paths the gateway does not have
+REQUEST_ID = web.RequestKey("request_id", str)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class RequestIds:
+    """New request ids: a random prefix per process and a counter; unique and cheap."""
+
+    def __init__(self) -> None:
+        self._prefix = secrets.token_hex(8)
+        self._next = itertools.count(1).__next__
+
+    def new(self) -> str:
+        return f"{self._prefix}{self._next():016x}"
+
+
+def choose_request_id(given: str | None, ids: RequestIds) -> str:
+    """The caller's X-Request-ID when it is safe to echo, otherwise a new one."""
+    if given is not None and REQUEST_ID_PATTERN.fullmatch(given):
+        return given
+    return ids.new()
+
+
+class Edge:
+    """The edge of one application: what every request passes through on its way in
+    and out, whichever handler answers it."""
+
+    def __init__(
+        self, *, metrics: Metrics, live: LiveConfig, ids: RequestIds | None = None
+    ) -> None:
+        self.metrics = metrics
+        self.ids = ids or RequestIds()
+        self.live = live
+
+    def request_id(self, given: str | None) -> str:
+        """The id of a request that came with ``given`` as its X-Request-ID."""
+        return choose_request_id(given, self.ids)
+
+    def wrap(self, handler: Handler, route: str = UNMATCHED) -> Handler:
+        """``handler`` with a request id, problem responses for every error, the
+        access log line and the request metrics; ``route`` is its metrics label."""
+        metrics = self.metrics
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            started = time.perf_counter()
+            request_id = self.request_id(request.headers.get(X_REQUEST_ID))
+            request[REQUEST_ID] = request_id
+            # what the request does upstream is gathered for its access log line only
+            # (a request under way when a reload turns the log on gets its line without
+            # the upstream's status and time, and without the token's fingerprint)
+            trace = RequestTrace() if self.live.settings.log.access else None
+            token = None if trace is None else CURRENT_TRACE.set(trace)
+            metrics.busy += 1
+            response: web.StreamResponse
+            try:
+                response = await _answer(handler, request, request_id, route)
+                response.headers[X_REQUEST_ID] = request_id
+            finally:
+                metrics.busy -= 1
+                if token is not None:
+                    CURRENT_TRACE.reset(token)
+            self.answered(
+                request.method,
+                route,
+                response.status,
+                response.headers.get("X-Cache", "NONE").lower(),
+                started,
+                request_id,
+                trace,
+            )
+            return response
+
+        handle.__name__ = getattr(handler, "__name__", "handle")
+        return handle
+
+    def answered(
+        self,
+        method: str,
+        route: str,
+        status: int,
+        cache: str,
+        started: float,
+        request_id: str,
+        trace: RequestTrace | None = None,
+        token_fingerprint: str | None = None,
+    ) -> None:
+        """Count one answered request and write its access log line (what the request
+        did upstream is in ``trace``; a hit has none, only the token's fingerprint)."""
+        elapsed = time.perf_counter() - started
+        self.metrics.answered(route, status, cache, elapsed)
+        if self.live.settings.log.access:
+            if trace is None:
+                trace = RequestTrace(token_fingerprint=token_fingerprint)
+            access_log.info(
+                "request",
+                extra={
+                    "request_id": request_id,
+                    "method": method,
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 2),
+                    "cache": cache,
+                    "upstream_status": trace.upstream_status,
+                    "upstream_ms": trace.upstream_ms,
+                    "token_fingerprint": trace.token_fingerprint,
+                },
+            )
+
+
+async def _answer(
+    handler: Handler, request: web.Request, request_id: str, route: str
+) -> web.StreamResponse:
+    """The handler's response, or the problem response of what it raised."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        return problem_for_http(request, exc, request_id)
+    except GatewayError as exc:
+        if isinstance(exc, UpstreamContractError):
+            log.warning(
+                "upstream contract violation",
+                extra={
+                    "event": "upstream_contract",
+                    "request_id": request_id,
+                    "route": route,
+                    "detail": exc.detail,
+                },
+            )
+        return problem_for_error(request, exc, request_id)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("unhandled error", extra={"request_id": request_id, "route": route})
+        return internal_problem(request, request_id)
+
+
+async def not_found(request: web.Request) -> web.StreamResponse:
+    """Every path the gateway does not have."""
+    raise web.HTTPNotFound()
+
+
+def method_not_allowed(allowed: Iterable[str]) -> Handler:
+    """The handler of the other methods of a path: 405 with ``Allow``."""
+    methods = set(allowed)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPMethodNotAllowed(request.method, methods)
+
+    return handle

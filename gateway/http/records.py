@@ -1,0 +1,108 @@
+"""The six record routes over HTTP: the caller's token and query validated, the
+pipeline asked, its reply sent with its headers.
+
+:meth:`RecordHandlers.known_query` lets the fast path (``gateway.fastpath``) find a
+query this handler validated before, without a request object; everything else takes
+the handler, which validates and raises every problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from gateway.config.live import LiveConfig
+from gateway.http.edge import REQUEST_ID, Edge
+from gateway.http.replies import reply_response
+from gateway.ops.trace import current_trace
+from gateway.records.credentials import parse_authorization
+from gateway.records.pipeline import NO_DIRECTIVES, Directives, RecordPipeline
+from gateway.records.routes import ROUTES, QueryMemo, RecordQuery, RouteSpec
+
+RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def client_directives(cache_control: str | None, pragma: str | None) -> Directives:
+    """The ``no-cache`` / ``no-store`` request directives (``Pragma: no-cache`` too)."""
+    if cache_control is None:
+        if pragma is not None and "no-cache" in pragma.lower():
+            return Directives(no_cache=True)
+        return NO_DIRECTIVES
+    names = {part.split("=", 1)[0].strip().lower() for part in cache_control.split(",")}
+    if "no-cache" not in names and "no-store" not in names:
+        return NO_DIRECTIVES
+    return Directives(no_cache="no-cache" in names, no_store="no-store" in names)
+
+
+class RecordHandlers:
+    """The handlers of the six record routes of one application."""
+
+    def __init__(self, edge: Edge, live: LiveConfig) -> None:
+        self.edge = edge
+        self.live = live
+        self.pipeline: RecordPipeline | None = None  # the app's, once it has started
+        self._memos = {route.name: QueryMemo() for route in ROUTES}
+        # the record routes by path (list routes) and by the path above the id (id routes)
+        self._list_routes = {route.template: route for route in ROUTES if not route.path_param}
+        self._id_routes = {
+            route.template.rpartition("/")[0]: route for route in ROUTES if route.path_param
+        }
+
+    def caching_pipeline(self) -> RecordPipeline | None:
+        """The application's pipeline when it caches answers at all; None before the
+        application starts and with ``cache.backend = "none"`` (no request is a hit)."""
+        pipeline = self.pipeline
+        return pipeline if pipeline is not None and pipeline.caches else None
+
+    def known_query(self, path: str, query_string: str, max_limit: int) -> RecordQuery | None:
+        """The validated query of a GET of ``path`` (as aiohttp's router matches it, with
+        no escape in it) and raw ``query_string``, when its route is a record route and
+        the handler validated the same query before under ``max_limit``; None
+        otherwise. For the fast path: it never validates, so it never raises."""
+        route = self._list_routes.get(path)
+        path_value: str | None = None
+        if route is None:
+            parent, _, path_value = path.rpartition("/")
+            route = self._id_routes.get(parent) if path_value else None
+            if route is None:
+                return None
+        return self._memos[route.name].known(route, path_value, query_string, max_limit)
+
+    def handler(self, route: RouteSpec) -> RouteHandler:
+        """The router's handler of ``route``, inside the edge."""
+        memo = self._memos[route.name]
+        live = self.live
+
+        async def read(request: web.Request) -> web.StreamResponse:
+            headers = request.headers
+            credentials = parse_authorization(headers.get("Authorization"))
+            pipeline = request.app[PIPELINE]
+            fingerprint = pipeline.keyer.fingerprint(credentials.authorization)
+            trace = current_trace()
+            if trace is not None:
+                trace.token_fingerprint = fingerprint
+            path_value = request.match_info[route.path_param] if route.path_param else None
+            query = memo.parse(
+                route,
+                path_value,
+                request.rel_url.raw_query_string,
+                lambda: request.query.items(),
+                max_limit=live.settings.limits.max_limit,
+            )
+            directives = client_directives(headers.get("Cache-Control"), headers.get("Pragma"))
+            reply = await pipeline.read(
+                query,
+                credentials,
+                request[REQUEST_ID],
+                directives,
+                key=pipeline.keyer.key_for(query, fingerprint),
+            )
+            return reply_response(request, reply)
+
+        read.__name__ = f"get_{route.name}"
+        return self.edge.wrap(read, route.name)
+
+
+RECORDS = web.AppKey("records", RecordHandlers)
+PIPELINE = web.AppKey("pipeline", RecordPipeline)

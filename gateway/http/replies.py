@@ -1,0 +1,57 @@
+"""What a record reply carries besides its body: its headers, and the 304 of a request
+whose ``If-None-Match`` names its ETag.
+
+Every record reply has the same headers (:func:`reply_headers`, the README's header
+table), made from the pipeline's :class:`~gateway.records.pipeline.Reply`; the fast
+path (``gateway.fastpath``) writes the same headers as bytes.
+"""
+
+from __future__ import annotations
+
+from aiohttp import hdrs, web
+from multidict import CIMultiDict
+
+from gateway.records.pipeline import Reply
+
+JSON = "application/json"
+
+
+def reply_headers(reply: Reply) -> CIMultiDict[str]:
+    """The headers of a record reply: its type and the cache headers."""
+    headers = CIMultiDict(
+        (
+            ("Content-Type", JSON),
+            ("X-Cache", reply.x_cache),
+            ("Cache-Status", reply.cache_status),
+            ("Age", str(reply.age_s)),
+            ("Cache-Control", f"private, max-age={reply.max_age_s}"),
+        )
+    )
+    if reply.etag:
+        headers["ETag"] = reply.etag
+    return headers
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110 weak comparison of ``If-None-Match`` against our strong ETag."""
+    if not etag:
+        return False
+    if if_none_match.strip() == "*":
+        return True
+    opaque = etag.removeprefix("W/")
+    return any(
+        candidate.strip().removeprefix("W/") == opaque for candidate in if_none_match.split(",")
+    )
+
+
+def reply_response(request: web.Request, reply: Reply) -> web.Response:
+    """The response to ``request`` of ``reply``: a 304 Not Modified when the request's
+    ``If-None-Match`` names its ETag (the 200's headers, less ``Content-Type``), else
+    the 200 with its body."""
+    headers = reply_headers(reply)
+    if_none_match = request.headers.get(hdrs.IF_NONE_MATCH)
+    if if_none_match is not None and etag_matches(if_none_match, reply.etag):
+        response = web.Response(status=304, headers=headers)
+        del response.headers["Content-Type"]
+        return response
+    return web.Response(body=reply.body, headers=headers)

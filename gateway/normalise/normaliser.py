@@ -1,0 +1,214 @@
+"""The normalise step of the pipeline: an upstream body in, the published body out.
+
+The body is parsed losslessly (every JSON number with a fraction becomes a
+``Decimal``, never a ``float``), validated into the route's model from
+``gateway.normalise.schema``, and written with orjson. A value that cannot be brought to its
+canonical type makes the whole answer an :class:`UpstreamContractError` whose
+detail names the JSON path of the first bad value (``data[3].amount``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any, Protocol
+
+import jiter
+import orjson
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from gateway.errors import UpstreamContractError
+from gateway.normalise.coercions import CanonicalError
+from gateway.normalise.compiled import holds_float
+from gateway.normalise.pages import canonical_body
+from gateway.normalise.schema import NormaliseContext
+
+log = logging.getLogger("gateway.normalise")
+_MAX_LOGGED_VALUES = 1000
+
+
+class NormaliseRoute(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def template(self) -> str: ...
+
+
+class NormaliseQuery(Protocol):
+    """What the normaliser needs of a validated query: its route, and the ``page`` and
+    ``limit`` it asked for (a page envelope that leaves them out gets the request's)."""
+
+    @property
+    def route(self) -> NormaliseRoute: ...
+
+    @property
+    def params(self) -> tuple[tuple[str, str], ...]: ...
+
+
+class CoercionCounts:
+    """Every coercion the normaliser performed, by (field, kind), since start.
+
+    ``add`` (once per answer) counts into what is new; ``take`` (the metrics, at each
+    flush) hands that over and folds it into the totals, so an answer's counts are
+    added once, not once here and once more for the metrics.
+    """
+
+    def __init__(self) -> None:
+        self._totals: Counter[tuple[str, str]] = Counter()  # handed over by take
+        self._new: Counter[tuple[str, str]] = Counter()  # added since the last take
+        self._lock = threading.Lock()
+
+    def add(self, counts: Counter[tuple[str, str]]) -> None:
+        with self._lock:
+            self._new.update(counts)
+
+    def take(self) -> Counter[tuple[str, str]]:
+        """What was added since the last take."""
+        with self._lock:
+            new, self._new = self._new, Counter()
+            self._totals.update(new)
+        return new
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._totals + self._new)
+
+
+def parse_lossless(body: bytes) -> Any:
+    """Parse JSON with every fractional number as a Decimal; ValueError if not JSON.
+
+    jiter's Decimal mode costs a third more than its float mode on every body, with
+    fractions in it or not (11 µs of 38 on a 10-expense page, bench/README.md). So the
+    body is parsed the quick way first, and again with Decimals when that parse fails
+    or holds a float anywhere (``holds_float``, a walk in C). Without a float, the two
+    parses are the same values of the same types; with one, the float is never used.
+    What comes out is what the Decimal parse alone gives, errors included
+    (tests/test_canonicaliser.py holds the two to that)."""
+    try:
+        quick = jiter.from_json(body, allow_inf_nan=False)
+    except ValueError:
+        pass  # the Decimal parse raises its own error, or parses what floats could not
+    else:
+        if not holds_float(quick):
+            return quick
+        del quick  # not held while the body is parsed again: a page's tree is large
+    return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
+
+
+def json_path(location: Iterable[int | str]) -> str:
+    """``("data", 3, "amount")`` -> ``data[3].amount``."""
+    path = ""
+    for part in location:
+        if part == "(body)":
+            continue
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path or "(body)"
+
+
+def first_problem(exc: ValidationError) -> tuple[str, str]:
+    """The JSON path and the reason of the first bad value in ``exc``."""
+    location, reason = locate(exc.errors(include_url=False)[0])
+    return json_path(location), reason
+
+
+def locate(error: ErrorDetails) -> tuple[tuple[int | str, ...], str]:
+    """The location and the reason of one validation error: a record's coercion failure
+    (type "canonical") names its field in the error's context."""
+    location: list[int | str] = list(error["loc"])
+    reason = error["msg"]
+    context = error.get("ctx") or {}
+    if error["type"] == "canonical":
+        location.extend(
+            int(part) if part.isdigit() else part for part in str(context["field"]).split(".")
+        )
+        reason = str(context["reason"])
+    elif error["type"] == "missing":
+        reason = "missing"
+    return tuple(location), reason
+
+
+# The JSON text of the Decimals written lately, by the Decimal object: gateway.normalise.coercions
+# hands out one Decimal object per number text it converted (its caches), so a page's
+# repeated numbers are written once, not formatted again on every answer (10 a page
+# of expenses, 2.5 µs of the 10.6 its write costs). Keyed by id(), each with the
+# Decimal itself: while its entry is here the object lives, and no other can have its
+# id. Never keyed by value: Decimal("4") == Decimal("4.0") == Decimal("4.00").
+_FRAGMENTS: dict[int, tuple[Decimal, orjson.Fragment]] = {}
+_FRAGMENTS_KEPT = 512  # about 80 KB at most
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        made = _FRAGMENTS.get(id(value))
+        if made is not None and made[0] is value:
+            return made[1]
+        fragment = orjson.Fragment(format(value, "f"))
+        if len(_FRAGMENTS) >= _FRAGMENTS_KEPT:
+            _FRAGMENTS.clear()
+        _FRAGMENTS[id(value)] = (value, fragment)
+        return fragment
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def dump(model: BaseModel) -> bytes:
+    """The published bytes of a validated model."""
+    return orjson.dumps(model.model_dump(), default=_json_default)
+
+
+def dump_canonical(data: Any) -> bytes:
+    """The published bytes of a canonical body from ``canonical_body``."""
+    return orjson.dumps(data, default=_json_default)
+
+
+class Normaliser:
+    """Turns upstream bodies into the published schema and counts what it coerced."""
+
+    def __init__(self, counts: CoercionCounts) -> None:
+        self._counts = counts
+        self._logged: set[tuple[str, str]] = set()
+
+    def normalise(self, query: NormaliseQuery, body: bytes) -> bytes:
+        what = f"GET {query.route.template}"
+        try:
+            data = parse_lossless(body)
+        except ValueError as exc:
+            raise UpstreamContractError(
+                f"{what}: the upstream answered with a body that is not JSON ({exc})"
+            ) from exc
+        params = dict(query.params)
+        context = NormaliseContext(
+            page=int(params["page"]) if "page" in params else None,
+            limit=int(params["limit"]) if "limit" in params else None,
+        )
+        try:
+            canonical = canonical_body(query.route.name, data, context)
+        except CanonicalError as exc:
+            raise UpstreamContractError(
+                f"{what}: the upstream's {json_path(exc.path)} cannot be brought to the"
+                f" published schema: {exc.reason}"
+            ) from exc
+        if context.coercions:
+            self._counts.add(context.coercions)
+        if context.unknown_values:
+            self._log_unknown(what, context.unknown_values)
+        # a copy of exact size: orjson keeps its growth room in the bytes it returns,
+        # about a fifth more, which a cached body would hold for its whole life
+        return bytes(memoryview(dump_canonical(canonical)))
+
+    def _log_unknown(self, what: str, values: set[tuple[str, str]]) -> None:
+        for name, value in values - self._logged:
+            if len(self._logged) >= _MAX_LOGGED_VALUES:
+                return
+            self._logged.add((name, value))
+            log.warning(
+                "upstream sent an unknown enumeration value; passed through",
+                extra={"route": what, "field": name, "value": value[:100]},
+            )

@@ -1,0 +1,136 @@
+"""Readiness: what recent traffic says about the upstream and the cache, plus a
+rate-limited check when traffic says nothing new.
+
+Components are ``ok``, ``degraded`` or ``down`` (the cache may also be ``disabled``).
+The gateway is ready (200) while it can serve: a cache that is down only degrades
+it, since requests fall through to the upstream. It is not ready (503) when the
+upstream is down and there is no cache to serve from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+OK = "ok"
+DEGRADED = "degraded"
+DOWN = "down"
+DISABLED = "disabled"
+
+
+class TrafficHealth(Protocol):
+    """What recent traffic says about a component (``gateway.upstream.health``)."""
+
+    last_error: str | None
+
+    def status(self) -> str | None:
+        """ok or down by the latest outcome; None when there was no traffic yet."""
+        ...
+
+    def age(self) -> float | None:
+        """Seconds since the latest outcome; None when there was none."""
+        ...
+
+
+@dataclass(slots=True)
+class _Check:
+    """A check that runs at most once per interval; callers in between share its result."""
+
+    run: Callable[[], Awaitable[None]]
+    interval_s: float
+    monotonic: Callable[[], float] = time.monotonic
+    last_at: float | None = None
+    last_error: str | None = None
+    running: asyncio.Task[None] | None = None
+
+    async def result(self, now: float) -> str | None:
+        """None when the check passed, else the error."""
+        if self.last_at is not None and now - self.last_at < self.interval_s:
+            return self.last_error
+        if self.running is None:
+            self.running = asyncio.ensure_future(self.run())
+            self.running.add_done_callback(self._finished)
+        # A caller that goes away leaves the check running for the next one; the
+        # result is recorded when the check itself finishes, not when a caller does.
+        await asyncio.wait([self.running])
+        return self.last_error
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        if self.running is task:
+            self.running = None
+        if task.cancelled():
+            return
+        error = task.exception()
+        self.last_error = None if error is None else (str(error) or type(error).__name__)
+        self.last_at = self.monotonic()
+
+
+class Readiness:
+    """Puts together the readiness report of /readyz."""
+
+    def __init__(
+        self,
+        *,
+        upstream: TrafficHealth,
+        upstream_check: Callable[[], Awaitable[None]],
+        cache_state: Callable[[], tuple[str, str | None]],
+        cache_check: Callable[[], Awaitable[None]] | None,
+        interval_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._upstream = upstream
+        self._upstream_check = _Check(upstream_check, interval_s, monotonic)
+        self._cache_state = cache_state
+        self._cache_check = (
+            None if cache_check is None else _Check(cache_check, interval_s, monotonic)
+        )
+        self._monotonic = monotonic
+        self.interval_s = interval_s
+
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    @interval_s.setter
+    def interval_s(self, value: float) -> None:
+        """The least time between two checks of one component (live tunable)."""
+        self._interval_s = value
+        self._upstream_check.interval_s = value
+        if self._cache_check is not None:
+            self._cache_check.interval_s = value
+
+    async def report(self) -> tuple[int, dict[str, Any]]:
+        now = self._monotonic()
+        upstream = await self._upstream_component(now)
+        cache = await self._cache_component(now)
+        if upstream["status"] == DOWN and cache["status"] in (DOWN, DISABLED):
+            overall, code = DOWN, 503
+        elif upstream["status"] == DOWN or cache["status"] in (DOWN, DEGRADED):
+            overall, code = DEGRADED, 200
+        else:
+            overall, code = OK, 200
+        return code, {"status": overall, "components": {"upstream": upstream, "cache": cache}}
+
+    async def _upstream_component(self, now: float) -> dict[str, Any]:
+        age = self._upstream.age()
+        status = self._upstream.status()
+        if status is None or age is None or age > self._interval_s:
+            error = await self._upstream_check.result(now)
+            if error is None:
+                return {"status": OK, "lastError": self._upstream.last_error, "source": "check"}
+            return {"status": DOWN, "lastError": error, "source": "check"}
+        return {"status": status, "lastError": self._upstream.last_error, "source": "traffic"}
+
+    async def _cache_component(self, now: float) -> dict[str, Any]:
+        if self._cache_check is None:
+            return {"status": DISABLED, "lastError": None}
+        check_error = await self._cache_check.result(now)
+        state, error = self._cache_state()
+        if check_error is not None:
+            return {"status": DOWN, "lastError": check_error}
+        if state != "closed":
+            return {"status": DEGRADED, "lastError": error}
+        return {"status": OK, "lastError": error}

@@ -1,0 +1,4 @@
+"""Running the gateway as processes: one worker's event loop, server and signals
+(``worker``), and the supervisor that forks several workers on one port
+(``supervisor``). Imports ``http``, ``fastpath``, ``config``, ``ops`` and ``demo``.
+"""

@@ -1,0 +1,334 @@
+"""The request line of one record read, after validation:
+
+    cache key -> cache (hit: bytes out) -> upstream -> normalise -> cache store -> reply
+
+:class:`RecordPipeline` knows nothing of aiohttp's web layer; the HTTP edge hands it
+a validated :class:`RecordQuery`, the caller's credentials and cache directives, and
+turns the :class:`Reply`, or the GatewayError it raises, into a response.
+
+Freshness: an entry is fresh for its route's TTL. Within ``stale_while_revalidate_s``
+after that it is served at once while one background refresh runs; within
+``stale_if_error_s`` it is served instead of an upstream failure (5xx, timeout,
+unreachable). Misses for one key in one process make one upstream call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from gateway.cache.breaker import GuardedCache
+from gateway.cache.clock import Clock
+from gateway.cache.entry import CacheEntry, CacheKey, Generations, etag_of
+from gateway.config.settings import CacheSettings
+from gateway.errors import (
+    UpstreamError,
+    UpstreamFailed,
+    UpstreamRejected,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from gateway.normalise.normaliser import Normaliser
+from gateway.ops.metrics import Metrics
+from gateway.records.coalesce import Coalescer
+from gateway.records.credentials import Credentials
+from gateway.records.keys import Keyer
+from gateway.records.routes import RecordQuery
+from gateway.upstream.client import UpstreamClient
+
+log = logging.getLogger("gateway.pipeline")
+CACHE_NAME = "records-gateway"
+
+HIT = "HIT"
+MISS = "MISS"
+STALE = "STALE"
+BYPASS = "BYPASS"
+
+
+@dataclass(frozen=True, slots=True)
+class CachePolicy:
+    """The tunable part of caching (reloadable without a restart)."""
+
+    ttl_s: dict[str, int]
+    stale_while_revalidate_s: int
+    stale_if_error_s: int
+    negative_ttl_s: int
+    honor_client_no_cache: bool
+
+    @classmethod
+    def from_settings(cls, settings: CacheSettings) -> CachePolicy:
+        return cls(
+            ttl_s=settings.ttl_s.model_dump(),
+            stale_while_revalidate_s=settings.stale_while_revalidate_s,
+            stale_if_error_s=settings.stale_if_error_s,
+            negative_ttl_s=settings.negative_ttl_s,
+            honor_client_no_cache=settings.honor_client_no_cache,
+        )
+
+    def lifetime_s(self, ttl_s: int) -> int:
+        """How long an entry lives in the backend: its TTL plus the larger window."""
+        return ttl_s + max(self.stale_while_revalidate_s, self.stale_if_error_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """The caller's ``Cache-Control`` request directives that the gateway honours."""
+
+    no_cache: bool = False
+    no_store: bool = False
+
+
+NO_DIRECTIVES = Directives()
+
+
+class Reply(NamedTuple):
+    """What the gateway serves for one read, with what the cache did (a named tuple:
+    one is made on every request)."""
+
+    body: bytes
+    etag: str
+    x_cache: str
+    cache_status: str
+    age_s: int = 0
+    max_age_s: int = 0
+
+
+class _Read(NamedTuple):
+    """One read, as the upstream fetch and the store need it."""
+
+    key: CacheKey
+    query: RecordQuery
+    credentials: Credentials
+    request_id: str
+    ttl: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    """The outcome of one upstream call, shared by every request that waited for it."""
+
+    entry: CacheEntry
+    stored: bool
+
+
+class RecordPipeline:
+    """Serves validated record reads from the cache or the upstream, normalised."""
+
+    def __init__(
+        self,
+        *,
+        upstream: UpstreamClient,
+        normaliser: Normaliser,
+        cache: GuardedCache | None,
+        keyer: Keyer,
+        policy: CachePolicy,
+        clock: Clock,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._metrics = metrics
+        self._upstream = upstream
+        self._normaliser = normaliser
+        self._cache = cache
+        self._keyer = keyer
+        self.policy = policy
+        self._clock = clock
+        self._inflight: Coalescer[_Fetched] = Coalescer()
+
+    @property
+    def keyer(self) -> Keyer:
+        return self._keyer
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def upstream(self) -> UpstreamClient:
+        return self._upstream
+
+    @property
+    def in_flight(self) -> int:
+        """Upstream fetches and background refreshes running now."""
+        return len(self._inflight)
+
+    async def close(self) -> None:
+        """Cancel background refreshes and fetches still in flight."""
+        await self._inflight.close()
+
+    @property
+    def caches(self) -> bool:
+        """Whether answers are cached at all (not with ``cache.backend = "none"``)."""
+        return self._cache is not None
+
+    def fresh(self, key: CacheKey) -> Reply | None:
+        """The reply ``read`` would give as a plain HIT for a request without cache
+        directives, when this process holds its entry (no I/O, no waiting); None when
+        ``read`` must decide."""
+        cache = self._cache
+        if cache is None or not self.policy.ttl_s.get(key.route):
+            return None
+        entry = cache.fresh(key)
+        if entry is None or entry.status != 200:
+            return None
+        return hit_reply(entry, self._clock())
+
+    async def read(
+        self,
+        query: RecordQuery,
+        credentials: Credentials,
+        request_id: str,
+        directives: Directives = NO_DIRECTIVES,
+        key: CacheKey | None = None,
+    ) -> Reply:
+        """Serve ``query`` for ``credentials``; ``key``, when the caller has it, is
+        ``keyer.key(query, credentials)``."""
+        policy = self.policy
+        ttl = policy.ttl_s.get(query.route.name, 0)
+        if key is None:
+            key = self._keyer.key(query, credentials)
+        job = _Read(key, query, credentials, request_id, ttl)
+        if self._cache is None or ttl == 0 or directives.no_store:
+            detail = "fwd=request" if directives.no_store and self._cache and ttl else "fwd=bypass"
+            fetched = await self._fetch(job, None)
+            return _served(fetched.entry, BYPASS, detail)
+        if directives.no_cache and policy.honor_client_no_cache:
+            fetched = await self._fetch(job, await self._current_generations(key))
+            stored = "; stored" if fetched.stored else ""
+            return _served(fetched.entry, BYPASS, f"fwd=request{stored}", left=ttl)
+
+        lookup = await self._cache.get(key)
+        stale: CacheEntry | None = None
+        if lookup is not None and lookup.entry is not None:
+            entry = lookup.entry
+            now = self._clock()
+            age, left = entry.age(now), entry.left(now)
+            if left > 0:
+                return hit_reply(entry, now)
+            overdue = -left
+            if overdue < policy.stale_while_revalidate_s:
+                self._refresh(job, lookup.generations)
+                return _served(entry, STALE, hit_status(-int(overdue) or -1), age=age)
+            if overdue < policy.stale_if_error_s:
+                stale = entry
+
+        generations = lookup.generations if lookup is not None else None
+        try:
+            fetched, joined = await self._inflight.run(
+                key.text,
+                lambda: self._fetch(job, generations),
+            )
+        except UpstreamError as exc:
+            if stale is not None and _is_failure(exc):
+                log.info(
+                    "serving stale entry instead of an upstream failure",
+                    extra={"route": query.route.template, "error": exc.detail},
+                )
+                status = f"; fwd-status={exc.upstream_status}" if exc.upstream_status else ""
+                return _served(stale, STALE, f"fwd=stale{status}", age=stale.age(self._clock()))
+            raise
+        if joined and self._metrics is not None:
+            self._metrics.coalesced.labels(query.route.name).inc()
+        if generations is None:
+            detail = "fwd=miss; detail=cache-unavailable"
+        else:
+            detail = "fwd=miss; stored" if fetched.stored else "fwd=miss"
+        return _served(fetched.entry, MISS, detail, left=ttl)
+
+    async def _current_generations(self, key: CacheKey) -> Generations | None:
+        assert self._cache is not None
+        lookup = await self._cache.get(key)
+        return None if lookup is None else lookup.generations
+
+    def _refresh(self, job: _Read, generations: Generations) -> None:
+        async def refresh() -> _Fetched:
+            try:
+                return await self._fetch(job, generations)
+            except UpstreamError as exc:
+                log.info(
+                    "background refresh failed; the stale entry stays",
+                    extra={"route": job.query.route.template, "error": exc.detail},
+                )
+                raise
+
+        self._inflight.start(job.key.text, refresh)
+
+    async def _fetch(self, job: _Read, generations: Generations | None) -> _Fetched:
+        """Upstream, normalise, and store when ``generations`` says the cache is usable."""
+        key, query, credentials, request_id, ttl = job
+        try:
+            fetched = await self._upstream.fetch(
+                query, authorization=credentials.authorization, request_id=request_id
+            )
+        except UpstreamRejected as exc:
+            if (
+                exc.upstream_status == 404
+                and not query.route.is_list
+                and self.policy.negative_ttl_s > 0
+                and generations is not None
+                and self._cache is not None
+            ):
+                negative = CacheEntry(
+                    body=exc.detail.encode(),
+                    etag="",
+                    stored_at=self._clock(),
+                    ttl_s=self.policy.negative_ttl_s,
+                    status=404,
+                    generations=generations,
+                )
+                await self._cache.set(key, negative, self.policy.negative_ttl_s)
+            raise
+        started = time.perf_counter()
+        body = self._normaliser.normalise(query, fetched.body)
+        if self._metrics is not None:
+            self._metrics.normalised(query.route.name, time.perf_counter() - started)
+        entry = CacheEntry(
+            body=body,
+            etag=etag_of(body),
+            stored_at=self._clock(),
+            ttl_s=ttl,
+            generations=generations or Generations(),
+        )
+        stored = False
+        if generations is not None and self._cache is not None and ttl > 0:
+            stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
+        return _Fetched(entry, stored)
+
+
+def hit_reply(entry: CacheEntry, now: float) -> Reply:
+    """The reply of a fresh hit on ``entry`` at ``now``: the one way a cache entry
+    becomes a hit's answer, whichever path (aiohttp's or the fast path) sends it."""
+    age = entry.age(now)
+    left = int(entry.ttl_s - age)
+    return _served(entry, HIT, hit_status(left), age=age, left=left)
+
+
+def hit_status(left_s: int) -> str:
+    """The Cache-Status detail of a hit with ``left_s`` seconds of freshness left
+    (negative once stale)."""
+    return f"hit; ttl={left_s}"
+
+
+def _is_failure(exc: UpstreamError) -> bool:
+    """An upstream failure that a stale entry may stand in for: 5xx, timeout, unreachable."""
+    if isinstance(exc, UpstreamTimeout | UpstreamUnavailable):
+        return True
+    return isinstance(exc, UpstreamFailed) and (exc.upstream_status or 500) >= 500
+
+
+def _served(
+    entry: CacheEntry, x_cache: str, status: str, *, age: float = 0.0, left: int = 0
+) -> Reply:
+    """The reply of an entry, ``age`` seconds old with ``left`` seconds of freshness
+    (a negative entry raises its 404 again)."""
+    if entry.status == 404:
+        raise UpstreamRejected(entry.body.decode(), upstream_status=404)
+    return Reply(
+        body=entry.body,
+        etag=entry.etag,
+        x_cache=x_cache,
+        cache_status=f"{CACHE_NAME}; {status}",
+        age_s=int(age),
+        max_age_s=left,
+    )
