@@ -1,4 +1,9 @@
-"""Shared fixtures: the reference upstream and the gateway, both on real loopback sockets."""
+"""Shared fixtures: the reference upstream and the gateway, both on real loopback sockets.
+
+Every test that serves the gateway runs twice: with the fast path (``server.fast_path``
+on, the default) and as plain aiohttp (off). The ``fast_path`` fixture says which; the
+settings made by :func:`make_settings` and the runner of :func:`gateway_client` follow it.
+"""
 
 from __future__ import annotations
 
@@ -11,21 +16,56 @@ import pytest
 import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from aiohttp.web_runner import BaseRunner
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from gateway.http.app import create_app
-from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
-from gateway.fastpath.connection import GatewayRunner
-from gateway.ops.logs import JsonFormatter
 from gateway.config.settings import Settings
+from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
+from gateway.fastpath.server import make_runner
+from gateway.http.app import create_app
+from gateway.ops.logs import JsonFormatter
 
+from . import profiles  # noqa: F401  (loads the Hypothesis profile)
 from .redis_server import RedisServer
 
 TOKEN = "demo-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 GatewayFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application]]]
+
+# the test modules whose tests serve the gateway over HTTP: each runs both ways
+_SERVING_MODULES = frozenset(
+    {
+        "test_caching",
+        "test_connections",
+        "test_fastpath",
+        "test_handlers",
+        "test_health",
+        "test_logs",
+        "test_metrics",
+        "test_near_cache",
+        "test_openapi",
+        "test_runtime",
+        "test_upstream",
+        "test_wire",
+    }
+)
+_MODE = {"fast_path": True}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rpartition(".")[2]
+    serves = {"gateway", "gateway_factory"} & set(metafunc.fixturenames)
+    if serves or (module in _SERVING_MODULES and "aiohttp_client" in metafunc.fixturenames):
+        metafunc.parametrize("fast_path", [True, False], ids=["fast", "plain"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def fast_path(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Whether the gateways this test serves use the fast path (``server.fast_path``)."""
+    mode: bool = getattr(request, "param", True)
+    _MODE["fast_path"] = mode
+    yield mode
+    _MODE["fast_path"] = True
 
 
 @pytest.fixture(autouse=True)
@@ -59,10 +99,12 @@ def redis_cache(url: str, **extra: Any) -> dict[str, Any]:
 
 
 def make_settings(upstream_url: str, **sections: dict[str, Any]) -> Settings:
-    """Settings for a test: the given upstream plus any section overrides."""
+    """Settings for a test: the given upstream plus any section overrides, served the
+    way the ``fast_path`` fixture says unless ``server.fast_path`` is given."""
     data: dict[str, Any] = {
         **sections,
         "upstream": {"base_url": upstream_url, **sections.get("upstream", {})},
+        "server": {"fast_path": _MODE["fast_path"], **sections.get("server", {})},
     }
     return Settings(**data)
 
@@ -87,10 +129,12 @@ async def gateway_client(
 
 
 class GatewayTestServer(TestServer):
-    """aiohttp's TestServer running the app as the gateway's server does (its front door)."""
+    """aiohttp's TestServer running the app with the runner the gateway's server uses
+    (``gateway.fastpath.server.make_runner``: the fast path unless the app's settings
+    turn it off)."""
 
-    async def _make_runner(self, **kwargs: Any) -> BaseRunner:
-        return GatewayRunner(self.app, **kwargs)
+    async def _make_runner(self, **kwargs: Any) -> web.AppRunner:
+        return make_runner(self.app, **kwargs)
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ class Monotonic:
 async def test_breaker_opens_skips_then_retries_and_closes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.cache.entry")
+    caplog.set_level(logging.INFO, logger="gateway.cache")
     backend, monotonic = FlakyBackend(), Monotonic()
     cache = GuardedCache(backend, CircuitBreaker(failures=3, reset_s=5, monotonic=monotonic))
     key = CacheKey("users", "k")

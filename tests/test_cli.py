@@ -60,6 +60,7 @@ async def test_check_config_prints_the_effective_configuration() -> None:
         "workers": 1,
         "shutdown_timeout_s": 15.0,
         "keepalive_timeout_s": 75.0,
+        "fast_path": True,
     }
     assert config["cache"]["backend"] == "redis"
     assert config["cache"]["key_secret"] == "**********"

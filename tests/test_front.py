@@ -14,13 +14,15 @@ from hypothesis import strategies as st
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 from yarl import URL
 
+from .profiles import examples
 from gateway.http.app import create_app
 from gateway.demo import create_demo_app
 from gateway.fastpath.connection import GatewayRunner, front_door
 from gateway.http.records import Shortcut
 from gateway.ops.logs import MalformedRequestFilter
 from gateway.records.routes import ROUTES
-from gateway.state import METRICS, RECORDS, SHORTCUT_DECLINED
+from gateway.http.records import RECORDS
+from gateway.http.service import METRICS
 
 from .conftest import AUTH, GatewayTestServer, base_url, gateway_client, make_settings
 
@@ -222,7 +224,7 @@ def encoded(text: str, how: int) -> str:
 ID_CHARACTERS = ["a", "Z", "0", "-", ".", "_", "~", "+", ";", " ", "/", "%", "{", "}", "ñ", "?"]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     parent=st.sampled_from(["accounts", "expenses", "users", "healthz", "other", ""]),
     parent_how=st.sampled_from([0, 0, 1, 2]),

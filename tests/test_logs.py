@@ -22,7 +22,7 @@ from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import create_demo_app
 from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging
-from gateway.state import PIPELINE
+from gateway.http.records import PIPELINE
 
 from .conftest import AUTH, TOKEN, GatewayFactory, base_url
 
@@ -333,8 +333,8 @@ async def test_a_running_gateway_writes_only_json_lines_without_tokens(
 async def test_a_token_that_is_not_utf8_is_a_401_not_an_unhandled_error(
     gateway: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert gateway.process.supervisor.host is not None
-    reader, writer = await asyncio.open_connection(gateway.process.supervisor.host, gateway.process.supervisor.port)
+    assert gateway.server.host is not None
+    reader, writer = await asyncio.open_connection(gateway.server.host, gateway.server.port)
     writer.write(
         b"GET /users HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n"
         b"X-Request-ID: latin1\r\nAuthorization: Bearer t\xf6ken-0123456789\r\n\r\n"

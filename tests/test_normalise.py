@@ -39,7 +39,7 @@ from gateway.normalise.normaliser import (
 )
 from gateway.normalise.pages import ROUTE_MODELS, canonical_body
 from gateway.records.routes import ROUTES, RouteSpec, parse_record_query
-from gateway.state import COERCIONS
+from gateway.http.app import COERCIONS
 
 from .conftest import AUTH, GatewayFactory, base_url
 
@@ -403,14 +403,14 @@ async def test_exponent_and_short_decimals_are_padded_never_rounded(
 
 async def test_coercions_are_counted_for_the_reference_upstream(gateway: Client) -> None:
     assert (await gateway.get("/expenses?limit=5", headers=AUTH)).status == 200
-    assert gateway.http.app[COERCIONS].snapshot() == {
+    assert gateway.app[COERCIONS].snapshot() == {
         ("Client.taxRetentionPercentage", "string->number"): 5,
         ("Account.bank", "missing->null"): 5,
         ("Account.lastBalance", "missing->null"): 5,
     }
     assert (await gateway.get("/accounts", headers=AUTH)).status == 200
     assert (await gateway.get("/clients?limit=3", headers=AUTH)).status == 200
-    snapshot = gateway.http.app[COERCIONS].snapshot()
+    snapshot = gateway.app[COERCIONS].snapshot()
     assert snapshot[("Account.bankCode", "missing->null")] == 2  # the cash accounts
     assert snapshot[("Account.bankCode", "filled-from-bank.code")] == 6  # the bank accounts
     assert snapshot[("Client.description", "missing->null")] == 3
@@ -441,7 +441,7 @@ async def test_unknown_enumeration_values_pass_upper_cased_and_are_logged_once(
 
     url = await serve(aiohttp_server, expenses_page(unknown, items=3))
     client = await gateway_factory(url, cache={"backend": "none"})
-    caplog.set_level(logging.WARNING, logger="gateway.normalise.normaliser")
+    caplog.set_level(logging.WARNING, logger="gateway.normalise")
     for _ in range(2):
         response = await client.get("/expenses", headers=AUTH)
         assert response.status == 200
@@ -451,7 +451,7 @@ async def test_unknown_enumeration_values_pass_upper_cased_and_are_logged_once(
     logged = sorted(
         (getattr(r, "field", None), getattr(r, "value", None))
         for r in caplog.records
-        if r.name == "gateway.normalise.normaliser"
+        if r.name == "gateway.normalise"
     )
     assert logged == [("Expense.status", "REFUNDED"), ("User.role", "AUDITOR")]
     snapshot = client.app[COERCIONS].snapshot()

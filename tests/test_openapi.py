@@ -28,12 +28,20 @@ from yarl import URL
 from gateway import __version__
 from gateway.demo import create_demo_app
 from gateway.errors import InvalidParameters
-from gateway.normalise.schema import SCHEMA_VERSION, Account, Bank, CanonicalModel, Client, Expense, User
+from gateway.normalise.schema import (
+    SCHEMA_VERSION,
+    Account,
+    Bank,
+    CanonicalModel,
+    Client,
+    Expense,
+    User,
+)
 from gateway.http.openapi import openapi_bytes, openapi_document
 from gateway.normalise.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
 from gateway.config.settings import Settings
-from gateway.state import LIVE
+from gateway.http.admin import LIVE
 
 from .conftest import AUTH, GatewayFactory, base_url
 
@@ -138,7 +146,7 @@ async def test_document_is_served_without_a_token_and_is_valid_openapi_3_1(
     assert response.status == 200
     assert response.content_type == "application/json"
     raw = await response.read()
-    assert raw == openapi_bytes(gateway.http.app[LIVE].settings)
+    assert raw == openapi_bytes(gateway.app[LIVE].settings)
     document = json.loads(raw)
     validate(document, cls=OpenAPIV31SpecValidator)
     assert document["openapi"] == "3.1.0"
@@ -318,7 +326,7 @@ async def test_upstream_failures_match_the_document(
 ) -> None:
     server = await aiohttp_server(stub_upstream(upstream_status, upstream_body, upstream_headers))
     gateway = await gateway_factory(base_url(server))
-    contract = Contract(openapi_document(gateway.http.app[LIVE].settings))
+    contract = Contract(openapi_document(gateway.app[LIVE].settings))
     response = await gateway.get("/users", headers=AUTH)
     assert response.status == status
     body = await contract.check("/users", response)
@@ -394,7 +402,7 @@ def test_every_route_is_a_path_with_exactly_its_parameters() -> None:
 async def test_every_route_of_the_app_is_documented(gateway: Gateway, contract: Contract) -> None:
     served = {
         resource.canonical
-        for resource in gateway.http.app.router.resources()
+        for resource in gateway.app.router.resources()
         if any(route.method == "GET" for route in resource)
     }
     assert served == set(contract.document["paths"])

@@ -23,7 +23,7 @@ from gateway.http.app import create_app
 from gateway.cache.entry import CacheEntry
 from gateway.demo import REQUEST_LOG
 from gateway.http.replies import HitHeads, ReadyReply, WireResponse
-from gateway.state import PIPELINE, RECORDS
+from gateway.http.records import PIPELINE, RECORDS
 
 from .conftest import TOKEN, GatewayTestServer, base_url, make_settings
 

@@ -12,7 +12,14 @@ from aiohttp.http_parser import HttpRequestParser
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.fastpath.request_head import FIELDS_MAX, LINE_MAX, RequestHead, may_become_head, read_head
+from .profiles import examples
+from gateway.fastpath.request_head import (
+    FIELDS_MAX,
+    LINE_MAX,
+    RequestHead,
+    may_become_head,
+    read_head,
+)
 from gateway.process.worker import MAX_HEADER_BYTES
 
 PLAIN = b"GET /expenses?limit=10 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer t-1\r\n\r\n"
@@ -102,7 +109,7 @@ def test_what_may_become_a_head_read_here(start: bytes, may: bool) -> None:
     assert may_become_head(start) is may
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data())
 def test_every_start_of_a_head_read_here_may_become_one(data: st.DataObject) -> None:
     """A head split anywhere is held until whole, never handed to aiohttp half-way."""
@@ -186,7 +193,7 @@ async def aiohttp_reads(head: bytes) -> RequestHead | None:
     )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(heads())
 @example(PLAIN)
 @example(head_of("Host: gw", request_line="GET /expenses?a=%zz HTTP/1.1"))

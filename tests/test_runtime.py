@@ -17,7 +17,9 @@ from gateway.http.app import create_app
 from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.config.live import ConfigSource, LiveConfig
 from gateway.config.settings import Settings
-from gateway.state import LIVE, PIPELINE, READINESS
+from gateway.http.admin import LIVE
+from gateway.http.records import PIPELINE
+from gateway.http.service import READINESS
 
 from .conftest import AUTH, FakeClock, base_url, gateway_client
 

@@ -193,9 +193,9 @@ async def test_base_url_path_prefix_is_kept(
 
 
 async def test_one_session_serves_every_request(gateway: Client) -> None:
-    from gateway.state import PIPELINE
+    from gateway.http.records import PIPELINE
 
-    pipeline = gateway.http.app[PIPELINE]
+    pipeline = gateway.app[PIPELINE]
     first = pipeline._upstream._session
     for _ in range(3):
         assert (await gateway.get("/users", headers=AUTH)).status == 200

@@ -18,22 +18,39 @@ from decimal import Context, Decimal
 from functools import lru_cache
 from typing import Any
 
+MAX_DIGITS = 60
+MAX_EXPONENT = 100
+
+# The canonical forms as regular expressions (no top-level alternation, so that "^" and
+# "$" around one anchor all of it). The checks below are these patterns, and
+# gateway.normalise.schema publishes them as the fields' JSON Schema patterns: what the
+# gateway says it publishes and what it takes as already published are one text.
+UUID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+DATE_PATTERN = "[0-9]{4}-[0-9]{2}-[0-9]{2}"
+INSTANT_PATTERN = DATE_PATTERN + r"T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?Z"
+
+
+def decimal_pattern(scale: int, *, most_whole: int | None = None, most: int | None = None) -> str:
+    """Plain notation with at least ``scale`` decimals, no leading zero: every decimal
+    quantity the gateway publishes matches it. ``most_whole`` and ``most`` bound the
+    whole digits and the decimals (the quick check's bounds; unbounded when None)."""
+    whole = "[0-9]*" if most_whole is None else f"[0-9]{{0,{most_whole - 1}}}"
+    decimals = f"{{{scale},}}" if most is None else f"{{{scale},{most}}}"
+    return rf"-?(?:0|[1-9]{whole})\.[0-9]{decimals}"
+
+
 NUMERIC_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,18}")
-_DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_DATE_TEXT = re.compile(DATE_PATTERN)
 _DATE_ONLY = re.compile(r"[0-9]{4}-?[0-9]{2}-?[0-9]{2}")
-_CANONICAL_INSTANT = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?Z"
-)
-CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_CANONICAL_INSTANT = re.compile(INSTANT_PATTERN)
+CANONICAL_UUID = re.compile(UUID_PATTERN)
 # What uuid.UUID means to accept; on its own it also takes signs, spaces and "_"
 # (it ends in int(hex, 16)), which would turn garbage into an id.
 _UUID_TEXT = re.compile(
     r"(?:urn:uuid:)?\{?[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
     r"[0-9a-fA-F]{12}\}?"
 )
-MAX_DIGITS = 60
-MAX_EXPONENT = 100
 # Room for every digit the limits above allow, so that padding and normalising never
 # round (the default context's 28 digits would, or signal InvalidOperation).
 _EXACT = Context(prec=MAX_DIGITS + MAX_EXPONENT + 10)
@@ -114,12 +131,20 @@ def decimal_text(number: Decimal, scale: int) -> str:
 
 class DecimalCheck:
     """True for text that is already a canonical decimal of at least ``scale`` decimals:
-    plain notation, no leading zeros, no negative zero."""
+    plain notation, no leading zeros, no negative zero.
+
+    A quick check, not the whole rule: it takes at most ``MAX_WHOLE_DIGITS`` whole digits
+    and ``max_scale`` decimals (and no ``-0.0...``), which bounds the work per value; a
+    longer decimal, or a small negative one, goes through the coercion, which gives it
+    back as it is. Its pattern is :func:`decimal_pattern` with those bounds."""
+
+    MAX_WHOLE_DIGITS = 40
 
     def __init__(self, scale: int) -> None:
         self.scale = scale
         self.max_scale = MAX_EXPONENT
-        self._pattern = re.compile(rf"-?(?:0|[1-9][0-9]{{0,39}})\.[0-9]{{{scale},{MAX_EXPONENT}}}")
+        self.pattern = decimal_pattern(scale, most_whole=self.MAX_WHOLE_DIGITS, most=MAX_EXPONENT)
+        self._pattern = re.compile(self.pattern)
 
     def __call__(self, value: str) -> bool:
         return self._pattern.fullmatch(value) is not None and not value.startswith("-0.0")

@@ -1,4 +1,8 @@
-"""Types of the compiled record canonicaliser (gateway/canonicaliser.pyx)."""
+"""Types of the compiled record canonicaliser (gateway/normalise/compiled.pyx).
+
+The module is optional (a build without a C compiler leaves it out): import it through
+gateway.normalise.rules, which is None in its place then.
+"""
 
 from collections.abc import Callable
 from typing import Any

@@ -1,12 +1,16 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 """The compiled record canonicaliser: gateway.normalise.schema.canonicalise's rules, in C.
 
+An optional speed-up of the Python rules, which are the reference: the build makes it
+when a C compiler is at hand, and gateway.normalise.rules decides whether it runs.
+
 It walks a record that jiter has already parsed (dicts, str, int, Decimal, lists;
 nothing here reads bytes) and applies the rules of its model, given as a :class:`Plan`
-that gateway.normalise.schema builds from the model itself. It decides in C only whether a
-string is already canonical (a UUID, a decimal of a scale, an instant, a member of a
-set); every coercion is the Python one of gateway.normalise.coercions, called from here, and so
-are the errors. tests/test_canonicaliser.py holds it to gateway.normalise.schema' Python
+that gateway.normalise.schema builds from the model itself. It decides in C only whether
+a string is already canonical (a UUID, a decimal of a scale, an instant, a member of a
+set): the checks of gateway.normalise.coercions, written again in C. Every coercion is
+the Python one of gateway.normalise.coercions, called from here, and so are the errors.
+tests/test_canonicaliser.py holds it to gateway.normalise.schema's Python
 ``canonicalise_python`` on generated records: the same output, coercion counts,
 unknown values, dropped fields and errors.
 """

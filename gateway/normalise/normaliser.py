@@ -23,8 +23,8 @@ from pydantic_core import ErrorDetails
 
 from gateway.errors import UpstreamContractError
 from gateway.normalise.coercions import CanonicalError
-from gateway.normalise.compiled import holds_float
 from gateway.normalise.pages import canonical_body
+from gateway.normalise.rules import compiled, compiled_in_use
 from gateway.normalise.schema import NormaliseContext
 
 log = logging.getLogger("gateway.normalise")
@@ -82,19 +82,21 @@ class CoercionCounts:
 def parse_lossless(body: bytes) -> Any:
     """Parse JSON with every fractional number as a Decimal; ValueError if not JSON.
 
-    jiter's Decimal mode costs a third more than its float mode on every body, with
-    fractions in it or not (11 µs of 38 on a 10-expense page, bench/README.md). So the
-    body is parsed the quick way first, and again with Decimals when that parse fails
-    or holds a float anywhere (``holds_float``, a walk in C). Without a float, the two
-    parses are the same values of the same types; with one, the float is never used.
-    What comes out is what the Decimal parse alone gives, errors included
-    (tests/test_canonicaliser.py holds the two to that)."""
+    What comes out is jiter's Decimal parse, errors included; with the Python rules in
+    use (gateway.normalise.rules) it is that parse alone. With the compiled canonicaliser,
+    the body is parsed first in jiter's float mode, which is markedly quicker on every
+    body, fractions in it or not, and again with Decimals only when that parse fails or
+    holds a float anywhere (``holds_float``, a walk in C). Without a float, the two
+    parses are the same values of the same types; with one, the float is never used
+    (tests/test_engine.py holds the two to that)."""
+    if not compiled_in_use():
+        return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
     try:
         quick = jiter.from_json(body, allow_inf_nan=False)
     except ValueError:
         pass  # the Decimal parse raises its own error, or parses what floats could not
     else:
-        if not holds_float(quick):
+        if not compiled.holds_float(quick):
             return quick
         del quick  # not held while the body is parsed again: a page's tree is large
     return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
@@ -135,12 +137,12 @@ def locate(error: ErrorDetails) -> tuple[tuple[int | str, ...], str]:
     return tuple(location), reason
 
 
-# The JSON text of the Decimals written lately, by the Decimal object: gateway.normalise.coercions
-# hands out one Decimal object per number text it converted (its caches), so a page's
-# repeated numbers are written once, not formatted again on every answer (10 a page
-# of expenses, 2.5 µs of the 10.6 its write costs). Keyed by id(), each with the
-# Decimal itself: while its entry is here the object lives, and no other can have its
-# id. Never keyed by value: Decimal("4") == Decimal("4.0") == Decimal("4.00").
+# The JSON text of the Decimals written lately, by the Decimal object:
+# gateway.normalise.coercions hands out one Decimal object per number text it converted
+# (its caches), so a page's repeated numbers are written once, not formatted again on
+# every answer (formatting them is a sizeable part of writing a page). Keyed by id(),
+# each with the Decimal itself: while its entry is here the object lives, and no other
+# can have its id. Never keyed by value: Decimal("4") == Decimal("4.0") == Decimal("4.00").
 _FRAGMENTS: dict[int, tuple[Decimal, orjson.Fragment]] = {}
 _FRAGMENTS_KEPT = 512  # about 80 KB at most
 

@@ -31,14 +31,17 @@ from typing import Annotated, Any, ClassVar, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
-from gateway.normalise import compiled
 from gateway.normalise.coercions import (
     CANONICAL_UUID,
+    DATE_PATTERN,
+    INSTANT_PATTERN,
     KNOWN_DATES,
+    UUID_PATTERN,
     CanonicalError,
     Coercion,
     DecimalCheck,
     FastCheck,
+    decimal_pattern,
     enumeration,
     is_canonical_instant,
     is_known_date,
@@ -51,6 +54,7 @@ from gateway.normalise.coercions import (
     to_number,
     to_uuid,
 )
+from gateway.normalise.rules import compiled, compiled_available, compiled_in_use
 
 SCHEMA_VERSION = "1.0.0"
 
@@ -138,7 +142,7 @@ class CanonicalModel(BaseModel):
     _texts: ClassVar[tuple[str, ...]] = ()
     _steps: ClassVar[tuple[_Step, ...]] = ()
     _nested: ClassVar[tuple[tuple[str, type[CanonicalModel]], ...]] = ()
-    _plan: ClassVar[compiled.Plan]
+    _plan: ClassVar[compiled.Plan | None] = None  # made by compiled_plan, on first use
 
     @classmethod
     def _prepare(cls, embedded: dict[str, type[CanonicalModel]]) -> None:
@@ -152,17 +156,7 @@ class CanonicalModel(BaseModel):
             if name in cls._rules
         )
         cls._nested = tuple(embedded.items())
-        overrides_complete = "_complete" in vars(cls)
-        cls._plan = compiled.Plan(
-            cls.__name__,
-            cls._order,
-            tuple(cls._qualified[name] for name in cls._order),
-            cls._derived,
-            cls._texts,
-            tuple(_compiled_step(step) for step in cls._steps),
-            tuple((name, model._plan) for name, model in cls._nested),
-            cls._complete if overrides_complete else None,
-        )
+        cls._plan = None
 
     @classmethod
     def _complete(
@@ -186,6 +180,30 @@ class CanonicalModel(BaseModel):
             return canonicalise(cls, dict(data), context_of(info), nested=False)
         except CanonicalError as exc:
             raise pydantic_error(exc) from None
+
+
+def compiled_plan(model: type[CanonicalModel]) -> compiled.Plan:
+    """The compiled canonicaliser's form of ``model``'s rules, with those of its embedded
+    records; made on first use, so that a process running the Python rules never needs
+    the compiled module. RuntimeError when it was not built."""
+    plan = model._plan
+    if plan is None:
+        if not compiled_available():
+            raise RuntimeError(
+                "the compiled canonicaliser (gateway.normalise.compiled) was not built"
+            )
+        plan = compiled.Plan(
+            model.__name__,
+            model._order,
+            tuple(model._qualified[name] for name in model._order),
+            model._derived,
+            model._texts,
+            tuple(_compiled_step(step) for step in model._steps),
+            tuple((name, compiled_plan(embedded)) for name, embedded in model._nested),
+            model._complete if "_complete" in vars(model) else None,
+        )
+        model._plan = plan
+    return plan
 
 
 def _compiled_step(step: _Step) -> compiled.Step:
@@ -219,13 +237,13 @@ def canonicalise(
     """Bring one parsed record to canonical form, in place where it can; returns it.
 
     With ``nested`` the embedded records are canonicalised too (the gateway's path),
-    by the compiled canonicaliser (gateway/canonicaliser.pyx) unless the probe is
-    tracking variants; without, they are left to pydantic, which validates them with
-    their own model. Raises CanonicalError locating the first value that cannot be
-    made canonical.
+    by the compiled canonicaliser when it is the one in use (gateway.normalise.rules)
+    and the probe is not tracking variants (which only the Python rules do); without,
+    they are left to pydantic, which validates them with their own model. Raises
+    CanonicalError locating the first value that cannot be made canonical.
     """
-    if nested and not context.track_variants:
-        return compiled.canonicalise(model._plan, data, context)
+    if nested and not context.track_variants and compiled_in_use():
+        return compiled.canonicalise(compiled_plan(model), data, context)
     return canonicalise_python(model, data, context, nested=nested)
 
 
@@ -234,8 +252,8 @@ def canonicalise_items(
 ) -> None:
     """:func:`canonicalise` (``nested``) each record of a list, in place; a
     CanonicalError's path starts with the record's index."""
-    if not context.track_variants:
-        compiled.canonicalise_items(model._plan, items, context)
+    if not context.track_variants and compiled_in_use():
+        compiled.canonicalise_items(compiled_plan(model), items, context)
         return
     for index, item in enumerate(items):
         if type(item) is not dict:
@@ -249,8 +267,8 @@ def canonicalise_items(
 def canonicalise_python(
     model: type[CanonicalModel], data: dict[str, Any], context: NormaliseContext, *, nested: bool
 ) -> dict[str, Any]:
-    """:func:`canonicalise` in Python: the rules as written, which the compiled
-    canonicaliser is held to (tests/test_canonicaliser.py)."""
+    """:func:`canonicalise` in Python: the rules as written, the reference that the
+    compiled canonicaliser is held to (tests/test_canonicaliser.py)."""
     if context.track_variants:
         for name, qualified in model._qualified.items():
             context.saw(qualified, json_type(data[name]) if name in data else "missing")
@@ -318,11 +336,21 @@ def _enum_rule(known: frozenset[str]) -> tuple[FastCheck, Coercion]:
 
 
 _UUID_RULE: tuple[FastCheck, Coercion] = (CANONICAL_UUID.fullmatch, to_uuid)
-_DECIMAL_4 = r"^-?[0-9]+\.[0-9]{4,}$"
-_DECIMAL_2 = r"^-?[0-9]+\.[0-9]{2,}$"
-_UUID = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
-_DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
-_INSTANT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{3})?Z$"
+
+
+def published_pattern(pattern: str) -> str:
+    """A canonical form of gateway.normalise.coercions as a JSON Schema ``pattern``, which
+    matches anywhere unless anchored."""
+    return f"^{pattern}$"
+
+
+# The published patterns are the checks' own (gateway.normalise.coercions); a decimal's
+# without the bounds of its quick check, which a longer canonical decimal exceeds.
+_DECIMAL_4 = published_pattern(decimal_pattern(4))
+_DECIMAL_2 = published_pattern(decimal_pattern(2))
+_UUID = published_pattern(UUID_PATTERN)
+_DATE = published_pattern(DATE_PATTERN)
+_INSTANT = published_pattern(INSTANT_PATTERN)
 
 
 class User(CanonicalModel):

@@ -23,10 +23,12 @@ import tempfile
 from gateway.config.live import ConfigSource
 from gateway.config.settings import Settings
 from gateway.ops.logs import configure_logging
-from gateway.ops.metrics import MULTIPROC_ENV
 from gateway.process.worker import run, serve
 
 log = logging.getLogger("gateway.server")
+# gateway.ops.metrics.MULTIPROC_ENV, named here: importing prometheus-client before
+# this is set would make the workers write their values in process memory only
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _FORWARDED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
 
