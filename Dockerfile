@@ -14,7 +14,7 @@
 # without GATEWAY_CACHE__KEY_SECRET the gateway exits 2 naming cache.key_secret. Mount
 # your own file at /etc/records-gateway/config.toml, or set GATEWAY_* variables.
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.13-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \

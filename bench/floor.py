@@ -43,7 +43,7 @@ def create_app(body: bytes) -> web.Application:
 async def serve_app(app: web.Application, host: str, port: int, announce: str) -> None:
     """Serve ``app`` on ``host:port`` until SIGINT or SIGTERM; once bound, print
     ``announce`` with ``{url}`` filled in (the bench waits for that line). Like the
-    gateway, it settles the garbage collector once started (gateway.process.supervisor)."""
+    gateway, it settles the garbage collector once started (gateway.process.worker)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -33,14 +33,14 @@ from typing import Any
 
 import orjson
 
-from gateway import coercions
 from gateway.demo import generate_dataset
 from gateway.demo.params import PageRequest
 from gateway.demo.representations import expense_json
 from gateway.demo.store import page_envelope
-from gateway.normalise.schema import NormaliseContext
+from gateway.normalise import coercions
 from gateway.normalise.normaliser import CoercionCounts, Normaliser, dump, parse_lossless
 from gateway.normalise.pages import ExpensePage
+from gateway.normalise.schema import NormaliseContext
 from gateway.records.routes import EXPENSES, parse_record_query
 
 PAGE_SIZE = 100

@@ -12,13 +12,13 @@ import fakeredis
 import pytest
 import redis.asyncio as redis
 
-from gateway.records.credentials import Credentials
 from gateway.cache.backend import CacheBackend
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, etag_of
-from gateway.records.keys import Keyer
 from gateway.cache.memory import ENTRY_OVERHEAD_BYTES, MemoryBackend
-from gateway.records.routes import ACCOUNT, EXPENSES, USERS, parse_record_query
 from gateway.cache.redis import RedisBackend
+from gateway.records.credentials import Credentials
+from gateway.records.keys import Keyer
+from gateway.records.routes import ACCOUNT, EXPENSES, USERS, parse_record_query
 
 from .conftest import FakeClock
 

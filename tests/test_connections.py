@@ -7,14 +7,14 @@ import asyncio
 import aiohttp
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from gateway.http.app import create_app
-from gateway.records.keys import Keyer
+from gateway.fastpath.connection import FastPathServer
 from gateway.fastpath.fingerprints import (
     ENTRY_COST_BYTES,
     REMEMBERED_HEADER_MAX,
     ConnectionFingerprints,
 )
-from gateway.fastpath.connection import FastPathServer
+from gateway.http.app import create_app
+from gateway.records.keys import Keyer
 
 from .conftest import base_url, gateway_client, make_settings, token_upstream
 

@@ -21,8 +21,8 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import create_demo_app
-from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging
 from gateway.http.records import PIPELINE
+from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging
 
 from .conftest import AUTH, TOKEN, GatewayFactory, base_url
 

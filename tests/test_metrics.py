@@ -13,8 +13,8 @@ from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
-from gateway.ops.metrics import MULTIPROC_ENV, Metrics
 from gateway.http.service import METRICS
+from gateway.ops.metrics import MULTIPROC_ENV, Metrics
 
 from .conftest import AUTH, TOKEN, GatewayFactory, base_url, redis_cache
 from .redis_server import RedisServer

@@ -11,9 +11,9 @@ import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.cache.near import NearCache, TieredBackend
 from gateway.config.live import ConfigSource
+from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.admin import CACHE, LIVE
 
 from .conftest import AUTH, GatewayFactory, base_url, redis_cache

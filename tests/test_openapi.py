@@ -26,8 +26,12 @@ from referencing.jsonschema import DRAFT202012
 from yarl import URL
 
 from gateway import __version__
+from gateway.config.settings import Settings
 from gateway.demo import create_demo_app
 from gateway.errors import InvalidParameters
+from gateway.http.admin import LIVE
+from gateway.http.openapi import openapi_bytes, openapi_document
+from gateway.normalise.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.normalise.schema import (
     SCHEMA_VERSION,
     Account,
@@ -37,11 +41,7 @@ from gateway.normalise.schema import (
     Expense,
     User,
 )
-from gateway.http.openapi import openapi_bytes, openapi_document
-from gateway.normalise.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
-from gateway.config.settings import Settings
-from gateway.http.admin import LIVE
 
 from .conftest import AUTH, GatewayFactory, base_url
 

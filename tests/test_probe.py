@@ -20,12 +20,12 @@ from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
 from yarl import URL
 
-from gateway.normalise.coercions import CanonicalError
+from gateway.config.settings import UpstreamSettings
 from gateway.demo import start_demo_server
+from gateway.normalise.coercions import CanonicalError
 from gateway.normalise.schema import NormaliseContext
 from gateway.probe.conformance import Failure, ProbeReport, check_body, run_probe
 from gateway.probe.report import to_json, to_text
-from gateway.config.settings import UpstreamSettings
 from gateway.upstream.client import UpstreamClient, create_session
 from tests.conftest import AUTH, TOKEN, base_url
 

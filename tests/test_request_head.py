@@ -12,7 +12,6 @@ from aiohttp.http_parser import HttpRequestParser
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from .profiles import examples
 from gateway.fastpath.request_head import (
     FIELDS_MAX,
     LINE_MAX,
@@ -21,6 +20,8 @@ from gateway.fastpath.request_head import (
     read_head,
 )
 from gateway.process.worker import MAX_HEADER_BYTES
+
+from .profiles import examples
 
 PLAIN = b"GET /expenses?limit=10 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer t-1\r\n\r\n"
 

@@ -13,11 +13,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from gateway.http.app import create_app
-from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.config.live import ConfigSource, LiveConfig
 from gateway.config.settings import Settings
+from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.http.admin import LIVE
+from gateway.http.app import create_app
 from gateway.http.records import PIPELINE
 from gateway.http.service import READINESS
 

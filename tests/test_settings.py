@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import ConfigError
 from gateway.config.settings import Settings, load_settings, redacted
+from gateway.errors import ConfigError
 
 EXAMPLE = Path(__file__).parent.parent / "config.example.toml"
 

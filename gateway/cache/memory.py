@@ -10,12 +10,11 @@ from gateway.cache.backend import QuietBackend
 from gateway.cache.clock import Clock
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
 
-# What one entry costs besides its key and body: the entry, its slot and OrderedDict
-# node, the ETag (about 600 bytes), plus what such small long-lived objects cost in
-# allocator pages they keep from being returned (about as much again), and a share of
-# the heap that bodies of 10-100 KB leave fragmented. Set from the bench's memory soak
-# (1536 left under 0.5 MiB of room in its bound; 2048 leaves about 1 MiB), so that the
-# process stays within memory_max_bytes + its base.
+# What one entry is charged against the bound besides its key and body: the entry, its
+# slot and OrderedDict node, the ETag, what such small long-lived objects cost in
+# allocator pages they keep from being returned, and a share of the heap that bodies of
+# 10-100 KB leave fragmented; so that the process stays within memory_max_bytes + its
+# base (bench/README.md, "Memory", has how the figure was chosen).
 ENTRY_OVERHEAD_BYTES = 2048
 
 

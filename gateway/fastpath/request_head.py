@@ -45,7 +45,7 @@ _REQUEST_LINE_ONLY = re.compile(_REQUEST_LINE)
 _FIELD_LINE_ONLY = re.compile(_FIELD_LINE)
 _LINE_CHARS = re.compile(rb"[\t -~]*")
 _METHOD = b"GET /"
-# the defaults: half the limits the server gives aiohttp's parser (gateway.process.supervisor)
+# the defaults: half the limits the server gives aiohttp's parser (gateway.process.worker)
 LINE_MAX = 16 * 1024
 FIELDS_MAX = 64
 _OWS = b" \t"

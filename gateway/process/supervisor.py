@@ -3,9 +3,10 @@
 With ``server.workers = 1`` the gateway runs in this process
 (``gateway.process.worker``). With N > 1 this process becomes a small supervisor: it
 forks N workers that each listen on the same port (SO_REUSEPORT) with their own event
-loop (uvloop on Linux), forwards SIGHUP, SIGTERM and SIGINT to them, and exits 0 once
-they all have. The workers write their metrics
-to a shared folder so that /metrics of any of them reports the whole gateway.
+loop (uvloop on Linux), forwards SIGHUP, SIGTERM and SIGINT to them, and exits once
+they all have: 0, or 1 when one failed (it then stops the others). The workers write
+their metrics to a shared folder so that /metrics of any of them reports the whole
+gateway.
 
 What a worker does with SIGHUP, SIGTERM and SIGINT is in ``gateway.process.worker``.
 """

@@ -1,0 +1,200 @@
+"""The fast path itself: it steps aside for plain aiohttp when an internal it relies on
+is missing, and it holds an unfinished request head at a cost linear in its size,
+under the limits aiohttp applies to the connection."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Iterator
+
+import pytest
+from aiohttp import web
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.test_utils import TestServer
+from aiohttp.web_protocol import RequestHandler
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.fastpath import internals, server
+from gateway.fastpath.connection import FastPathServer, GatewayConnection
+from gateway.fastpath.request_head import PendingHead
+from gateway.http.app import create_app
+
+from .conftest import TOKEN, base_url, make_settings
+from .profiles import examples
+
+HEAD_60K = (
+    b"GET /users?limit=3 HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer "
+    + TOKEN.encode()
+    + b"\r\n"
+    + b"".join(b"X-Filler-%03d: %s\r\n" % (i, b"f" * 580) for i in range(100))
+    + b"\r\n"
+)
+
+
+def test_every_internal_the_fast_path_relies_on_is_there() -> None:
+    assert internals.missing() == []
+
+
+def test_a_missing_internal_is_named() -> None:
+    class Older(RequestHandler):
+        __slots__ = ()
+
+    class Stripped:  # a connection class without any of it
+        pass
+
+    assert internals.missing(Older) == []
+    absent = internals.missing(Stripped)
+    assert "Stripped._waiter" in absent
+    assert "Stripped._buffer_paused" in absent
+    assert any(name.startswith("Stripped.handle_error") for name in absent)
+
+
+@pytest.fixture
+def hidden_internal(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """aiohttp as a release without the connection's ``_buffer_paused`` (aiohttp's own
+    3.14 branch has dropped it) looks to the check: its slots no longer name it. The
+    attribute itself stays, so aiohttp's own code still runs."""
+    slots = BaseProtocol.__slots__
+    monkeypatch.setattr(
+        BaseProtocol, "__slots__", tuple(name for name in slots if name != "_buffer_paused")
+    )
+    server._missing.cache_clear()
+    yield
+    server._missing.cache_clear()
+
+
+async def raw(port: int, data: bytes, *, piece: int = 0) -> bytes:
+    """Send ``data`` (in pieces of ``piece`` bytes, or whole) on a new connection and
+    read until the gateway closes it or a second passes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    if piece:
+        for start in range(0, len(data), piece):
+            writer.write(data[start : start + piece])
+            await writer.drain()
+    else:
+        writer.write(data)
+    received = b""
+    try:
+        async with asyncio.timeout(1):
+            while chunk := await reader.read(65536):
+                received += chunk
+    except TimeoutError:
+        pass
+    writer.close()
+    return received
+
+
+async def serve(upstream: TestServer, *, fast_path: bool = True) -> tuple[web.AppRunner, int]:
+    app = create_app(make_settings(base_url(upstream), server={"fast_path": fast_path}))
+    runner = server.make_runner(app, max_field_size=32 * 1024, max_line_size=32 * 1024)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, runner.addresses[0][1]
+
+
+async def test_without_an_internal_the_gateway_serves_as_plain_aiohttp(
+    hidden_internal: None, upstream: TestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.fastpath")
+    runner, port = await serve(upstream)
+    try:
+        assert type(runner) is web.AppRunner
+        warnings = [r.getMessage() for r in caplog.records if r.name == "gateway.fastpath"]
+        assert len(warnings) == 1
+        assert "RequestHandler._buffer_paused" in warnings[0]
+        request = f"GET /users?limit=3 HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        first = await raw(port, request.encode())
+        second = await raw(port, request.encode())
+        assert first.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert b"X-Cache: MISS" in first
+        assert second.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert b"X-Cache: HIT" in second
+        # what aiohttp's parser rejects gets aiohttp's own answer then
+        rejected = await raw(port, b"GET /users HTTP/1.1\r\nHost: g\r\nBad Header: x\r\n\r\n")
+        assert rejected.split(b" ")[1] == b"400"
+        assert b"problem+json" not in rejected
+    finally:
+        await runner.cleanup()
+
+
+async def test_with_every_internal_the_gateway_runs_the_fast_path(upstream: TestServer) -> None:
+    runner, port = await serve(upstream)
+    try:
+        assert isinstance(runner.server, FastPathServer)
+        assert isinstance(runner.server(), GatewayConnection)
+        rejected = await raw(port, b"GET /users HTTP/1.1\r\nHost: g\r\nBad Header: x\r\n\r\n")
+        assert rejected.split(b" ")[1] == b"400"
+        assert b"application/problem+json" in rejected
+    finally:
+        await runner.cleanup()
+
+
+def test_a_server_without_its_options_is_named() -> None:
+    class Bare:
+        request_handler = request_factory = None
+
+    assert internals.server_missing(Bare()) == ["Server._kwargs", "Server._loop"]  # type: ignore[arg-type]
+
+
+def test_a_head_sent_a_byte_at_a_time_is_looked_at_a_bounded_number_of_times() -> None:
+    pending = PendingHead(32 * 1024, 128)
+    results = [pending.feed(HEAD_60K[i : i + 1]) for i in range(len(HEAD_60K))]
+    assert results[-1] == len(HEAD_60K)
+    assert set(results[:-1]) == {0}
+    assert pending.examined <= 2 * len(HEAD_60K)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=len(HEAD_60K) - 1), max_size=40))
+def test_a_head_cut_anywhere_is_held_alike_and_looked_at_a_bounded_number_of_times(
+    cuts: list[int],
+) -> None:
+    points = [0, *sorted(set(cuts)), len(HEAD_60K)]
+    pending = PendingHead(32 * 1024, 128)
+    results = [pending.feed(HEAD_60K[a:b]) for a, b in itertools.pairwise(points)]
+    assert results[-1] == len(HEAD_60K)
+    assert set(results[:-1]) <= {0}
+    assert pending.examined <= 2 * len(HEAD_60K)
+
+
+@pytest.mark.parametrize(
+    ("line_max", "fields_max", "head", "expected"),
+    [
+        (100, 4, b"GET /" + b"a" * 95, 0),  # 100 bytes on the request line: within
+        (100, 4, b"GET /" + b"a" * 97, -1),  # over aiohttp's line limit: handed over
+        (100, 2, b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n", -1),  # too many lines
+        (100, 3, b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\n", 0),
+        (100, 4, b"POST / HTTP/1.1\r\n", -1),  # not a GET: aiohttp's
+        (100, 4, b"GET / HTTP/1.1\r\nBad Header: x\r\n", -1),  # not a field line
+        (100, 4, b"GET / HTTP/1.1\r\nA: \x01\r\n", -1),
+    ],
+)
+def test_a_head_is_held_only_under_the_connection_s_limits(
+    line_max: int, fields_max: int, head: bytes, expected: int
+) -> None:
+    assert PendingHead(line_max, fields_max).feed(head) == expected
+
+
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast", "plain"])
+async def test_a_long_head_sent_a_byte_at_a_time_gets_the_answer_it_gets_whole(
+    upstream: TestServer, fast_path: bool
+) -> None:
+    runner, port = await serve(upstream, fast_path=fast_path)
+    try:
+        whole = await raw(port, HEAD_60K)
+        trickled = await raw(port, HEAD_60K, piece=1)
+        assert whole.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert trickled.startswith(b"HTTP/1.1 200 OK\r\n")
+        body = whole.partition(b"\r\n\r\n")[2]
+        assert trickled.partition(b"\r\n\r\n")[2] == body
+        # a line past the connection's limit, trickled, gets aiohttp's refusal
+        too_long = b"GET /users HTTP/1.1\r\nHost: g\r\nX: " + b"x" * 40_000 + b"\r\n\r\n"
+        refused = await raw(port, too_long, piece=997)
+        assert refused.split(b" ")[1] == b"400"
+        assert (b"problem+json" in refused) == fast_path
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,130 @@
+"""Public APIs only: outside gateway/fastpath/, no module of the gateway uses a private
+name (a leading underscore) of another package, nor subclasses aiohttp's internal
+server classes. The fast path may, because it must; it checks at start that what it
+uses is there (tests/test_fastpath.py)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gateway"
+QUARANTINE = PACKAGE / "fastpath"
+# documented public names that start with an underscore: os._exit, and the named
+# tuple's own methods
+DOCUMENTED = frozenset({"_exit", "_replace", "_asdict", "_fields", "_make"})
+# aiohttp's server internals: no subclass of these outside the fast path
+INTERNAL_CLASSES = frozenset({"RequestHandler", "Server", "BaseRunner", "AppRunner", "BaseSite"})
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def own_private_names(sources: list[str]) -> set[str]:
+    """Every private name the gateway itself defines: functions, classes, module and
+    class variables, attributes it assigns, slots."""
+    names: set[str] = set()
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)  # __slots__ entries, dataclass field names
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+    return {name for name in names if _private(name)}
+
+
+class _Finder(ast.NodeVisitor):
+    """Private names of other packages used in one module: imported, reached as an
+    attribute of anything but the gateway's own names, or subclassed."""
+
+    def __init__(self, own: set[str]) -> None:
+        self.own = own
+        self.found: list[str] = []
+        self.foreign: dict[str, str] = {}  # local name -> what it was imported as
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            parts = alias.name.split(".")
+            if any(_private(part) for part in parts):
+                self.found.append(f"line {node.lineno}: import {alias.name}")
+            if parts[0] != "gateway":
+                self.foreign[alias.asname or parts[0]] = alias.name
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level == 0 and not module.startswith("gateway"):
+            if any(_private(part) for part in module.split(".")):
+                self.found.append(f"line {node.lineno}: from {module} import ...")
+            for alias in node.names:
+                if _private(alias.name):
+                    self.found.append(f"line {node.lineno}: from {module} import {alias.name}")
+                self.foreign[alias.asname or alias.name] = f"{module}.{alias.name}"
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        name = node.attr
+        if _private(name) and name not in self.own and name not in DOCUMENTED:
+            self.found.append(f"line {node.lineno}: ...{name}")
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for base in node.bases:
+            if isinstance(base, ast.Attribute):
+                name, root = base.attr, base.value
+                origin = self.foreign.get(root.id, "") if isinstance(root, ast.Name) else ""
+            else:
+                name = getattr(base, "id", "")
+                origin = self.foreign.get(name, "")
+            if name in INTERNAL_CLASSES and origin.startswith("aiohttp"):
+                self.found.append(f"line {node.lineno}: class {node.name}({name})")
+        self.generic_visit(node)
+
+
+OUTSIDE = sorted(path for path in PACKAGE.rglob("*.py") if QUARANTINE not in path.parents)
+OWN = own_private_names([path.read_text() for path in OUTSIDE])
+
+
+def private_uses(source: str, own: set[str] = OWN) -> list[str]:
+    finder = _Finder(own)
+    finder.visit(ast.parse(source))
+    return finder.found
+
+
+@pytest.mark.parametrize("path", OUTSIDE, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_outside_the_fast_path_uses_a_private_name_of_another_package(
+    path: Path,
+) -> None:
+    assert private_uses(path.read_text()) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import asyncio\nasyncio.tasks._enter_task(1, 2)\n",
+        "from asyncio.tasks import _enter_task\n",
+        "import _sha2\n",
+        "from aiohttp import web\nweb.AppRunner._make_server\n",
+        "def f(histogram):\n    histogram._sum.inc(1)\n",
+        "import asyncio\nasyncio.get_running_loop()._ready\n",
+        "from aiohttp.web_protocol import RequestHandler\nclass C(RequestHandler):\n    pass\n",
+        "from aiohttp import web\nclass S(web.Server):\n    pass\n",
+    ],
+)
+def test_the_check_finds_each_kind_of_private_use(source: str) -> None:
+    assert private_uses(source) != []
+
+
+def test_the_fast_path_is_where_the_internals_are() -> None:
+    """The check is not vacuous: the quarantined package does use them."""
+    used = [found for path in QUARANTINE.rglob("*.py") for found in private_uses(path.read_text())]
+    assert any("RequestHandler" in found for found in used)
