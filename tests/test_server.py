@@ -350,3 +350,44 @@ def test_settled_collector_leaves_start_up_alone_and_still_collects_cycles() -> 
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize(
+    ("environment", "extra", "normalise", "fast_path"),
+    [
+        ({}, "", "compiled", True),
+        ({"RECORDS_GATEWAY_PURE_PYTHON": "1"}, "[server]\nfast_path = false\n", "python", False),
+    ],
+    ids=["default", "pure-python-plain-aiohttp"],
+)
+async def test_the_start_line_says_which_rules_run_and_whether_the_fast_path_is_on(
+    tmp_path: Path,
+    fast_upstream: DemoServer,
+    started: list[GatewayProcess],
+    environment: dict[str, str],
+    extra: str,
+    normalise: str,
+    fast_path: bool,
+) -> None:
+    config = tmp_path / "config.toml"
+    write_config(config, fast_upstream.url, extra=extra)
+    gateway = GatewayProcess(config, {**clean_env(), **environment})
+    started.append(gateway)
+    await gateway.start()
+    (line,) = [line for line in gateway.lines if line.get("event") == "start"]
+    assert (line["normalise"], line["fast_path"]) == (normalise, fast_path)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{gateway.url}/expenses?limit=2", headers=AUTH) as response,
+    ):
+        assert response.status == 200
+        assert (await response.json())["data"][0]["amount"].count(".") == 1
+    gateway.signal(signal.SIGTERM)
+    assert await gateway.wait() == 0
+
+
+def test_the_supervisor_names_the_multiprocess_folder_as_the_metrics_do() -> None:
+    from gateway.ops.metrics import MULTIPROC_ENV as METRICS_ENV
+    from gateway.process.supervisor import MULTIPROC_ENV
+
+    assert MULTIPROC_ENV == METRICS_ENV

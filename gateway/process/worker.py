@@ -48,9 +48,10 @@ async def serve(
     """Serve until SIGTERM or SIGINT, reloading on SIGHUP, then close everything in order."""
     from aiohttp import web
 
-    from gateway.fastpath.server import make_runner
+    from gateway.fastpath.server import FastPathRunner, make_runner
     from gateway.http.admin import LIVE
     from gateway.http.app import create_app
+    from gateway.normalise.rules import engine_name
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -100,6 +101,10 @@ async def serve(
                 "worker": worker,
                 "upstream": settings.upstream.base_url,
                 "cache_backend": settings.cache.backend,
+                # which normalisation rules run (the compiled twin or pure Python), and
+                # whether hits are answered from the bytes (gateway.fastpath)
+                "normalise": engine_name(),
+                "fast_path": isinstance(runner, FastPathRunner),
             },
         )
         if worker is None or worker == 0:
