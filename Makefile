@@ -11,16 +11,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# the editable install compiles gateway/normalise/compiled.pyx: an edit to it (or to the build)
-# installs again, so that nothing runs against a stale compiled module
+# the editable install compiles gateway/normalise/compiled.pyx where a C compiler is at hand
+# (without one the pure-Python rules run; setup.py): an edit to it (or to the build)
+# installs again, so that nothing runs against a stale compiled module. Each install says
+# whether it built the compiled canonicaliser (gateway.normalise.rules).
 BUILT := pyproject.toml setup.py gateway/normalise/compiled.pyx
 
 $(VENV)/.installed-run: $(BUILT) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -c 'import gateway.normalise.rules as r; print("records-gateway: compiled canonicaliser", "built" if r.compiled_available() else "NOT built: the pure-Python rules run")'
 	touch $@
 
 $(VENV)/.installed-test: $(BUILT) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -c 'import gateway.normalise.rules as r; print("records-gateway: compiled canonicaliser", "built" if r.compiled_available() else "NOT built: the pure-Python rules run")'
 	touch $@ $(VENV)/.installed-run
 
 ## run: the gateway with the reference upstream in the same process, on $(HOST):$(PORT)
@@ -38,11 +42,12 @@ redis-server:
 		echo "redis-server is missing: install it (e.g. apt-get install redis-server) and retry" >&2; exit 1; \
 	fi
 
-## lint: ruff check, ruff format --check, mypy --strict
+## lint: ruff check, ruff format --check, mypy --strict, the import-linter contracts
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 ## test: lint, then the whole suite against real sockets and a real redis-server
 test: $(VENV)/.installed-test redis-server lint

@@ -1,16 +1,30 @@
-"""The single-value coercions of gateway/coercions.py, edge cases and regressions."""
+"""The single-value coercions of gateway/normalise/coercions.py, edge cases and
+regressions; and the canonical forms, which are both the checks' patterns and the
+published schema's."""
 
 from __future__ import annotations
 
 import re
+from datetime import UTC
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from gateway.normalise.coercions import (
+    CANONICAL_UUID,
+    DATE_PATTERN,
+    INSTANT_PATTERN,
+    MAX_EXPONENT,
+    UUID_PATTERN,
+    DecimalCheck,
     clear_value_caches,
+    decimal_pattern,
     enumeration,
+    is_canonical_instant,
+    is_known_date,
     scaled_decimal,
     to_boolean,
     to_date,
@@ -19,6 +33,15 @@ from gateway.normalise.coercions import (
     to_integer,
     to_number,
     to_uuid,
+)
+from gateway.normalise.schema import (
+    Account,
+    Bank,
+    CanonicalModel,
+    Client,
+    Expense,
+    User,
+    published_pattern,
 )
 
 amount = scaled_decimal(4)
@@ -256,3 +279,125 @@ def test_a_number_does_not_depend_on_the_numbers_converted_before(order: tuple[s
     assert published == {"-0": "-0", "0": "0", "-0.0": "-0", "0E+2": "0"}
     assert to_number("-0.0")[0].is_signed()
     assert not to_number("0.0")[0].is_signed()
+
+
+# ------------------------------------------------------------------ canonical forms
+
+SETTINGS = settings(
+    max_examples=300,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+MODELS: list[type[CanonicalModel]] = [User, Client, Bank, Account, Expense]
+
+
+def pattern_of_check(check: object) -> str:
+    """The canonical form a field's quick check stands for, as gateway.normalise.coercions
+    writes it (a decimal's without the quick check's bounds)."""
+    if isinstance(check, DecimalCheck):
+        return decimal_pattern(check.scale)
+    if check == CANONICAL_UUID.fullmatch:
+        return UUID_PATTERN
+    if check is is_canonical_instant:
+        return INSTANT_PATTERN
+    if check is is_known_date:
+        return DATE_PATTERN
+    raise AssertionError(f"no canonical form for {check!r}")
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_the_published_patterns_are_those_of_the_fields_checks(
+    model: type[CanonicalModel],
+) -> None:
+    """Each field's JSON Schema pattern is the canonical form its rule checks, from the one
+    definition in gateway.normalise.coercions; and only the fields with such a check have
+    one."""
+    schema = model.model_json_schema(mode="serialization")["properties"]
+    published = {name: field["pattern"] for name, field in schema.items() if "pattern" in field}
+    expected = {
+        name: published_pattern(pattern_of_check(check))
+        for name, (check, _) in model._rules.items()
+        if check is not None and not isinstance(getattr(check, "__self__", None), frozenset)
+    }
+    assert published == expected
+
+
+def test_the_checks_are_the_canonical_forms() -> None:
+    assert CANONICAL_UUID.pattern == UUID_PATTERN
+    assert DecimalCheck(4).pattern == decimal_pattern(4, most_whole=40, most=MAX_EXPONENT)
+    assert decimal_pattern(4) == r"-?(?:0|[1-9][0-9]*)\.[0-9]{4,}"
+    assert decimal_pattern(2, most_whole=40, most=100) == r"-?(?:0|[1-9][0-9]{0,39})\.[0-9]{2,100}"
+
+
+decimals = st.one_of(
+    st.integers(0, 12).flatmap(
+        lambda places: st.decimals(allow_nan=False, allow_infinity=False, places=places)
+    ),
+    st.builds(
+        lambda digits, exponent: Decimal(f"{digits}E{exponent}"),
+        st.integers(-(10**59), 10**59),
+        st.integers(-MAX_EXPONENT, MAX_EXPONENT),
+    ),
+)
+
+
+@pytest.mark.parametrize("scale", [2, 4])
+@SETTINGS
+@given(number=decimals)
+@example(number=Decimal("1E+50"))  # more whole digits than the quick check takes
+@example(number=Decimal("-0.00001"))
+@example(number=Decimal("-0"))
+def test_every_published_decimal_matches_the_published_pattern(scale: int, number: Decimal) -> None:
+    """The published pattern covers every decimal the coercion writes, and every text the
+    quick check takes as already canonical (which the coercion gives back as it is)."""
+    check, coerce = scaled_decimal(scale)
+    pattern = re.compile(published_pattern(decimal_pattern(scale)))
+    try:
+        text, _ = coerce(number)
+    except ValueError:
+        return  # out of the range a financial value can take: never published
+    assert pattern.search(text), text
+    if check(text):
+        assert coerce(text) == (text, None)
+    for sent in (str(number), format(number, "f")):
+        if check(sent):
+            assert pattern.search(sent), sent
+            assert coerce(sent) == (sent, None)
+
+
+@SETTINGS
+@given(
+    value=st.one_of(
+        st.datetimes(timezones=st.just(UTC)).map(lambda moment: moment.isoformat()),
+        st.datetimes().map(lambda moment: moment.isoformat()),
+        st.datetimes(timezones=st.timezones()).map(lambda moment: moment.isoformat()),
+        st.from_regex(INSTANT_PATTERN, fullmatch=True),
+    )
+)
+def test_every_published_instant_matches_the_published_pattern(value: str) -> None:
+    pattern = re.compile(published_pattern(INSTANT_PATTERN))
+    try:
+        text, _ = to_instant(value)
+    except ValueError:
+        return
+    assert pattern.search(text), text
+    assert is_canonical_instant(text)
+    if is_canonical_instant(value):
+        assert pattern.search(value)
+
+
+@SETTINGS
+@given(value=st.one_of(st.uuids().map(str), st.uuids().map(lambda u: u.hex.upper())))
+def test_every_published_uuid_matches_the_published_pattern(value: str) -> None:
+    text, _ = to_uuid(value)
+    assert re.search(published_pattern(UUID_PATTERN), text)
+
+
+@SETTINGS
+@given(value=st.dates().map(lambda day: day.isoformat()))
+def test_every_published_date_matches_the_published_pattern(value: str) -> None:
+    text, _ = to_date(value)
+    assert re.search(published_pattern(DATE_PATTERN), text)
+    assert is_known_date(text)

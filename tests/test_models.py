@@ -35,6 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from gateway.normalise.normaliser import CoercionCounts, Normaliser, dump, parse_lossless
+from gateway.normalise.pages import ROUTE_MODELS, Page
 from gateway.normalise.schema import (
     ACCOUNT_TYPES,
     CLIENT_TYPES,
@@ -48,8 +50,6 @@ from gateway.normalise.schema import (
     NormaliseContext,
     User,
 )
-from gateway.normalise.normaliser import CoercionCounts, Normaliser, dump, parse_lossless
-from gateway.normalise.pages import ROUTE_MODELS, Page
 from gateway.records.routes import ROUTES, parse_record_query
 
 Counts = Counter[tuple[str, str]]

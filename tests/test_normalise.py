@@ -26,8 +26,8 @@ from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 from pytest_aiohttp import AiohttpServer
 
+from gateway.http.app import COERCIONS
 from gateway.normalise.coercions import CanonicalError
-from gateway.normalise.schema import Expense, NormaliseContext
 from gateway.normalise.normaliser import (
     CoercionCounts,
     Normaliser,
@@ -38,8 +38,8 @@ from gateway.normalise.normaliser import (
     parse_lossless,
 )
 from gateway.normalise.pages import ROUTE_MODELS, canonical_body
+from gateway.normalise.schema import Expense, NormaliseContext
 from gateway.records.routes import ROUTES, RouteSpec, parse_record_query
-from gateway.http.app import COERCIONS
 
 from .conftest import AUTH, GatewayFactory, base_url
 
