@@ -5,6 +5,7 @@ under the limits aiohttp applies to the connection."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Iterator
@@ -67,24 +68,31 @@ def hidden_internal(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 async def raw(port: int, data: bytes, *, piece: int = 0) -> bytes:
-    """Send ``data`` (in pieces of ``piece`` bytes, or whole) on a new connection and
-    read until the gateway closes it or a second passes."""
+    """Send ``data`` (in pieces of ``piece`` bytes, or whole) on a new connection while
+    reading, until the gateway closes it or a second passes after the last byte sent. A
+    gateway that refuses the request may close before all of it is sent."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    if piece:
-        for start in range(0, len(data), piece):
-            writer.write(data[start : start + piece])
-            await writer.drain()
-    else:
-        writer.write(data)
-    received = b""
-    try:
-        async with asyncio.timeout(1):
+    received = bytearray()
+
+    async def read() -> None:
+        with contextlib.suppress(ConnectionError):
             while chunk := await reader.read(65536):
-                received += chunk
-    except TimeoutError:
-        pass
+                received.extend(chunk)
+
+    reading = asyncio.ensure_future(read())
+    try:
+        for start in range(0, len(data), piece or len(data)):
+            writer.write(data[start : start + (piece or len(data))])
+            await writer.drain()
+    except ConnectionError:
+        pass  # it refused and closed: what it answered is being read
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(reading), 1)
+    reading.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reading
     writer.close()
-    return received
+    return bytes(received)
 
 
 async def serve(upstream: TestServer, *, fast_path: bool = True) -> tuple[web.AppRunner, int]:
