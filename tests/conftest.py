@@ -37,7 +37,6 @@ _SERVING_MODULES = frozenset(
     {
         "test_caching",
         "test_connections",
-        "test_fastpath",
         "test_handlers",
         "test_health",
         "test_logs",

@@ -27,6 +27,7 @@ the token's fingerprint (``fingerprints``), it lives as long as the connection.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from email.utils import formatdate
@@ -241,7 +242,14 @@ class GatewayConnection(RequestHandler):
                 start = end
                 break
             head = data[start:end] if start or end != len(data) else data
-            answer = self._answer(hits, head)
+            try:
+                answer = self._answer(hits, head)
+            except Exception:
+                # a fault here must not cost the caller its answer: aiohttp's way
+                # answers the request (with its own problem if the fault is there too)
+                log.exception("fast path: a hit failed; aiohttp answers the request")
+                self._last_head, self._last_target = b"", None
+                answer = None
             if answer is not None:
                 self._answered(answer)
             elif not self._handed_over(data, start, end):
@@ -360,6 +368,9 @@ class FastPathServer(web.Server):
             **made._kwargs,
         )
         self.hits = Hits(records)
+        # aiohttp's own Server drops an option its connections do not take (and warns);
+        # here a wrong option fails the runner's setup, not every connection
+        inspect.signature(RequestHandler).bind(self, loop=self._loop, **self._kwargs)
 
     def __call__(self) -> RequestHandler:
         return GatewayConnection(self, self.hits, loop=self._loop, **self._kwargs)

@@ -1,0 +1,424 @@
+"""What a client sees of the fast path itself (``server.fast_path`` on, set explicitly
+here): the gateway served by ``FastPathRunner``, whose connections
+(gateway.fastpath.connection.GatewayConnection) answer a fresh hit on a plain
+kept-alive GET from the bytes they receive, and answer what aiohttp's parser rejects,
+or an error outside every handler, as a problem.
+
+It holds a hit answered from the bytes to the fields, ages and freshness aiohttp's
+way (and a gateway without the fast path) sends for the same reply, logged and
+counted as every other answer; a request aiohttp's parser rejects to a problem that
+quotes nothing of it; and the fast path to skipping nothing the application would
+run. What must hold whichever way the gateway is served is in tests/test_wire.py.
+
+Two tests are strict expected failures, each reproducing a gateway bug (its reason
+says which): a fault in a hit from the bytes, and a server option aiohttp does not
+take. Fix the bug and the test passes, failing the run until its mark goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.test_utils import TestClient, TestServer
+from pytest_aiohttp import AiohttpClient
+
+from gateway.cache.entry import CacheEntry
+from gateway.fastpath.connection import WireHeads
+from gateway.fastpath.server import FastPathRunner, make_runner
+from gateway.http.app import create_app
+from gateway.http.records import PIPELINE
+from gateway.http.replies import reply_headers
+from gateway.http.service import METRICS
+from gateway.records.pipeline import hit_reply
+
+from .conftest import AUTH, FakeClock, GatewayTestServer, base_url, gateway_client, make_settings
+from .test_wire import (
+    LIST,
+    Answer,
+    count_full_reads,
+    exchange,
+    filter_parser_log,
+    read_answer,
+    request_bytes,
+    send_and_read_all,
+)
+
+Client = TestClient[web.Request, web.Application]
+FAST = {"fast_path": True}
+
+
+async def served_fast(
+    aiohttp_client: AiohttpClient,
+    upstream_url: str,
+    clock: FakeClock | None = None,
+    **sections: dict[str, Any],
+) -> tuple[Client, int]:
+    """A gateway served with the fast path in front of ``upstream_url``: its client
+    and port."""
+    settings = make_settings(upstream_url, server=FAST, **sections)
+    app = create_app(settings) if clock is None else create_app(settings, clock=clock)
+    client = await gateway_client(aiohttp_client, app)
+    assert isinstance(client.server.runner, FastPathRunner)
+    port = client.port
+    assert port is not None
+    return client, port
+
+
+async def test_a_hit_from_the_bytes_carries_what_a_gateway_without_the_fast_path_sends(
+    aiohttp_client: AiohttpClient,
+    upstream: TestServer,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two gateways on one clock, one with the fast path and one without, each with
+    the same entry stored: the same hit, field for field, and the same body."""
+    fast, fast_port = await served_fast(aiohttp_client, base_url(upstream), clock)
+    plain_settings = make_settings(base_url(upstream), server={"fast_path": False})
+    plain = await gateway_client(aiohttp_client, create_app(plain_settings, clock=clock))
+    assert not isinstance(plain.server.runner, FastPathRunner)
+    plain_port = plain.port
+    assert plain_port is not None
+    for client in (fast, plain):
+        assert (await client.get(LIST, headers=AUTH)).headers["X-Cache"] == "MISS"
+    clock.advance(7.5)
+    fast_reads = count_full_reads(fast.app, monkeypatch)
+    plain_reads = count_full_reads(plain.app, monkeypatch)
+    (from_bytes,) = await exchange(fast_port, request_bytes(LIST))
+    (from_aiohttp,) = await exchange(plain_port, request_bytes(LIST))
+    assert (fast_reads, plain_reads) == ([0], [1])
+    assert from_bytes.status_line == from_aiohttp.status_line == "HTTP/1.1 200 OK"
+    assert from_bytes.body == from_aiohttp.body
+    assert from_bytes.comparable() == from_aiohttp.comparable()
+    assert from_bytes.headers["age"] == "7"
+    assert from_bytes.headers["server"] == SERVER_SOFTWARE
+    # the fast path's bytes end with the request id; aiohttp's with what it adds
+    assert from_bytes.fields[-1][0] == "x-request-id"
+    assert from_aiohttp.fields[-1][0] != "x-request-id"
+
+
+def by_the_full_way(path: str, **headers: str) -> bytes:
+    """A request for ``path`` with a Cache-Control the gateway ignores: its hit is the
+    same, by aiohttp's router and the route's handler."""
+    return request_bytes(path, Cache_Control="max-age=60", **headers)
+
+
+async def test_hits_from_the_bytes_follow_each_entry_s_age_second_by_second(
+    aiohttp_client: AiohttpClient,
+    upstream: TestServer,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two entries of different TTLs, asked in turn as the clock moves: each hit
+    carries its own ETag, Age and freshness left (Cache-Status, Cache-Control), the
+    same as aiohttp's way gives, never another entry's or another second's."""
+    client, port = await served_fast(aiohttp_client, base_url(upstream), clock)
+    accounts = "/accounts?limit=5"  # 60 s fresh
+    expenses = LIST  # 30 s fresh
+    etags = {}
+    for path in (accounts, expenses):
+        (miss,) = await exchange(port, request_bytes(path))
+        assert miss.headers["x-cache"] == "MISS"
+        etags[path] = miss.headers["etag"]
+    assert etags[accounts] != etags[expenses]
+    full_reads = count_full_reads(client.app, monkeypatch)
+
+    def expected(answer: Answer, path: str, age: int, left: int) -> None:
+        assert answer.headers["x-cache"] == "HIT"
+        assert answer.headers["etag"] == etags[path]
+        assert answer.headers["age"] == str(age)
+        assert answer.headers["cache-status"] == f"records-gateway; hit; ttl={left}"
+        assert answer.headers["cache-control"] == f"private, max-age={left}"
+
+    clock.advance(0.5)
+    answers = await exchange(
+        port,
+        request_bytes(accounts),
+        request_bytes(expenses),
+        request_bytes(accounts),
+        by_the_full_way(expenses),
+    )
+    expected(answers[0], accounts, 0, 59)
+    expected(answers[1], expenses, 0, 29)
+    expected(answers[2], accounts, 0, 59)
+    assert answers[1].comparable() == answers[3].comparable()
+    clock.advance(11.5)
+    answers = await exchange(
+        port,
+        request_bytes(expenses),
+        request_bytes(accounts),
+        request_bytes(expenses),
+        by_the_full_way(accounts),  # last: what follows one aiohttp handles is its too
+    )
+    expected(answers[0], expenses, 12, 18)
+    expected(answers[1], accounts, 12, 48)
+    expected(answers[2], expenses, 12, 18)
+    assert answers[1].comparable() == answers[3].comparable()
+    assert full_reads == [2], "the others were answered from the bytes"
+
+
+def test_wire_heads_are_each_reply_s_fields_as_bytes_up_to_the_date() -> None:
+    """The ready-made head of a hit: the status line, the reply's headers in order,
+    Content-Length and Server; Date and the request id follow. A head is kept per
+    reply, and past its bound none is mixed up with another."""
+    heads = WireHeads(size=2)
+    one = CacheEntry(body=b"{}", etag='"one"', stored_at=1000.0, ttl_s=60)
+    two = CacheEntry(body=b"[1,2]", etag='"two"', stored_at=1000.0, ttl_s=30)
+    first = heads(hit_reply(one, 1000.5))
+    fields = {
+        "Content-Type": "application/json",
+        "X-Cache": "HIT",
+        "Cache-Status": "records-gateway; hit; ttl=59",
+        "Age": "0",
+        "Cache-Control": "private, max-age=59",
+        "ETag": '"one"',
+    }
+    assert dict(reply_headers(hit_reply(one, 1000.5))) == fields
+    wire = first.decode("latin-1")
+    assert wire.startswith("HTTP/1.1 200 OK\r\n")
+    assert wire.endswith("\r\n")
+    assert not wire.endswith("\r\n\r\n")  # Date and the request id follow
+    lines = wire.split("\r\n")[1:-1]
+    assert lines == [
+        *(f"{name}: {value}" for name, value in fields.items()),
+        "Content-Length: 2",
+        f"Server: {SERVER_SOFTWARE}",
+    ]
+    assert heads(hit_reply(one, 1000.9)) == first  # the same second of the same entry
+    later_two = heads(hit_reply(two, 1012.0))
+    assert b"Cache-Status: records-gateway; hit; ttl=18\r\n" in later_two
+    assert b"Age: 12\r\n" in later_two
+    assert b"Content-Length: 5\r\n" in later_two
+    later = heads(hit_reply(one, 1030.2))  # a third: past the bound
+    assert b'Age: 30\r\nCache-Control: private, max-age=29\r\nETag: "one"\r\n' in later
+    assert heads(hit_reply(two, 1012.0)) == later_two
+    assert heads(hit_reply(one, 1000.5)) == first
+
+
+@pytest.fixture
+def access_records(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    return caplog
+
+
+async def test_a_hit_from_the_bytes_is_logged_and_counted_as_aiohttp_s_own_answer(
+    aiohttp_client: AiohttpClient,
+    upstream: TestServer,
+    monkeypatch: pytest.MonkeyPatch,
+    access_records: pytest.LogCaptureFixture,
+) -> None:
+    """What the gateway records of an answer (its access log line, its metrics) is
+    the same for a hit from the bytes as for the same hit by aiohttp's way."""
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    assert (await client.get(LIST, headers=AUTH)).headers["X-Cache"] == "MISS"
+    full_reads = count_full_reads(client.app, monkeypatch)
+    access_records.clear()
+    from_bytes, full = await exchange(
+        port,
+        request_bytes(LIST, X_Request_ID="from-the-bytes"),
+        by_the_full_way(LIST, X_Request_ID="the-full-way"),
+    )
+    assert full_reads == [1]
+    assert from_bytes.headers["x-request-id"] == "from-the-bytes"
+    assert full.headers["x-request-id"] == "the-full-way"
+    lines = {
+        getattr(record, "request_id", None): record
+        for record in access_records.records
+        if record.name == "gateway.access"
+    }
+    assert set(lines) == {"from-the-bytes", "the-full-way"}
+
+    def logged(request_id: str) -> tuple[Any, ...]:
+        record = lines[request_id]
+        names = ("method", "route", "status", "cache", "upstream_status", "upstream_ms")
+        return (record.getMessage(), *(getattr(record, name) for name in names))
+
+    assert logged("from-the-bytes") == logged("the-full-way")
+    assert logged("from-the-bytes") == ("request", "GET", "expenses", 200, "hit", None, None)
+    fingerprint = client.app[PIPELINE].keyer.fingerprint(AUTH["Authorization"])
+    for record in lines.values():
+        assert vars(record)["token_fingerprint"] == fingerprint
+        assert vars(record)["duration_ms"] >= 0
+    exposition = client.app[METRICS].exposition().decode()
+    assert 'gateway_requests_total{cache="hit",route="expenses",status="200"} 2.0' in exposition
+
+
+async def test_requests_pipelined_behind_a_close_are_not_answered(
+    aiohttp_client: AiohttpClient, upstream: TestServer
+) -> None:
+    """``Connection: close``, or ``Proxy-Connection: close`` as aiohttp reads it, then
+    more requests on the connection: the hit, and the connection closed; nothing
+    behind it is answered. (Plain aiohttp's parser refuses such a pipeline whole, with
+    a 400, before answering the first.)"""
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    await client.get(LIST, headers=AUTH)
+    for closing in ({"Proxy_Connection": "close"}, {"Connection": "close"}):
+        data = request_bytes(LIST, **closing) + request_bytes(LIST)
+        (answer,), rest = await send_and_read_all(port, data, 1)
+        assert answer.status_line == "HTTP/1.1 200 OK", closing
+        assert answer.headers["x-cache"] == "HIT"
+        assert answer.headers["connection"] == "close"
+        assert rest == b"", closing
+
+
+async def exchange_raw(app: web.Application, raw: bytes) -> tuple[str, dict[str, str], bytes]:
+    """Send ``raw`` to ``app`` served as the gateway serves it; read until it closes."""
+    client: Client = TestClient(GatewayTestServer(app))
+    await client.start_server()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+        writer.write(raw)
+        async with asyncio.timeout(10):
+            answer = await reader.read()  # the whole answer, then the gateway closes
+        writer.close()
+        await writer.wait_closed()
+    finally:
+        await client.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    assert len(body) == int(headers["Content-Length"])
+    return status_line, headers, body
+
+
+@pytest.mark.parametrize(
+    ("raw", "detail"),
+    [
+        (
+            b"GET /users HTTP/1.1\r\nHost: g\r\n"
+            b"Authorization: Bearer wrong-secret\x01-token\r\n\r\n",
+            "the request is not valid HTTP/1.1: a malformed request line or header",
+        ),
+        (
+            b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer wrong-secret-token"
+            + b"x" * 40_000  # over aiohttp's 8 KiB here, and the served gateway's 32 KiB
+            + b"\r\n\r\n",
+            "the request line or a header is longer than the gateway accepts",
+        ),
+        (
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03wrong-secret-token\r\n\r\n",
+            "not an HTTP/1.1 request (TLS to a plain-HTTP port, or an unknown method)",
+        ),
+    ],
+    ids=["control-byte", "too-long", "tls"],
+)
+async def test_a_request_the_http_parser_rejects_gets_a_problem_that_quotes_nothing(
+    raw: bytes,
+    detail: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    filter_parser_log(monkeypatch)
+    app = create_app(make_settings("http://127.0.0.1:9", server=FAST))
+    status_line, headers, body = await exchange_raw(app, raw)
+    assert status_line == "HTTP/1.0 400 Bad Request"  # as aiohttp answers it, then closes
+    assert headers["Content-Type"] == "application/problem+json"
+    assert orjson.loads(body) == {
+        "type": "urn:records-gateway:problem:malformed-request",
+        "title": "Malformed HTTP request",
+        "status": 400,
+        "detail": detail,
+        "instance": "/",
+        "requestId": headers["X-Request-ID"],
+    }
+    assert b"secret" not in body
+    assert "secret" not in caplog.text
+    assert "rejected a malformed HTTP request" in caplog.text
+    # counted as every other answer is
+    assert 'route="other",status="400"' in app[METRICS].exposition().decode()
+
+
+async def test_an_error_outside_every_handler_is_a_problem_with_its_request_id_logged(
+    upstream: TestServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fault in aiohttp's own handling before the edge that catches the handlers'
+    errors (here its router) still gets a problem, the caller's request id, and a
+    log line that carries it."""
+    app = create_app(make_settings(base_url(upstream), server=FAST))
+
+    async def broken(request: web.Request) -> Any:
+        raise RuntimeError("a bug outside the handlers")
+
+    monkeypatch.setattr(app.router, "resolve", broken)
+    raw = (
+        b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer demo-token\r\n"
+        b"X-Request-ID: caller-id-7\r\n\r\n"
+    )
+    status_line, headers, body = await exchange_raw(app, raw)
+    assert status_line == "HTTP/1.1 500 Internal Server Error"
+    assert headers["X-Request-ID"] == "caller-id-7"
+    assert headers["Content-Type"] == "application/problem+json"
+    problem = orjson.loads(body)
+    assert (problem["type"], problem["status"], problem["requestId"]) == (
+        "urn:records-gateway:problem:internal",
+        500,
+        "caller-id-7",
+    )
+    logged = [r for r in caplog.records if getattr(r, "request_id", None) == "caller-id-7"]
+    # the error line, and the access line as for every answer
+    assert [r.getMessage() for r in logged] == ["unhandled error outside the handlers", "request"]
+
+
+async def test_a_fault_in_a_hit_from_the_bytes_still_answers_the_request_with_its_id(
+    aiohttp_client: AiohttpClient,
+    upstream: TestServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The old front door's contract for its hit, which ran before the edge too: a
+    fault there still answers the request (a problem, or the hit by aiohttp's way),
+    with the caller's request id; a 500 is logged with it."""
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    await client.get(LIST, headers=AUTH)
+    pipeline = client.app[PIPELINE]
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("a bug in the hit path")
+
+    monkeypatch.setattr(pipeline, "fresh", broken)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes(LIST, X_Request_ID="caller-id-8"))
+    try:
+        async with asyncio.timeout(10):
+            answer = await read_answer(reader)
+    finally:
+        writer.close()
+    assert answer.headers["x-request-id"] == "caller-id-8"
+    if answer.status_line.endswith(" 500 Internal Server Error"):
+        assert orjson.loads(answer.body)["type"] == "urn:records-gateway:problem:internal"
+        logged = [r for r in caplog.records if getattr(r, "request_id", None) == "caller-id-8"]
+        assert logged
+        assert logged[0].levelno == logging.ERROR
+    else:
+        assert answer.status_line == "HTTP/1.1 200 OK"
+        assert answer.headers["x-cache"] == "HIT"
+
+
+def test_the_app_has_nothing_the_fast_path_would_skip() -> None:
+    """Hits answered from the bytes bypass aiohttp's middlewares and
+    on_response_prepare; the gateway must not rely on either (add one, and those hits
+    would miss it)."""
+    app = create_app(make_settings("http://127.0.0.1:9", server=FAST))
+    assert list(app.middlewares) == []
+    assert list(app.on_response_prepare) == []
+
+
+async def test_a_server_option_aiohttp_does_not_take_fails_the_setup() -> None:
+    """aiohttp's own server drops it with a warning; the fast path's would fail every
+    connection without a word. It fails at once instead."""
+    app = create_app(make_settings("http://127.0.0.1:9", server=FAST))
+    runner = make_runner(app, keep_alive_timeout=5)  # keepalive_timeout, misspelt
+    assert isinstance(runner, FastPathRunner)
+    try:
+        with pytest.raises(TypeError):
+            await runner.setup()
+    finally:
+        await runner.cleanup()
+    good = make_runner(create_app(make_settings("http://127.0.0.1:9", server=FAST)))
+    await good.setup()
+    await good.cleanup()
