@@ -246,6 +246,15 @@ async def test_two_workers_both_answer_and_metrics_sum_them(
                 assert total <= requests
                 await asyncio.sleep(0.1)
     assert total == requests
+    # the duration histograms too: every worker's file, summed by the collector
+    durations = [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "gateway_request_duration_seconds_count"
+        and sample.labels["route"] == "users"
+    ]
+    assert sum(durations) == requests
     gateway.signal(signal.SIGTERM)
     assert await gateway.wait() == 0
     assert sum(1 for line in gateway.lines if line.get("event") == "stopped") == 2

@@ -8,33 +8,41 @@ codes, cache results and coercion kinds; never raw paths, ids or tokens. With
 
 The per-request series (requests, their durations, cache results, in flight, upstream
 calls and their durations, normalising times, coercions) are tallied in plain numbers
-on the request path and handed to prometheus-client's public ``inc`` and ``observe`` by
-:meth:`Metrics.flush`: before every scrape, and once a second in every worker (so a
-scrape sums the other workers' requests up to a second late). The request path then
-takes no lock and touches no shared memory file.
+on the request path, which then takes no lock and touches no shared file, and handed
+over by :meth:`Metrics.flush`: before every scrape, and once a second in every worker
+(so a scrape sums the other workers' requests up to a second late). Counters take
+their tallies through prometheus-client's ``inc``; the duration histograms are
+prometheus-client custom collectors (:class:`Histograms`), which expose the tallied
+buckets and sums as they are, so a flush costs the same at any request rate. With
+several workers each writes its histograms to a file of its own beside
+prometheus-client's, and the collector sums every worker's file.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
 import os
 from bisect import bisect_left
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
+import orjson
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     generate_latest,
     multiprocess,
 )
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-_LATENCY_BUCKETS = (
+LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 # finer than the request buckets at the low end: normalising one page is a small part
@@ -52,23 +60,22 @@ def multiprocess_dir() -> str | None:
 
 class _Timed:
     """Observations of one label set since the last flush: how many fell in each bucket
-    of ``bounds`` (one slot past the last for +Inf), and their sum per bucket."""
+    of ``bounds`` (one slot past the last for +Inf), and their sum."""
 
-    __slots__ = ("bounds", "buckets", "sums")
+    __slots__ = ("bounds", "buckets", "seconds")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         self.bounds = bounds
         self.buckets = [0] * (len(bounds) + 1)
-        self.sums = [0.0] * (len(bounds) + 1)
+        self.seconds = 0.0
 
     @property
     def count(self) -> int:
         return sum(self.buckets)
 
     def add(self, seconds: float) -> None:
-        i = bisect_left(self.bounds, seconds)
-        self.buckets[i] += 1
-        self.sums[i] += seconds
+        self.buckets[bisect_left(self.bounds, seconds)] += 1
+        self.seconds += seconds
 
 
 def _made(table: dict[Any, _Timed], key: Any, bounds: tuple[float, ...]) -> _Timed:
@@ -77,23 +84,104 @@ def _made(table: dict[Any, _Timed], key: Any, bounds: tuple[float, ...]) -> _Tim
     return timed
 
 
-def observe_many(histogram: Any, timed: _Timed) -> None:
-    """Hand ``timed`` to a histogram child through its public ``observe``: the
-    observations of each bucket as that many observations of their mean, which lies in
-    the same bucket. Every bucket's count and the sum come out as the observations'
-    own (the sum to a float's rounding)."""
-    bounds = timed.bounds
-    for i, count in enumerate(timed.buckets):
-        if not count:
-            continue
-        mean = timed.sums[i] / count
-        if i < len(bounds):
-            mean = min(mean, bounds[i])
-        if i > 0:
-            mean = max(mean, math.nextafter(bounds[i - 1], math.inf))
-        observe = histogram.observe
-        for _ in range(count):
-            observe(mean)
+class Histogram:
+    """One histogram's totals since start, by label values: bucket counts (not
+    cumulative, +Inf last) and the sum of the observations."""
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: tuple[str, ...], bounds: tuple[float, ...]
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = labelnames
+        self.bounds = bounds
+        self.totals: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+
+    def add(self, labels: tuple[str, ...], timed: _Timed) -> None:
+        """Add a flushed tally of ``labels``."""
+        total = self.totals.get(labels)
+        if total is None:
+            total = self.totals[labels] = ([0] * (len(self.bounds) + 1), [0.0])
+        buckets, seconds = total
+        for i, count in enumerate(timed.buckets):
+            buckets[i] += count
+        seconds[0] += timed.seconds
+
+    def family(self, totals: Mapping[tuple[str, ...], tuple[list[int], list[float]]]) -> Any:
+        """The metric family of ``totals`` (this histogram's, or several workers' summed)."""
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        bounds = [*(_bound(b) for b in self.bounds), "+Inf"]
+        for labels, (buckets, seconds) in sorted(totals.items()):
+            cumulative, running = [], 0
+            for bound, count in zip(bounds, buckets, strict=True):
+                running += count
+                cumulative.append((bound, running))
+            family.add_metric(list(labels), cumulative, seconds[0])
+        return family
+
+
+def _bound(value: float) -> str:
+    """A bucket bound as prometheus-client's own histograms write it."""
+    written: str = floatToGoString(value)  # type: ignore[no-untyped-call]
+    return written
+
+
+class Histograms(Collector):
+    """The gateway's duration histograms as a prometheus-client custom collector.
+
+    In one process it exposes its own totals. With several workers (``directory``, the
+    multiprocess folder), :meth:`write` puts this worker's totals in a file of its own
+    there at each flush, and :meth:`collect` sums every worker's file: a worker that has
+    exited keeps what it counted, as prometheus-client keeps a dead worker's counters.
+    """
+
+    def __init__(self, histograms: list[Histogram], directory: str | None) -> None:
+        self.histograms = {histogram.name: histogram for histogram in histograms}
+        self._directory = directory
+        self._path = (
+            None
+            if directory is None
+            else Path(directory) / f"gateway_histograms_{os.getpid()}.json"
+        )
+
+    def write(self) -> None:
+        """Write this worker's totals to its file (replaced whole, never half-written)."""
+        if self._path is None:
+            return
+        data = {
+            name: [
+                [list(labels), buckets, seconds[0]]
+                for labels, (buckets, seconds) in h.totals.items()
+            ]
+            for name, h in self.histograms.items()
+        }
+        partial = self._path.with_suffix(".tmp")
+        partial.write_bytes(orjson.dumps(data))
+        partial.replace(self._path)
+
+    def collect(self) -> Iterator[Any]:
+        if self._directory is None:
+            for histogram in self.histograms.values():
+                yield histogram.family(histogram.totals)
+            return
+        summed: dict[str, dict[tuple[str, ...], tuple[list[int], list[float]]]] = {
+            name: {} for name in self.histograms
+        }
+        for path in sorted(Path(self._directory).glob("gateway_histograms_*.json")):
+            with contextlib.suppress(OSError, orjson.JSONDecodeError):
+                for name, series in orjson.loads(path.read_bytes()).items():
+                    if name not in summed:
+                        continue
+                    for labels, buckets, seconds in series:
+                        key = tuple(labels)
+                        total = summed[name].get(key)
+                        if total is None:
+                            summed[name][key] = (list(buckets), [seconds])
+                        else:
+                            total[0][:] = [a + b for a, b in zip(total[0], buckets, strict=True)]
+                            total[1][0] += seconds
+        for name, histogram in self.histograms.items():
+            yield histogram.family(summed[name])
 
 
 class Metrics:
@@ -116,9 +204,8 @@ class Metrics:
         self.request_seconds = Histogram(
             "gateway_request_duration_seconds",
             "Time to answer a request, by route and cache result",
-            ["route", "cache"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            ("route", "cache"),
+            LATENCY_BUCKETS,
         )
         self.upstream_requests = Counter(
             "gateway_upstream_requests_total",
@@ -129,18 +216,21 @@ class Metrics:
         self.upstream_seconds = Histogram(
             "gateway_upstream_duration_seconds",
             "Time of upstream calls, by route",
-            ["route"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            ("route",),
+            LATENCY_BUCKETS,
         )
         self.normalise_seconds = Histogram(
             "gateway_normalise_duration_seconds",
             "Time to normalise each upstream answer (misses, bypasses, refreshes), by route;"
             " answers that break the contract are not counted",
-            ["route"],
-            buckets=_NORMALISE_BUCKETS,
-            registry=r,
+            ("route",),
+            _NORMALISE_BUCKETS,
         )
+        self.histograms = Histograms(
+            [self.request_seconds, self.upstream_seconds, self.normalise_seconds],
+            multiprocess_dir(),
+        )
+        r.register(self.histograms)
         self.cache_results = Counter(
             "gateway_cache_results_total",
             "Cache results by route: hit, miss, stale, bypass",
@@ -187,13 +277,13 @@ class Metrics:
     def answered(self, route: str, status: int, cache: str, seconds: float) -> None:
         """Count one answered request (cache is "hit", "miss", ..., or "none")."""
         key = (route, status, cache)
-        answers = self._answers.get(key) or _made(self._answers, key, _LATENCY_BUCKETS)
+        answers = self._answers.get(key) or _made(self._answers, key, LATENCY_BUCKETS)
         answers.add(seconds)
 
     def upstream_called(self, route: str, outcome: str, seconds: float) -> None:
         """Count one upstream call of ``route`` that ended in ``outcome``."""
         key = (route, outcome)
-        calls = self._upstream.get(key) or _made(self._upstream, key, _LATENCY_BUCKETS)
+        calls = self._upstream.get(key) or _made(self._upstream, key, LATENCY_BUCKETS)
         calls.add(seconds)
 
     def normalised(self, route: str, seconds: float) -> None:
@@ -210,16 +300,17 @@ class Metrics:
         upstream, self._upstream = self._upstream, {}
         for (route, outcome), calls in upstream.items():
             self.upstream_requests.labels(route, outcome).inc(calls.count)
-            observe_many(self.upstream_seconds.labels(route), calls)
+            self.upstream_seconds.add((route,), calls)
         normalised, self._normalised = self._normalised, {}
         for route, timed in normalised.items():
-            observe_many(self.normalise_seconds.labels(route), timed)
+            self.normalise_seconds.add((route,), timed)
         answers, self._answers = self._answers, {}
         for (route, status, cache), tally in answers.items():
             self.requests.labels(route, str(status), cache).inc(tally.count)
-            observe_many(self.request_seconds.labels(route, cache), tally)
+            self.request_seconds.add((route, cache), tally)
             if cache != "none":
                 self.cache_results.labels(route, cache).inc(tally.count)
+        self.histograms.write()
 
     def circuit_changed(self, backend: str, state: str) -> None:
         self.circuit_state.labels(backend).set(CIRCUIT_VALUES[state])
@@ -232,4 +323,5 @@ class Metrics:
             return generate_latest(self.registry)
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        registry.register(self.histograms)
         return generate_latest(registry)
