@@ -35,24 +35,24 @@ GatewayFactory = Callable[..., Awaitable[TestClient[web.Request, web.Application
 # the test modules whose tests serve the gateway over HTTP: each runs both ways
 _SERVING_MODULES = frozenset(
     {
-        "test_caching",
-        "test_connections",
-        "test_handlers",
-        "test_health",
-        "test_logs",
-        "test_metrics",
-        "test_near_cache",
-        "test_openapi",
-        "test_runtime",
-        "test_upstream",
-        "test_wire",
+        "tests.cache.test_near",
+        "tests.fastpath.test_fingerprints",
+        "tests.http.test_openapi",
+        "tests.http.test_records",
+        "tests.http.test_wire",
+        "tests.ops.test_health",
+        "tests.ops.test_logs",
+        "tests.ops.test_metrics",
+        "tests.config.test_live",
+        "tests.records.test_pipeline",
+        "tests.upstream.test_client",
     }
 )
 _MODE = {"fast_path": True}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    module = metafunc.module.__name__.rpartition(".")[2]
+    module = metafunc.module.__name__
     serves = {"gateway", "gateway_factory"} & set(metafunc.fixturenames)
     if serves or (module in _SERVING_MODULES and "aiohttp_client" in metafunc.fixturenames):
         metafunc.parametrize("fast_path", [True, False], ids=["fast", "plain"], indirect=True)

@@ -1,7 +1,7 @@
 """Public APIs only: outside gateway/fastpath/, no module of the gateway uses a private
 name (a leading underscore) of another package, nor subclasses aiohttp's internal
 server classes. The fast path may, because it must; it checks at start that what it
-uses is there (tests/test_fastpath.py)."""
+uses is there (tests/fastpath/test_server.py)."""
 
 from __future__ import annotations
 

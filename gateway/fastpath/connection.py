@@ -37,7 +37,7 @@ from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.web_protocol import RequestHandler
 
-from gateway.cache.entry import CacheKey
+from gateway.cache.entry import CacheEntry, CacheKey
 from gateway.fastpath.fingerprints import ConnectionFingerprints
 from gateway.fastpath.request_head import PendingHead, read_head
 from gateway.http.edge import UNMATCHED, X_REQUEST_ID, Edge
@@ -45,7 +45,7 @@ from gateway.http.problems import problem_for_rejected
 from gateway.http.records import RecordHandlers
 from gateway.http.replies import reply_headers
 from gateway.records.credentials import is_bearer
-from gateway.records.pipeline import RecordPipeline, Reply
+from gateway.records.pipeline import RecordPipeline, hit_reply, hit_seconds
 
 log = logging.getLogger("gateway.http")
 # the longest head a connection remembers with what it resolved to (a few usual
@@ -69,25 +69,29 @@ class HitTarget(NamedTuple):
 
 
 class WireHeads:
-    """The status line and header fields of hit replies as bytes, up to ``Date``, each
-    made once per (ETag, cache status, age, freshness left, body length); at most
-    ``size`` are kept."""
+    """The status line and header fields of hit replies as bytes, up to ``Date``: those
+    of ``hit_reply(entry, now)``, made once per entry and whole seconds of its age and
+    freshness left (all that reply depends on); at most ``size`` are kept."""
 
     def __init__(self, size: int = 64) -> None:
         self._size = size
-        self._made: dict[tuple[str, str, int, int, int], bytes] = {}
+        # by (id of the entry, age, freshness left): the entry is kept with its bytes,
+        # so that no other object can take its id while it is here
+        self._made: dict[tuple[int, int, int], tuple[CacheEntry, bytes]] = {}
 
-    def __call__(self, reply: Reply) -> bytes:
-        key = (reply.etag, reply.cache_status, reply.age_s, reply.max_age_s, len(reply.body))
+    def __call__(self, entry: CacheEntry, now: float) -> bytes:
+        key = (id(entry), *hit_seconds(entry, now))
         made = self._made.get(key)
-        if made is None:
-            fields = "".join(f"{name}: {value}\r\n" for name, value in reply_headers(reply).items())
-            length = f"Content-Length: {len(reply.body)}\r\n"
-            made = _OK + (fields + length).encode("latin-1") + _SERVER
-            if len(self._made) >= self._size:
-                self._made.clear()
-            self._made[key] = made
-        return made
+        if made is not None and made[0] is entry:
+            return made[1]
+        reply = hit_reply(entry, now)
+        fields = "".join(f"{name}: {value}\r\n" for name, value in reply_headers(reply).items())
+        length = f"Content-Length: {len(reply.body)}\r\n"
+        wire = _OK + (fields + length).encode("latin-1") + _SERVER
+        if len(self._made) >= self._size:
+            self._made.clear()
+        self._made[key] = (entry, wire)
+        return wire
 
 
 class DateField:
@@ -151,13 +155,20 @@ class Hits:
             or target.max_limit != records.live.settings.limits.max_limit
         ):
             return None
-        reply = target.pipeline.fresh(target.key)
-        if reply is None:
+        pipeline = target.pipeline
+        entry = pipeline.fresh(target.key)
+        if entry is None:
             return None
         edge = self.edge
         request_id = edge.request_id(target.request_id)
         head = b"".join(
-            (self.heads(reply), self.date(), b"X-Request-ID: ", request_id.encode(), b"\r\n\r\n")
+            (
+                self.heads(entry, pipeline.clock()),
+                self.date(),
+                b"X-Request-ID: ",
+                request_id.encode(),
+                b"\r\n\r\n",
+            )
         )
         edge.answered(
             "GET",
@@ -168,7 +179,7 @@ class Hits:
             request_id,
             token_fingerprint=target.fingerprint,
         )
-        return head, reply.body
+        return head, entry.body
 
 
 class GatewayConnection(RequestHandler):

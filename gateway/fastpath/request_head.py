@@ -26,7 +26,7 @@ aiohttp's own parser unchanged, as before:
 
 For what it reads, the path and query are what aiohttp's request gives as
 ``rel_url.path_safe`` and ``rel_url.raw_query_string``, and the two headers what
-``headers.get`` gives (tests/test_request_head.py holds the two to agreeing on
+``headers.get`` gives (tests/fastpath/test_request_head.py holds the two to agreeing on
 random heads).
 """
 

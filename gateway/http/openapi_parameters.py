@@ -37,7 +37,7 @@ def _text(description: str) -> tuple[str, dict[str, Any]]:
 def _parameter_rules(max_limit: int) -> dict[str, tuple[str, dict[str, Any]]]:
     """(description, JSON Schema) of every path and query parameter, by name.
 
-    Mirrors ``gateway.records.routes.parse_record_query``; tests/test_openapi.py checks both
+    Mirrors ``gateway.records.routes.parse_record_query``; tests/http/test_openapi.py checks both
     against the same sample values.
     """
     limit: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": max_limit}

@@ -10,7 +10,7 @@ that gateway.normalise.schema builds from the model itself. It decides in C only
 a string is already canonical (a UUID, a decimal of a scale, an instant, a member of a
 set): the checks of gateway.normalise.coercions, written again in C. Every coercion is
 the Python one of gateway.normalise.coercions, called from here, and so are the errors.
-tests/test_canonicaliser.py holds it to gateway.normalise.schema's Python
+tests/normalise/test_compiled.py holds it to gateway.normalise.schema's Python
 ``canonicalise_python`` on generated records: the same output, coercion counts,
 unknown values, dropped fields and errors.
 """

@@ -88,7 +88,7 @@ def parse_lossless(body: bytes) -> Any:
     body, fractions in it or not, and again with Decimals only when that parse fails or
     holds a float anywhere (``holds_float``, a walk in C). Without a float, the two
     parses are the same values of the same types; with one, the float is never used
-    (tests/test_engine.py holds the two to that)."""
+    (tests/normalise/test_rules.py holds the two to that)."""
     if not compiled_in_use():
         return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
     try:

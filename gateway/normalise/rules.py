@@ -3,7 +3,7 @@
 The rules of the published schema are written once, in Python
 (``gateway.normalise.schema.canonicalise_python`` and the coercions it calls); they are
 the reference. ``gateway.normalise.compiled`` (Cython) applies the same rules faster and
-is held to them by tests/test_canonicaliser.py. It is optional: the build makes it when
+is held to them by tests/normalise/test_compiled.py. It is optional: the build makes it when
 a C compiler is at hand (setup.py), and without it everything runs in Python with the
 same results.
 

@@ -268,7 +268,7 @@ def canonicalise_python(
     model: type[CanonicalModel], data: dict[str, Any], context: NormaliseContext, *, nested: bool
 ) -> dict[str, Any]:
     """:func:`canonicalise` in Python: the rules as written, the reference that the
-    compiled canonicaliser is held to (tests/test_canonicaliser.py)."""
+    compiled canonicaliser is held to (tests/normalise/test_compiled.py)."""
     if context.track_variants:
         for name, qualified in model._qualified.items():
             context.saw(qualified, json_type(data[name]) if name in data else "missing")

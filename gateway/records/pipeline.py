@@ -162,17 +162,17 @@ class RecordPipeline:
         """Whether answers are cached at all (not with ``cache.backend = "none"``)."""
         return self._cache is not None
 
-    def fresh(self, key: CacheKey) -> Reply | None:
-        """The reply ``read`` would give as a plain HIT for a request without cache
-        directives, when this process holds its entry (no I/O, no waiting); None when
-        ``read`` must decide."""
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        """The entry ``read`` would serve as a plain HIT for a request without cache
+        directives, when this process holds it (no I/O, no waiting); None when ``read``
+        must decide. Its reply at a moment is :func:`hit_reply`."""
         cache = self._cache
         if cache is None or not self.policy.ttl_s.get(key.route):
             return None
         entry = cache.fresh(key)
         if entry is None or entry.status != 200:
             return None
-        return hit_reply(entry, self._clock())
+        return entry
 
     async def read(
         self,
@@ -298,10 +298,16 @@ class RecordPipeline:
 
 def hit_reply(entry: CacheEntry, now: float) -> Reply:
     """The reply of a fresh hit on ``entry`` at ``now``: the one way a cache entry
-    becomes a hit's answer, whichever path (aiohttp's or the fast path) sends it."""
+    becomes a hit's answer, whichever path (aiohttp's or the fast path) sends it. It
+    depends on ``now`` only through :func:`hit_seconds`."""
+    age_s, left_s = hit_seconds(entry, now)
+    return _served(entry, HIT, hit_status(left_s), age=age_s, left=left_s)
+
+
+def hit_seconds(entry: CacheEntry, now: float) -> tuple[int, int]:
+    """The whole seconds of age and of freshness left of ``entry`` at ``now``."""
     age = entry.age(now)
-    left = int(entry.ttl_s - age)
-    return _served(entry, HIT, hit_status(left), age=age, left=left)
+    return int(age), int(entry.ttl_s - age)
 
 
 def hit_status(left_s: int) -> str:

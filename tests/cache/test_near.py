@@ -16,8 +16,8 @@ from gateway.config.live import ConfigSource
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.admin import CACHE, LIVE
 
-from .conftest import AUTH, GatewayFactory, base_url, redis_cache
-from .redis_server import RedisServer
+from ..conftest import AUTH, GatewayFactory, base_url, redis_cache
+from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
 SECRET = "test-key-secret-0123456789"

@@ -12,7 +12,7 @@ from yarl import URL
 
 from gateway.demo import RequestLog
 
-from .conftest import AUTH, TOKEN
+from ..conftest import AUTH, TOKEN
 
 Client = TestClient[web.Request, web.Application]
 EXPENSE_ID = "b1a6b1f1-620e-49d3-bb33-f3d8269cd696"
@@ -97,7 +97,7 @@ async def test_accounts_filters_and_bank_code_name(
 async def test_bank_code_param_name_comes_from_config(
     gateway_factory: Any, upstream: Any, upstream_log: RequestLog
 ) -> None:
-    from .conftest import base_url
+    from ..conftest import base_url
 
     client = await gateway_factory(base_url(upstream), upstream={"bank_code_param": "bank_code"})
     status, _, _ = await get_json(client, "/accounts?bankCode=007")

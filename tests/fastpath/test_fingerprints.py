@@ -16,7 +16,7 @@ from gateway.fastpath.fingerprints import (
 from gateway.http.app import create_app
 from gateway.records.keys import Keyer
 
-from .conftest import base_url, gateway_client, make_settings, token_upstream
+from ..conftest import base_url, gateway_client, make_settings, token_upstream
 
 
 class CountingKeyer(Keyer):

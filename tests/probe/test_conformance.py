@@ -29,7 +29,7 @@ from gateway.probe.report import to_json, to_text
 from gateway.upstream.client import UpstreamClient, create_session
 from tests.conftest import AUTH, TOKEN, base_url
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 FIRST_EXPENSE = "3730bf79-913a-47af-a917-9e028868b644"
 FIRST_ACCOUNT = "ACC-001"
 

@@ -14,7 +14,7 @@ path gets the answer of the route aiohttp's router gives it.
 
 Where the two ways differ for the client (which way wrote an answer, a parser's
 refusal as a problem), a test asks for the ``fast_path`` fixture; what is the fast
-path's alone is in tests/test_fastpath_wire.py.
+path's alone is in tests/fastpath/test_connection.py.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from gateway.http.records import PIPELINE
 from gateway.ops.logs import MalformedRequestFilter
 from gateway.records.routes import ROUTES, encode_segment
 
-from .conftest import (
+from ..conftest import (
     AUTH,
     TOKEN,
     GatewayFactory,
@@ -50,7 +50,7 @@ from .conftest import (
     base_url,
     make_settings,
 )
-from .profiles import examples
+from ..profiles import examples
 
 ADMIN = "admin-token-0123456789abcdef"
 
@@ -582,7 +582,7 @@ async def test_proxy_connection_close_is_honoured_as_aiohttp_reads_it(
     served: tuple[web.Application, int],
 ) -> None:
     """aiohttp reads ``Proxy-Connection`` as ``Connection``: the hit, then the
-    connection closed. (A request pipelined behind it: tests/test_fastpath_wire.py;
+    connection closed. (A request pipelined behind it: tests/fastpath/test_connection.py;
     plain aiohttp's parser refuses such a pipeline whole.)"""
     _, port = served
     (answer,), rest = await send_and_read_all(
@@ -709,7 +709,7 @@ async def test_without_the_fast_path_a_request_the_http_parser_rejects_gets_aioh
 ) -> None:
     """Served as plain aiohttp (``server.fast_path`` off): aiohttp's own 400, then the
     connection closed. (With the fast path it is a problem that quotes nothing of the
-    request: tests/test_fastpath_wire.py.)"""
+    request: tests/fastpath/test_connection.py.)"""
     filter_parser_log(monkeypatch)
     app = create_app(make_settings(base_url(upstream), server={"fast_path": False}))
     client: Client = TestClient(GatewayTestServer(app))

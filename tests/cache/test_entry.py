@@ -20,7 +20,7 @@ from gateway.records.credentials import Credentials
 from gateway.records.keys import Keyer
 from gateway.records.routes import ACCOUNT, EXPENSES, USERS, parse_record_query
 
-from .conftest import FakeClock
+from ..conftest import FakeClock
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 

@@ -52,7 +52,7 @@ FOUR_DECIMALS = re.compile(r"-?[0-9]+\.[0-9]{4}")
 TWO_DECIMALS = re.compile(r"-?[0-9]+\.[0-9]{2}")
 ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 PAID_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from gateway.demo import create_demo_app
 from gateway.http.records import PIPELINE
 from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging
 
-from .conftest import AUTH, TOKEN, GatewayFactory, base_url
+from ..conftest import AUTH, TOKEN, GatewayFactory, base_url
 
 Client = TestClient[web.Request, web.Application]
 WRONG_TOKEN = "wrong-secret-token"

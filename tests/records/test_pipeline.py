@@ -17,8 +17,8 @@ from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.admin import CACHE
 from gateway.http.records import PIPELINE
 
-from .conftest import AUTH, FakeClock, GatewayFactory, base_url, redis_cache, token_upstream
-from .redis_server import RedisServer
+from ..conftest import AUTH, FakeClock, GatewayFactory, base_url, redis_cache, token_upstream
+from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
 SECRET = "test-key-secret-0123456789"

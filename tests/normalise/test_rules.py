@@ -45,10 +45,10 @@ from gateway.normalise.rules import (
 )
 from gateway.normalise.schema import Account, Bank, Client, Expense, User
 from gateway.records.routes import ROUTES, parse_record_query
-from tests.test_models import PATH_VALUES, Num, bodies, write_json
+from tests.normalise.test_schema import PATH_VALUES, Num, bodies, write_json
 
-ROOT = Path(__file__).parent.parent
-FIXTURES = Path(__file__).parent / "fixtures"
+ROOT = Path(__file__).parent.parent.parent
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 NOT_BUILT = "gateway.normalise.compiled was not built (installed without a C compiler)"
 needs_compiled = pytest.mark.skipif(not compiled_available(), reason=NOT_BUILT)
 ENGINES = [pytest.param("compiled", marks=needs_compiled), "python"]
@@ -136,7 +136,7 @@ def test_use_engine_switches_and_refuses_what_it_cannot_run() -> None:
 
 # ------------------------------------------------------------- the reference samples
 
-# (fixture, route, path value, query): the requests of tests/test_normalise.py's SAMPLES
+# (fixture, route, path value, query): the requests of tests/normalise/test_normaliser.py's SAMPLES
 SAMPLES: list[tuple[str, str, str | None, list[tuple[str, str]]]] = [
     ("users", "users", None, [("limit", "2")]),
     ("clients", "clients", None, [("page", "2"), ("limit", "3")]),
@@ -227,7 +227,7 @@ def test_the_python_rules_never_touch_the_compiled_module(monkeypatch: pytest.Mo
 SUBPROCESS = """
 import json, sys
 {block}
-from tests.test_engine import normalise_samples
+from tests.normalise.test_rules import normalise_samples
 print(json.dumps(normalise_samples()))
 """
 BLOCK_COMPILED = 'sys.modules["gateway.normalise.compiled"] = None  # as if never built'
@@ -273,7 +273,7 @@ def test_a_process_on_the_python_rules_publishes_the_same(variable: str | None, 
 def test_every_generated_body_is_published_the_same_by_both_engines(
     route: str, data: st.DataObject
 ) -> None:
-    """Every variant tests/test_models.py generates, and one value in it made junk."""
+    """Every variant tests/normalise/test_schema.py generates, and one value in it made junk."""
     body, _, page, limit = data.draw(bodies(route), label="upstream body")
     if data.draw(st.booleans(), label="junk"):
         body = junk_in(body, data.draw(st.randoms(use_true_random=False), label="where"))

@@ -43,7 +43,7 @@ from gateway.normalise.schema import (
 )
 from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
 
-from .conftest import AUTH, GatewayFactory, base_url
+from ..conftest import AUTH, GatewayFactory, base_url
 
 Gateway = TestClient[web.Request, web.Application]
 EXPENSE_ID = "b1a6b1f1-620e-49d3-bb33-f3d8269cd696"

@@ -23,8 +23,8 @@ from gateway.fastpath.connection import FastPathServer, GatewayConnection
 from gateway.fastpath.request_head import PendingHead
 from gateway.http.app import create_app
 
-from .conftest import TOKEN, base_url, make_settings
-from .profiles import examples
+from ..conftest import TOKEN, base_url, make_settings
+from ..profiles import examples
 
 HEAD_60K = (
     b"GET /users?limit=3 HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer "

@@ -9,7 +9,7 @@ import pytest
 from gateway.config.settings import Settings, load_settings, redacted
 from gateway.errors import ConfigError
 
-EXAMPLE = Path(__file__).parent.parent / "config.example.toml"
+EXAMPLE = Path(__file__).parent.parent.parent / "config.example.toml"
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -16,8 +16,8 @@ from gateway.errors import CacheUnavailable, UpstreamUnavailable
 from gateway.ops.health import Readiness
 from gateway.upstream.health import UpstreamHealth
 
-from .conftest import AUTH, GatewayFactory, base_url, redis_cache
-from .redis_server import RedisServer
+from ..conftest import AUTH, GatewayFactory, base_url, redis_cache
+from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
 SECRET = "test-key-secret-0123456789"

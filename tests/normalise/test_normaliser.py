@@ -41,10 +41,10 @@ from gateway.normalise.pages import ROUTE_MODELS, canonical_body
 from gateway.normalise.schema import Expense, NormaliseContext
 from gateway.records.routes import ROUTES, RouteSpec, parse_record_query
 
-from .conftest import AUTH, GatewayFactory, base_url
+from ..conftest import AUTH, GatewayFactory, base_url
 
 Client = TestClient[web.Request, web.Application]
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 CONTRACT = "urn:records-gateway:problem:upstream-contract"
 
 

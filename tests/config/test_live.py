@@ -21,7 +21,7 @@ from gateway.http.app import create_app
 from gateway.http.records import PIPELINE
 from gateway.http.service import READINESS
 
-from .conftest import AUTH, FakeClock, base_url, gateway_client
+from ..conftest import AUTH, FakeClock, base_url, gateway_client
 
 Client = TestClient[web.Request, web.Application]
 SECRET = "test-key-secret-0123456789"

@@ -21,7 +21,7 @@ from gateway.fastpath.request_head import (
 )
 from gateway.process.worker import MAX_HEADER_BYTES
 
-from .profiles import examples
+from ..profiles import examples
 
 PLAIN = b"GET /expenses?limit=10 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer t-1\r\n\r\n"
 

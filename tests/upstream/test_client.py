@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpServer
 
-from .conftest import AUTH, GatewayFactory, base_url
+from ..conftest import AUTH, GatewayFactory, base_url
 
 Client = TestClient[web.Request, web.Application]
 Behaviour = Callable[[web.Request], Any]

@@ -23,8 +23,8 @@ from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.service import METRICS
 from gateway.ops.metrics import LATENCY_BUCKETS, MULTIPROC_ENV, Metrics
 
-from .conftest import AUTH, TOKEN, GatewayFactory, base_url, redis_cache
-from .redis_server import RedisServer
+from ..conftest import AUTH, TOKEN, GatewayFactory, base_url, redis_cache
+from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
 Labels = frozenset[tuple[str, str]]

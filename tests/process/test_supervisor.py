@@ -21,9 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
 from gateway.process.worker import GC_YOUNG_THRESHOLD, settle_collector
 
-from .redis_server import free_port
+from ..redis_server import free_port
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parent.parent.parent
 AUTH = {"Authorization": "Bearer demo-token"}
 
 

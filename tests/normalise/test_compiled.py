@@ -13,9 +13,9 @@ canonicaliser is an optional speed-up of it, which the gateway runs when it was 
 Where the compiled module was not built (an install without a C compiler) there is
 nothing to hold, and the whole module is skipped, saying so.
 
-tests/test_models.py checks the published values themselves (through the gateway's
+tests/normalise/test_schema.py checks the published values themselves (through the gateway's
 Normaliser, so through the canonicaliser in use) against what each generated body calls
-for; tests/test_engine.py holds whole bodies and the body parse to the same output
+for; tests/normalise/test_rules.py holds whole bodies and the body parse to the same output
 whichever canonicaliser runs.
 """
 
@@ -59,7 +59,7 @@ from gateway.normalise.schema import (
     canonicalise_python,
     compiled_plan,
 )
-from tests.test_models import json_values, records, write_json
+from tests.normalise.test_schema import json_values, records, write_json
 
 if not compiled_available():
     pytest.skip(
