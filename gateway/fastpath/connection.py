@@ -318,7 +318,8 @@ class GatewayConnection(RequestHandler):
         return answer
 
     def _aiohttp_idle(self) -> bool:
-        """aiohttp waits for this connection's next request, with nothing in hand."""
+        """aiohttp waits for this connection's next request, with nothing in hand, and
+        the socket takes what is written to it."""
         waiter = self._waiter
         return (
             waiter is not None
@@ -328,7 +329,19 @@ class GatewayConnection(RequestHandler):
             and not self._force_close
             and not self._close
             and not self.writing_paused
+            and not self._backed_up()
         )
+
+    def _backed_up(self) -> bool:
+        """More is waiting to be written than the transport's high-water mark. The
+        transport says so itself (``pause_writing``) after ``write``, but asyncio's own
+        ``writelines`` does not from Python 3.12: without this, a caller that sends
+        requests and never reads would have their answers pile up in the process."""
+        transport = self.transport
+        if transport is None:
+            return True
+        size = transport.get_write_buffer_size()
+        return size > 0 and size > transport.get_write_buffer_limits()[1]
 
     def _answered(self, answer: tuple[bytes, bytes]) -> None:
         """``answer`` (head and body, sent in one system call without joining them)

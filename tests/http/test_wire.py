@@ -33,10 +33,10 @@ from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
-from pytest_aiohttp import AiohttpClient
+from pytest_aiohttp import AiohttpClient, AiohttpServer
 from yarl import URL
 
-from gateway.demo import REQUEST_LOG
+from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.http.app import create_app
 from gateway.http.records import PIPELINE
 from gateway.ops.logs import MalformedRequestFilter
@@ -662,11 +662,14 @@ async def test_an_unfinished_head_aiohttp_refuses_is_refused_at_once(
 
 
 async def test_requests_behind_a_busy_connection_stay_within_aiohttp_s_queue(
-    gateway_factory: GatewayFactory, upstream: TestServer
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
 ) -> None:
     """Heads that arrive while aiohttp handles the connection's earlier request reach
     its parser, which holds back what does not fit its queue (32) rather than each
     becoming a queued request; all are answered, in order."""
+    # an upstream slow enough that the first request (a miss) is still being handled
+    # while the queue is looked at
+    upstream = await aiohttp_server(create_demo_app(latency_ms=300))
     client = await gateway_factory(base_url(upstream))
     port = client.port
     runner = client.server.runner
