@@ -25,7 +25,7 @@ def _private(name: str) -> bool:
 
 def own_private_names(sources: list[str]) -> set[str]:
     """Every private name the gateway itself defines: functions, classes, module and
-    class variables, attributes it assigns, slots."""
+    class variables, attributes it assigns, and the names in its ``__slots__``."""
     names: set[str] = set()
     for source in sources:
         for node in ast.walk(ast.parse(source)):
@@ -35,11 +35,36 @@ def own_private_names(sources: list[str]) -> set[str]:
                 names.add(node.id)
             elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
                 names.add(node.attr)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                names.add(node.value)  # __slots__ entries, dataclass field names
-            elif isinstance(node, ast.arg):
-                names.add(node.arg)
+            elif isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "__slots__" for target in node.targets
+            ):
+                names.update(
+                    element.value
+                    for element in ast.walk(node.value)
+                    if isinstance(element, ast.Constant) and isinstance(element.value, str)
+                )
     return {name for name in names if _private(name)}
+
+
+# modules of other packages that are their internals, whatever their names say
+INTERNAL_MODULES = frozenset(
+    {
+        "aiohttp.base_protocol",
+        "aiohttp.helpers",
+        "aiohttp.http_parser",
+        "aiohttp.http_writer",
+        "aiohttp.web_protocol",
+        "aiohttp.web_runner",
+        "aiohttp.web_server",
+        "asyncio.base_events",
+        "asyncio.selector_events",
+        "asyncio.tasks",
+        "prometheus_client.mmap_dict",
+        "prometheus_client.utils",
+        "prometheus_client.values",
+    }
+)
+_REFLECTION = frozenset({"getattr", "setattr", "hasattr", "delattr"})
 
 
 class _Finder(ast.NodeVisitor):
@@ -54,7 +79,7 @@ class _Finder(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             parts = alias.name.split(".")
-            if any(_private(part) for part in parts):
+            if any(_private(part) for part in parts) or alias.name in INTERNAL_MODULES:
                 self.found.append(f"line {node.lineno}: import {alias.name}")
             if parts[0] != "gateway":
                 self.foreign[alias.asname or parts[0]] = alias.name
@@ -63,7 +88,7 @@ class _Finder(ast.NodeVisitor):
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
         if node.level == 0 and not module.startswith("gateway"):
-            if any(_private(part) for part in module.split(".")):
+            if any(_private(part) for part in module.split(".")) or module in INTERNAL_MODULES:
                 self.found.append(f"line {node.lineno}: from {module} import ...")
             for alias in node.names:
                 if _private(alias.name):
@@ -75,6 +100,20 @@ class _Finder(ast.NodeVisitor):
         name = node.attr
         if _private(name) and name not in self.own and name not in DOCUMENTED:
             self.found.append(f"line {node.lineno}: ...{name}")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        function = node.func
+        if (
+            isinstance(function, ast.Name)
+            and function.id in _REFLECTION
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            name = node.args[1].value
+            if _private(name) and name not in self.own and name not in DOCUMENTED:
+                self.found.append(f"line {node.lineno}: {function.id}(..., {name!r})")
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
@@ -118,6 +157,10 @@ def test_no_module_outside_the_fast_path_uses_a_private_name_of_another_package(
         "import asyncio\nasyncio.get_running_loop()._ready\n",
         "from aiohttp.web_protocol import RequestHandler\nclass C(RequestHandler):\n    pass\n",
         "from aiohttp import web\nclass S(web.Server):\n    pass\n",
+        "def f(protocol):\n    return getattr(protocol, '_waiter', None)\n",
+        "from aiohttp.web_protocol import RequestHandler\n",
+        "from prometheus_client.utils import floatToGoString\n",
+        "import asyncio.tasks\n",
     ],
 )
 def test_the_check_finds_each_kind_of_private_use(source: str) -> None:

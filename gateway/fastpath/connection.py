@@ -39,9 +39,9 @@ from aiohttp.web_protocol import RequestHandler
 
 from gateway.cache.entry import CacheEntry, CacheKey
 from gateway.fastpath.fingerprints import ConnectionFingerprints
+from gateway.fastpath.rejections import problem_for_rejected
 from gateway.fastpath.request_head import PendingHead, read_head
 from gateway.http.edge import UNMATCHED, X_REQUEST_ID, Edge
-from gateway.http.problems import problem_for_rejected
 from gateway.http.records import RecordHandlers
 from gateway.http.replies import reply_headers
 from gateway.records.credentials import is_bearer
@@ -70,28 +70,27 @@ class HitTarget(NamedTuple):
 
 class WireHeads:
     """The status line and header fields of hit replies as bytes, up to ``Date``: those
-    of ``hit_reply(entry, now)``, made once per entry and whole seconds of its age and
-    freshness left (all that reply depends on); at most ``size`` are kept."""
+    of ``hit_reply(entry, now)``, which depend on the entry's ETag and body length and
+    on the whole seconds of its age and freshness left; made once per such set, at most
+    ``size`` kept (bytes only: no entry is held here)."""
 
     def __init__(self, size: int = 64) -> None:
         self._size = size
-        # by (id of the entry, age, freshness left): the entry is kept with its bytes,
-        # so that no other object can take its id while it is here
-        self._made: dict[tuple[int, int, int], tuple[CacheEntry, bytes]] = {}
+        self._made: dict[tuple[str, int, int, int], bytes] = {}
 
     def __call__(self, entry: CacheEntry, now: float) -> bytes:
-        key = (id(entry), *hit_seconds(entry, now))
+        key = (entry.etag, len(entry.body), *hit_seconds(entry, now))
         made = self._made.get(key)
-        if made is not None and made[0] is entry:
-            return made[1]
+        if made is not None:
+            return made
         reply = hit_reply(entry, now)
         fields = "".join(f"{name}: {value}\r\n" for name, value in reply_headers(reply).items())
         length = f"Content-Length: {len(reply.body)}\r\n"
-        wire = _OK + (fields + length).encode("latin-1") + _SERVER
+        made = _OK + (fields + length).encode("latin-1") + _SERVER
         if len(self._made) >= self._size:
             self._made.clear()
-        self._made[key] = (entry, wire)
-        return wire
+        self._made[key] = made
+        return made
 
 
 class DateField:

@@ -40,7 +40,16 @@ CONNECTION_METHODS = {
 }
 # what the runner and the server the fast path makes rely on
 RUNNER_METHODS = ("_make_server",)
-SERVER_ATTRIBUTES = ("_kwargs", "_loop", "request_handler", "request_factory")
+SERVER_ATTRIBUTES = (
+    "_kwargs",
+    "_loop",
+    "request_handler",
+    "request_factory",
+    "handler_cancellation",
+)
+# the server's constructor options the fast path passes, and the method it overrides
+SERVER_OPTIONS = ("handler", "request_factory", "handler_cancellation")
+SERVER_METHODS = {"connection_lost": ("self", "handler", "exc")}
 
 
 def _slots(cls: type) -> set[str]:
@@ -51,9 +60,11 @@ def _slots(cls: type) -> set[str]:
     return names
 
 
-def missing(connection: type = RequestHandler, runner: type = web.AppRunner) -> list[str]:
-    """What of the internals above ``connection`` and ``runner`` lack, by name
-    (empty when everything is there with the expected shape)."""
+def missing(
+    connection: type = RequestHandler, runner: type = web.AppRunner, server: type = web.Server
+) -> list[str]:
+    """What of the internals above ``connection``, ``runner`` and ``server`` lack, by
+    name (empty when everything is there with the expected shape)."""
     absent: list[str] = []
     slots = _slots(connection)
     absent += [f"{connection.__name__}.{name}" for name in CONNECTION_SLOTS if name not in slots]
@@ -68,6 +79,21 @@ def missing(connection: type = RequestHandler, runner: type = web.AppRunner) -> 
     except TypeError:
         absent.append(f"{connection.__name__}(manager, *, loop, **options)")
     absent += [f"{runner.__name__}.{name}" for name in RUNNER_METHODS if not hasattr(runner, name)]
+    absent += _server_shape(server)
+    return absent
+
+
+def _server_shape(server: type) -> list[str]:
+    absent: list[str] = []
+    try:
+        options = set(inspect.signature(server).parameters)
+    except (TypeError, ValueError):
+        options = set()
+    absent += [f"{server.__name__}({name}=)" for name in SERVER_OPTIONS if name not in options]
+    for name, parameters in SERVER_METHODS.items():
+        method = getattr(server, name, None)
+        if not callable(method) or not _takes(method, parameters):
+            absent.append(f"{server.__name__}.{name}{parameters}")
     return absent
 
 

@@ -5,7 +5,7 @@ A cache hit on a kept-alive connection is answered from the connection's
 the bytes are one complete head that :func:`read_head` reads. While a head is not
 complete yet, :class:`PendingHead` holds it and checks each byte once as it arrives.
 It reads only the narrowest, commonest form and returns None for anything else, which then goes to
-aiohttp's own parser unchanged, as before:
+aiohttp's own parser unchanged:
 
 - the request line is exactly ``GET <target> HTTP/1.1``; the target is an origin
   form whose path holds only letters, digits and ``/ _ ~ - .`` (no percent escape, no

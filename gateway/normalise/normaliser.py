@@ -144,7 +144,7 @@ def locate(error: ErrorDetails) -> tuple[tuple[int | str, ...], str]:
 # each with the Decimal itself: while its entry is here the object lives, and no other
 # can have its id. Never keyed by value: Decimal("4") == Decimal("4.0") == Decimal("4.00").
 _FRAGMENTS: dict[int, tuple[Decimal, orjson.Fragment]] = {}
-_FRAGMENTS_KEPT = 512  # about 80 KB at most
+_FRAGMENTS_KEPT = 512  # a bound on what is kept, whatever the pages
 
 
 def _json_default(value: Any) -> Any:
@@ -202,7 +202,7 @@ class Normaliser:
         if context.unknown_values:
             self._log_unknown(what, context.unknown_values)
         # a copy of exact size: orjson keeps its growth room in the bytes it returns,
-        # about a fifth more, which a cached body would hold for its whole life
+        # which a cached body would otherwise hold for its whole life
         return bytes(memoryview(dump_canonical(canonical)))
 
     def _log_unknown(self, what: str, values: set[tuple[str, str]]) -> None:

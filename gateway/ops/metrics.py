@@ -38,7 +38,6 @@ from prometheus_client import (
 )
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -84,7 +83,7 @@ def _made(table: dict[Any, _Timed], key: Any, bounds: tuple[float, ...]) -> _Tim
     return timed
 
 
-class Histogram:
+class HistogramTotals:
     """One histogram's totals since start, by label values: bucket counts (not
     cumulative, +Inf last) and the sum of the observations."""
 
@@ -121,9 +120,9 @@ class Histogram:
 
 
 def _bound(value: float) -> str:
-    """A bucket bound as prometheus-client's own histograms write it."""
-    written: str = floatToGoString(value)  # type: ignore[no-untyped-call]
-    return written
+    """A bucket bound as prometheus-client's own histograms write it, for the bounds
+    used here (``0.005``, ``1.0``; tests/ops/test_metrics.py compares the two)."""
+    return repr(float(value))
 
 
 class Histograms(Collector):
@@ -135,7 +134,7 @@ class Histograms(Collector):
     exited keeps what it counted, as prometheus-client keeps a dead worker's counters.
     """
 
-    def __init__(self, histograms: list[Histogram], directory: str | None) -> None:
+    def __init__(self, histograms: list[HistogramTotals], directory: str | None) -> None:
         self.histograms = {histogram.name: histogram for histogram in histograms}
         self._directory = directory
         self._path = (
@@ -172,7 +171,10 @@ class Histograms(Collector):
                 for name, series in orjson.loads(path.read_bytes()).items():
                     if name not in summed:
                         continue
+                    width = len(self.histograms[name].bounds) + 1
                     for labels, buckets, seconds in series:
+                        if len(buckets) != width:  # written with other buckets
+                            continue
                         key = tuple(labels)
                         total = summed[name].get(key)
                         if total is None:
@@ -201,7 +203,7 @@ class Metrics:
             ["route", "status", "cache"],
             registry=r,
         )
-        self.request_seconds = Histogram(
+        self.request_seconds = HistogramTotals(
             "gateway_request_duration_seconds",
             "Time to answer a request, by route and cache result",
             ("route", "cache"),
@@ -213,13 +215,13 @@ class Metrics:
             ["route", "status"],
             registry=r,
         )
-        self.upstream_seconds = Histogram(
+        self.upstream_seconds = HistogramTotals(
             "gateway_upstream_duration_seconds",
             "Time of upstream calls, by route",
             ("route",),
             LATENCY_BUCKETS,
         )
-        self.normalise_seconds = Histogram(
+        self.normalise_seconds = HistogramTotals(
             "gateway_normalise_duration_seconds",
             "Time to normalise each upstream answer (misses, bypasses, refreshes), by route;"
             " answers that break the contract are not counted",
@@ -292,25 +294,29 @@ class Metrics:
         timed.add(seconds)
 
     def flush(self) -> None:
-        """Hand the tallies to prometheus-client (a scrape sees everything before it)."""
+        """Hand the tallies over (a scrape sees everything before it). The histograms
+        go first: a scrape of another worker never sees a request counted that its
+        duration histogram lacks."""
+        upstream, self._upstream = self._upstream, {}
+        normalised, self._normalised = self._normalised, {}
+        answers, self._answers = self._answers, {}
+        for (route, _outcome), calls in upstream.items():
+            self.upstream_seconds.add((route,), calls)
+        for route, timed in normalised.items():
+            self.normalise_seconds.add((route,), timed)
+        for (route, _status, cache), tally in answers.items():
+            self.request_seconds.add((route, cache), tally)
+        self.histograms.write()
         self.in_flight.set(self.busy)
         if self._take_coercions is not None:
             for (name, kind), count in self._take_coercions().items():
                 self.coercions.labels(name, kind).inc(count)
-        upstream, self._upstream = self._upstream, {}
         for (route, outcome), calls in upstream.items():
             self.upstream_requests.labels(route, outcome).inc(calls.count)
-            self.upstream_seconds.add((route,), calls)
-        normalised, self._normalised = self._normalised, {}
-        for route, timed in normalised.items():
-            self.normalise_seconds.add((route,), timed)
-        answers, self._answers = self._answers, {}
         for (route, status, cache), tally in answers.items():
             self.requests.labels(route, str(status), cache).inc(tally.count)
-            self.request_seconds.add((route, cache), tally)
             if cache != "none":
                 self.cache_results.labels(route, cache).inc(tally.count)
-        self.histograms.write()
 
     def circuit_changed(self, backend: str, state: str) -> None:
         self.circuit_state.labels(backend).set(CIRCUIT_VALUES[state])

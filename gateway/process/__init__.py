@@ -1,4 +1,5 @@
 """Running the gateway as processes: one worker's event loop, server and signals
 (``worker``), and the supervisor that forks several workers on one port
-(``supervisor``). Imports ``http``, ``fastpath``, ``config``, ``ops`` and ``demo``.
+(``supervisor``). Imports ``http``, ``fastpath``, ``normalise`` (to name the rules in
+use), ``config``, ``ops`` and ``demo``.
 """

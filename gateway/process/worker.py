@@ -48,7 +48,8 @@ async def serve(
     """Serve until SIGTERM or SIGINT, reloading on SIGHUP, then close everything in order."""
     from aiohttp import web
 
-    from gateway.fastpath.server import FastPathRunner, make_runner
+    from gateway.fastpath.connection import FastPathServer
+    from gateway.fastpath.server import make_runner
     from gateway.http.admin import LIVE
     from gateway.http.app import create_app
     from gateway.normalise.rules import engine_name
@@ -104,7 +105,7 @@ async def serve(
                 # which normalisation rules run (the compiled twin or pure Python), and
                 # whether hits are answered from the bytes (gateway.fastpath)
                 "normalise": engine_name(),
-                "fast_path": isinstance(runner, FastPathRunner),
+                "fast_path": isinstance(runner.server, FastPathServer),
             },
         )
         if worker is None or worker == 0:

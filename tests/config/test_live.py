@@ -190,6 +190,17 @@ async def test_upstream_timeout_limits_and_check_interval_apply(
     assert "within 0.05 s" in body["detail"]
 
 
+async def test_turning_the_fast_path_on_or_off_needs_a_restart(
+    start: Start, config: ConfigFile
+) -> None:
+    client = await start(config)
+    before = live(client).settings.server.fast_path
+    config.set("server", "fast_path", not before)
+    result = live(client).reload()
+    assert (result.ok, result.applied, result.needs_restart) == (True, [], ["server.fast_path"])
+    assert live(client).settings.server.fast_path == before
+
+
 async def test_changes_that_need_a_restart_are_reported_not_applied(
     start: Start, config: ConfigFile, aiohttp_server: AiohttpServer
 ) -> None:

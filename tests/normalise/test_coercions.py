@@ -43,6 +43,7 @@ from gateway.normalise.schema import (
     User,
     published_pattern,
 )
+from tests.profiles import examples
 
 amount = scaled_decimal(4)
 threshold = scaled_decimal(2)
@@ -284,7 +285,7 @@ def test_a_number_does_not_depend_on_the_numbers_converted_before(order: tuple[s
 # ------------------------------------------------------------------ canonical forms
 
 SETTINGS = settings(
-    max_examples=300,
+    max_examples=examples(300),
     derandomize=True,
     database=None,
     deadline=None,

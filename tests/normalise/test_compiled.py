@@ -60,6 +60,7 @@ from gateway.normalise.schema import (
     compiled_plan,
 )
 from tests.normalise.test_schema import json_values, records, write_json
+from tests.profiles import examples
 
 if not compiled_available():
     pytest.skip(
@@ -69,7 +70,7 @@ if not compiled_available():
     )
 
 SETTINGS = settings(
-    max_examples=400,
+    max_examples=examples(400),
     derandomize=True,
     database=None,
     deadline=None,

@@ -46,14 +46,18 @@ from gateway.normalise.rules import (
 from gateway.normalise.schema import Account, Bank, Client, Expense, User
 from gateway.records.routes import ROUTES, parse_record_query
 from tests.normalise.test_schema import PATH_VALUES, Num, bodies, write_json
+from tests.profiles import examples
 
 ROOT = Path(__file__).parent.parent.parent
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 NOT_BUILT = "gateway.normalise.compiled was not built (installed without a C compiler)"
 needs_compiled = pytest.mark.skipif(not compiled_available(), reason=NOT_BUILT)
 ENGINES = [pytest.param("compiled", marks=needs_compiled), "python"]
+# the body parse differs from the Decimal parse only with the compiled rules (its
+# quick float-mode parse first); with the Python rules it is the Decimal parse itself
+QUICK_PARSE = [pytest.param("compiled", marks=needs_compiled)]
 SETTINGS = settings(
-    max_examples=100,
+    max_examples=examples(100),
     derandomize=True,
     database=None,
     deadline=None,
@@ -365,7 +369,7 @@ def floats_in(value: Any) -> int:
     return 0
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", QUICK_PARSE)
 @SETTINGS
 @given(json_documents)
 @example({"a": [1, {"b": [Num("-0.0")]}]})
@@ -386,7 +390,7 @@ def test_holds_float_finds_every_float(document: Any) -> None:
         assert compiled.holds_float(quick) == (floats_in(quick) > 0)
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", QUICK_PARSE)
 @pytest.mark.parametrize(
     "body",
     [

@@ -1,4 +1,4 @@
-"""Property tests of the canonical models (gateway/models.py).
+"""Property tests of the canonical models (gateway/normalise/schema.py).
 
 Hypothesis builds upstream bodies in every variant the gateway accepts (decimals as
 JSON numbers written digit for digit or as numeric text, percentages and country codes
@@ -51,12 +51,13 @@ from gateway.normalise.schema import (
     User,
 )
 from gateway.records.routes import ROUTES, parse_record_query
+from tests.profiles import examples
 
 Counts = Counter[tuple[str, str]]
 Path = tuple[str | int, ...]
 
 PROPERTY_SETTINGS = settings(
-    max_examples=120,
+    max_examples=examples(120),
     derandomize=True,
     database=None,
     deadline=None,

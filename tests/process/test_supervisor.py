@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
+from gateway.normalise.rules import compiled_available
 from gateway.process.worker import GC_YOUNG_THRESHOLD, settle_collector
 
 from ..redis_server import free_port
@@ -276,6 +277,22 @@ async def test_workers_stop_when_the_supervisor_is_killed(
             await asyncio.sleep(0.02)
 
 
+async def test_a_worker_that_dies_stops_the_others_and_the_supervisor_exits_1(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    gateway = await two_workers(tmp_path, fast_upstream, started)
+    workers = [line["pid"] for line in gateway.lines if line.get("event") == "start"]
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGKILL)
+    assert await gateway.wait() == 1
+    assert any(line.get("message") == "worker exited" for line in gateway.lines)
+    # the other one was told to stop, and stopped as on a normal shutdown
+    assert sum(1 for line in gateway.lines if line.get("event") == "stopped") == 1
+    async with asyncio.timeout(10):
+        while not all(not_running(pid) for pid in workers):
+            await asyncio.sleep(0.02)
+
+
 def not_running(pid: int) -> bool:
     """Gone, or exited and waiting to be reaped (a zombie of whoever adopted it)."""
     try:
@@ -364,7 +381,8 @@ def test_settled_collector_leaves_start_up_alone_and_still_collects_cycles() -> 
 @pytest.mark.parametrize(
     ("environment", "extra", "normalise", "fast_path"),
     [
-        ({}, "", "compiled", True),
+        # the compiled rules where the install built them (make test does, with gcc)
+        ({}, "", "compiled" if compiled_available() else "python", True),
         ({"RECORDS_GATEWAY_PURE_PYTHON": "1"}, "[server]\nfast_path = false\n", "python", False),
     ],
     ids=["default", "pure-python-plain-aiohttp"],
