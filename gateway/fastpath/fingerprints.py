@@ -7,8 +7,8 @@ of what a hit from the bytes costs. :class:`ConnectionFingerprints` computes it 
 per connection and token instead of once per request. What it holds (the
 Authorization header and its fingerprint) lives at most as long as the connection
 that sent it: the fast path's server forgets a connection when it closes
-(``gateway.fastpath.connection.FastPathServer``). It is process memory only; it never reaches the cache,
-the logs or the metrics.
+(``gateway.fastpath.connection.FastPathServer``). It is process memory only; it never
+reaches the cache, the logs or the metrics.
 """
 
 from __future__ import annotations
