@@ -16,15 +16,16 @@ $(BIN)/python:
 # installs again, so that nothing runs against a stale compiled module. Each install says
 # whether it built the compiled canonicaliser (gateway.normalise.rules).
 BUILT := pyproject.toml setup.py gateway/normalise/compiled.pyx
+SAY_BUILT = $(BIN)/python -c 'import gateway.normalise.rules as r; print("records-gateway: compiled canonicaliser", "built" if r.compiled_available() else "NOT built: the pure-Python rules run")'
 
 $(VENV)/.installed-run: $(BUILT) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
-	$(BIN)/python -c 'import gateway.normalise.rules as r; print("records-gateway: compiled canonicaliser", "built" if r.compiled_available() else "NOT built: the pure-Python rules run")'
+	$(SAY_BUILT)
 	touch $@
 
 $(VENV)/.installed-test: $(BUILT) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
-	$(BIN)/python -c 'import gateway.normalise.rules as r; print("records-gateway: compiled canonicaliser", "built" if r.compiled_available() else "NOT built: the pure-Python rules run")'
+	$(SAY_BUILT)
 	touch $@ $(VENV)/.installed-run
 
 ## run: the gateway with the reference upstream in the same process, on $(HOST):$(PORT)

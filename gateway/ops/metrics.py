@@ -83,9 +83,31 @@ def _made(table: dict[Any, _Timed], key: Any, bounds: tuple[float, ...]) -> _Tim
     return timed
 
 
+class _Total:
+    """One label set's bucket counts (not cumulative, +Inf last) and sum."""
+
+    __slots__ = ("buckets", "seconds")
+
+    def __init__(self, width: int) -> None:
+        self.buckets = [0] * width
+        self.seconds = 0.0
+
+
+Totals = dict[tuple[str, ...], _Total]
+
+
+def _fold(totals: Totals, labels: tuple[str, ...], buckets: list[int], seconds: float) -> None:
+    """Add ``buckets`` and ``seconds`` to the total of ``labels`` in ``totals``."""
+    total = totals.get(labels)
+    if total is None:
+        total = totals[labels] = _Total(len(buckets))
+    for i, count in enumerate(buckets):
+        total.buckets[i] += count
+    total.seconds += seconds
+
+
 class HistogramTotals:
-    """One histogram's totals since start, by label values: bucket counts (not
-    cumulative, +Inf last) and the sum of the observations."""
+    """One histogram's totals since start, by label values."""
 
     def __init__(
         self, name: str, documentation: str, labelnames: tuple[str, ...], bounds: tuple[float, ...]
@@ -94,28 +116,22 @@ class HistogramTotals:
         self.documentation = documentation
         self.labelnames = labelnames
         self.bounds = bounds
-        self.totals: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+        self.totals: Totals = {}
 
     def add(self, labels: tuple[str, ...], timed: _Timed) -> None:
         """Add a flushed tally of ``labels``."""
-        total = self.totals.get(labels)
-        if total is None:
-            total = self.totals[labels] = ([0] * (len(self.bounds) + 1), [0.0])
-        buckets, seconds = total
-        for i, count in enumerate(timed.buckets):
-            buckets[i] += count
-        seconds[0] += timed.seconds
+        _fold(self.totals, labels, timed.buckets, timed.seconds)
 
-    def family(self, totals: Mapping[tuple[str, ...], tuple[list[int], list[float]]]) -> Any:
+    def family(self, totals: Totals) -> Any:
         """The metric family of ``totals`` (this histogram's, or several workers' summed)."""
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         bounds = [*(_bound(b) for b in self.bounds), "+Inf"]
-        for labels, (buckets, seconds) in sorted(totals.items()):
+        for labels, total in sorted(totals.items()):
             cumulative, running = [], 0
-            for bound, count in zip(bounds, buckets, strict=True):
+            for bound, count in zip(bounds, total.buckets, strict=True):
                 running += count
                 cumulative.append((bound, running))
-            family.add_metric(list(labels), cumulative, seconds[0])
+            family.add_metric(list(labels), cumulative, total.seconds)
         return family
 
 
@@ -149,8 +165,7 @@ class Histograms(Collector):
             return
         data = {
             name: [
-                [list(labels), buckets, seconds[0]]
-                for labels, (buckets, seconds) in h.totals.items()
+                [list(labels), total.buckets, total.seconds] for labels, total in h.totals.items()
             ]
             for name, h in self.histograms.items()
         }
@@ -163,9 +178,7 @@ class Histograms(Collector):
             for histogram in self.histograms.values():
                 yield histogram.family(histogram.totals)
             return
-        summed: dict[str, dict[tuple[str, ...], tuple[list[int], list[float]]]] = {
-            name: {} for name in self.histograms
-        }
+        summed: dict[str, Totals] = {name: {} for name in self.histograms}
         for path in sorted(Path(self._directory).glob("gateway_histograms_*.json")):
             with contextlib.suppress(OSError, orjson.JSONDecodeError):
                 for name, series in orjson.loads(path.read_bytes()).items():
@@ -175,13 +188,7 @@ class Histograms(Collector):
                     for labels, buckets, seconds in series:
                         if len(buckets) != width:  # written with other buckets
                             continue
-                        key = tuple(labels)
-                        total = summed[name].get(key)
-                        if total is None:
-                            summed[name][key] = (list(buckets), [seconds])
-                        else:
-                            total[0][:] = [a + b for a, b in zip(total[0], buckets, strict=True)]
-                            total[1][0] += seconds
+                        _fold(summed[name], tuple(labels), buckets, seconds)
         for name, histogram in self.histograms.items():
             yield histogram.family(summed[name])
 

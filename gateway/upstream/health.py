@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-OK = "ok"
-DOWN = "down"
+from gateway.ops.health import DOWN, OK
 
 
 class UpstreamHealth:
