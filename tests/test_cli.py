@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 ROOT = Path(__file__).parent.parent
 
@@ -77,6 +78,39 @@ async def test_bad_config_exits_2_with_one_line_naming_the_key(tmp_path: Path) -
         "records-gateway: configuration error: upstream.max_connections:"
         " Input should be greater than or equal to 1"
     ]
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        (
+            {"GATEWAY_CACHE__REDIS_URL": "redis://h:notaport/0"},
+            "cache.redis_url: the port must be a number from 1 to 65535",
+        ),
+        (
+            {"GATEWAY_CACHE__REDIS_URL": "redis://h1:6379,h2:6379/0"},
+            "cache.redis_url: one URL only; for several nodes set redis_mode (sentinel or"
+            " cluster) and redis_nodes",
+        ),
+        (
+            {"GATEWAY_CACHE__REDIS_NODES": '["h:7000"]'},
+            "cache.redis_nodes: used only with redis_mode sentinel or cluster (standalone mode"
+            " reads redis_url)",
+        ),
+        (
+            {"GATEWAY_CACHE__REDIS_MODE": "sentinel", "GATEWAY_CACHE__REDIS_NODES": '["h:1"]'},
+            "cache.redis_sentinel_master: redis_mode sentinel needs the master's name",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["check-config", "serve"])
+async def test_bad_redis_settings_exit_2_with_one_line(
+    command: str, env: dict[str, str], line: str
+) -> None:
+    code, out, err = await run_cli(command, env={**clean_env(), **env})
+    assert code == 2
+    assert out == ""
+    assert err.strip().splitlines() == [f"records-gateway: configuration error: {line}"]
 
 
 async def test_serve_refuses_a_bad_environment_value() -> None:

@@ -8,9 +8,11 @@ the tests), environment variables (``GATEWAY_`` prefix, ``__`` between levels, e
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -109,9 +111,22 @@ class CacheTTLs(_Section):
     expense: int = Field(default=30, ge=0, le=86_400)
 
 
+RedisMode = Literal["standalone", "sentinel", "cluster"]
+
+
 class CacheSettings(_Section):
     backend: Literal["redis", "memory", "none"] = "memory"
+    # standalone: one server at redis_url; sentinel: the primary the sentinels at
+    # redis_nodes name for redis_sentinel_master; cluster: the cluster of redis_nodes
+    redis_mode: RedisMode = "standalone"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_nodes: tuple[str, ...] = ()
+    redis_sentinel_master: str | None = Field(default=None, min_length=1, max_length=200)
+    redis_username: str | None = Field(default=None, min_length=1, max_length=200)
+    redis_password: SecretStr | None = None
+    redis_sentinel_password: SecretStr | None = None
+    redis_tls: bool = False
+    redis_tls_ca_file: Path | None = None
     redis_timeout_ms: int = Field(default=50, ge=1, le=10_000)
     key_secret: SecretStr | None = None
     namespace: str = Field(default="rg", min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$")
@@ -124,13 +139,26 @@ class CacheSettings(_Section):
     near_max_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
     breaker_failures: int = Field(default=5, ge=1, le=1000)
     breaker_reset_s: float = Field(default=5.0, gt=0, le=3600)
+    # the breaker also opens when, over the last window, at least min_calls cache
+    # calls were made and this share of them failed
+    breaker_window_s: float = Field(default=10.0, gt=0, le=3600)
+    breaker_failure_share: float = Field(default=0.5, gt=0, le=1)
+    breaker_min_calls: int = Field(default=20, ge=1, le=100_000)
     ttl_s: CacheTTLs = CacheTTLs()
 
     @field_validator("redis_url")
     @classmethod
     def _check_redis_url(cls, value: str) -> str:
-        if not value.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("must start with redis://, rediss:// or unix://")
+        check_redis_url(value)
+        return value
+
+    @field_validator("redis_nodes")
+    @classmethod
+    def _check_nodes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) > 64:
+            raise ValueError("at most 64 nodes")
+        for node in value:
+            parse_node(node)
         return value
 
     @field_validator("key_secret")
@@ -141,13 +169,98 @@ class CacheSettings(_Section):
         return value
 
     @model_validator(mode="after")
+    def _check_redis_mode(self) -> CacheSettings:
+        # each message starts with the key it is about (see describe_validation_error)
+        mode = self.redis_mode
+        if mode == "standalone":
+            if self.redis_nodes:
+                raise ValueError(
+                    "redis_nodes: used only with redis_mode sentinel or cluster"
+                    " (standalone mode reads redis_url)"
+                )
+            if self.redis_sentinel_master is not None:
+                raise ValueError("redis_sentinel_master: used only with redis_mode sentinel")
+            url = urlsplit(self.redis_url)
+            if self.redis_password is not None and url.password:
+                raise ValueError("redis_password: redis_url carries a password already")
+            if self.redis_username is not None and url.username:
+                raise ValueError("redis_username: redis_url carries a user name already")
+            return self
+        if not self.redis_nodes:
+            what = "sentinels" if mode == "sentinel" else "seed nodes"
+            raise ValueError(f"redis_nodes: redis_mode {mode} needs the {what} as host:port")
+        if "redis_url" in self.model_fields_set:
+            raise ValueError(
+                f"redis_url: used only with redis_mode standalone ({mode} mode connects to"
+                " redis_nodes; TLS and passwords come from redis_tls and redis_password)"
+            )
+        if mode == "sentinel" and self.redis_sentinel_master is None:
+            raise ValueError("redis_sentinel_master: redis_mode sentinel needs the master's name")
+        if mode == "cluster" and self.redis_sentinel_master is not None:
+            raise ValueError("redis_sentinel_master: used only with redis_mode sentinel")
+        if mode == "cluster" and self.redis_sentinel_password is not None:
+            raise ValueError("redis_sentinel_password: used only with redis_mode sentinel")
+        return self
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> CacheSettings:
+        tls = self.redis_tls or (
+            self.redis_mode == "standalone" and self.redis_url.startswith("rediss://")
+        )
+        if self.redis_tls_ca_file is not None:
+            if not tls:
+                raise ValueError("redis_tls_ca_file: needs redis_tls = true (or a rediss:// URL)")
+            if not self.redis_tls_ca_file.is_file():
+                raise ValueError(f"redis_tls_ca_file: {self.redis_tls_ca_file} is not a file")
+        if self.redis_tls and self.redis_url.startswith("unix://"):
+            raise ValueError("redis_tls: a unix:// socket does not use TLS")
+        return self
+
+    @model_validator(mode="after")
     def _secret_for_redis(self) -> CacheSettings:
         if self.backend == "redis" and self.key_secret is None:
             raise ValueError(
-                "key_secret is required when backend is redis"
+                "key_secret: required when backend is redis"
                 " (set cache.key_secret or GATEWAY_CACHE__KEY_SECRET)"
             )
         return self
+
+
+def check_redis_url(value: str) -> None:
+    """Raise ValueError unless ``value`` is one usable Redis URL."""
+    if "," in value:
+        raise ValueError(
+            "one URL only; for several nodes set redis_mode (sentinel or cluster) and redis_nodes"
+        )
+    url = urlsplit(value)
+    if url.scheme == "unix":
+        if not url.path:
+            raise ValueError("unix:// needs the socket's path, e.g. unix:///run/redis.sock")
+        return
+    if url.scheme not in ("redis", "rediss"):
+        raise ValueError("must start with redis://, rediss:// or unix://")
+    if not url.hostname:
+        raise ValueError("must name a host, e.g. redis://127.0.0.1:6379/0")
+    try:
+        port = url.port
+    except ValueError as exc:
+        raise ValueError("the port must be a number from 1 to 65535") from exc
+    if port == 0:
+        raise ValueError("the port must be a number from 1 to 65535")
+    database = url.path.strip("/")
+    if database and not (database.isdigit() and int(database) <= 10_000):
+        raise ValueError("the path must be a database number, e.g. /0")
+
+
+def parse_node(node: str) -> tuple[str, int]:
+    """``host:port`` (``[v6 address]:port``) as a host and a port; ValueError if it is not."""
+    host, colon, port_text = node.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not colon or not host or any(ch in host for ch in "/@?#, "):
+        raise ValueError(f"{node!r} is not host:port")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f"{node!r}: the port must be a number from 1 to 65535")
+    return host, int(port_text)
 
 
 class AdminSettings(_Section):
@@ -202,6 +315,10 @@ def describe_validation_error(exc: ValidationError) -> str:
     key = ".".join(str(part) for part in first["loc"]) or "(root)"
     message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
     message = message.removeprefix("Value error, ")
+    # a check of a whole section names its key first: "redis_nodes: ..."
+    named = re.match(r"([a-z_]+): ", message)
+    if first["type"] == "value_error" and named and len(first["loc"]) == 1:
+        key, message = f"{key}.{named.group(1)}", message[named.end() :]
     return f"{key}: {message}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_redis_backend_needs_a_key_secret() -> None:
     with pytest.raises(ConfigError) as caught:
         load_settings(EXAMPLE)
     assert str(caught.value) == (
-        "cache: key_secret is required when backend is redis"
+        "cache.key_secret: required when backend is redis"
         " (set cache.key_secret or GATEWAY_CACHE__KEY_SECRET)"
     )
 
@@ -116,3 +117,89 @@ def test_an_environment_section_that_is_not_json_names_it(monkeypatch: pytest.Mo
 )
 def test_a_redis_password_is_redacted(url: str, shown: str) -> None:
     assert redacted(Settings(cache={"redis_url": url}))["cache"]["redis_url"] == shown
+
+
+@pytest.mark.parametrize(
+    ("cache", "message"),
+    [
+        ({"redis_url": "redis://h:notaport/0"}, "cache.redis_url: the port must be a number"),
+        ({"redis_url": "redis://h:99999/0"}, "cache.redis_url: the port must be a number"),
+        ({"redis_url": "redis://h:0/0"}, "cache.redis_url: the port must be a number"),
+        ({"redis_url": "redis://h1:6379,h2:6379/0"}, "cache.redis_url: one URL only"),
+        ({"redis_url": "redis:///0"}, "cache.redis_url: must name a host"),
+        ({"redis_url": "redis://h:6379/zero"}, "cache.redis_url: the path must be a database"),
+        ({"redis_url": "unix://"}, "cache.redis_url: unix:// needs the socket's path"),
+        ({"redis_nodes": ["h:6379"]}, "cache.redis_nodes: used only with redis_mode sentinel"),
+        ({"redis_sentinel_master": "m"}, "cache.redis_sentinel_master: used only with"),
+        ({"redis_mode": "sentinel"}, "cache.redis_nodes: redis_mode sentinel needs the sentinels"),
+        ({"redis_mode": "cluster"}, "cache.redis_nodes: redis_mode cluster needs the seed nodes"),
+        (
+            {"redis_mode": "sentinel", "redis_nodes": ["h:26379"]},
+            "cache.redis_sentinel_master: redis_mode sentinel needs the master's name",
+        ),
+        (
+            {"redis_mode": "cluster", "redis_nodes": ["h:7000"], "redis_sentinel_master": "m"},
+            "cache.redis_sentinel_master: used only with redis_mode sentinel",
+        ),
+        (
+            {"redis_mode": "cluster", "redis_nodes": ["h:7000"], "redis_url": "redis://h:1/0"},
+            "cache.redis_url: used only with redis_mode standalone",
+        ),
+        ({"redis_mode": "cluster", "redis_nodes": ["h"]}, "cache.redis_nodes: 'h' is not host"),
+        ({"redis_mode": "cluster", "redis_nodes": ["h:70000"]}, "cache.redis_nodes: 'h:70000'"),
+        ({"redis_mode": "cluster", "redis_nodes": ["a/b:1"]}, "cache.redis_nodes: 'a/b:1' is not"),
+        ({"redis_mode": "ring"}, "cache.redis_mode: Input should be 'standalone', 'sentinel' or"),
+        (
+            {"redis_url": "redis://:pw@h:6379/0", "redis_password": "other"},
+            "cache.redis_password: redis_url carries a password already",
+        ),
+        ({"redis_tls_ca_file": "/etc/hostname"}, "cache.redis_tls_ca_file: needs redis_tls"),
+        (
+            {"redis_tls": True, "redis_tls_ca_file": "/no/such/ca.pem"},
+            "cache.redis_tls_ca_file: /no/such/ca.pem is not a file",
+        ),
+        ({"breaker_failure_share": 0}, "cache.breaker_failure_share: Input should be greater"),
+    ],
+)
+def test_bad_cache_keys_are_one_line_naming_the_key(cache: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, {"cache": cache})
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "cache",
+    [
+        {"redis_mode": "sentinel", "redis_nodes": ["10.0.0.1:26379"], "redis_sentinel_master": "m"},
+        {"redis_mode": "cluster", "redis_nodes": ["10.0.0.1:7000", "[::1]:7001"]},
+        {"redis_url": "rediss://h.example:6380/2", "redis_password": "pw", "redis_username": "gw"},
+        {"redis_url": "unix:///run/redis.sock"},
+    ],
+)
+def test_good_redis_topologies_load(cache: dict[str, Any]) -> None:
+    settings = load_settings(None, {"cache": cache})
+    assert settings.cache.redis_mode == cache.get("redis_mode", "standalone")
+
+
+def test_redis_nodes_from_the_environment_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_CACHE__REDIS_MODE", "cluster")
+    monkeypatch.setenv("GATEWAY_CACHE__REDIS_NODES", '["a:7000", "b:7001"]')
+    assert load_settings().cache.redis_nodes == ("a:7000", "b:7001")
+
+
+def test_redis_passwords_are_redacted() -> None:
+    settings = Settings(
+        cache={
+            "redis_mode": "sentinel",
+            "redis_nodes": ["h:26379"],
+            "redis_sentinel_master": "m",
+            "redis_password": "data-secret-1",
+            "redis_sentinel_password": "sentinel-secret-2",
+        }
+    )
+    data = redacted(settings)
+    assert data["cache"]["redis_password"] == "**********"
+    assert data["cache"]["redis_sentinel_password"] == "**********"
+    assert "secret-1" not in repr(data)
+    assert "secret-2" not in repr(data)
