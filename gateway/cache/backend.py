@@ -18,6 +18,9 @@ class QuietBackend:
     async def ping(self) -> None:
         return None
 
+    async def probe(self) -> None:
+        return None
+
     def start(self) -> None:
         return None
 
@@ -48,7 +51,15 @@ class CacheBackend(Protocol):
         ...
 
     async def ping(self) -> None:
-        """Raise CacheUnavailable when the backend cannot be used."""
+        """Raise CacheUnavailable when the backend does not answer at all."""
+        ...
+
+    async def probe(self) -> None:
+        """One real read and one real write, as traffic makes them (a probe key of
+        its own); raise CacheUnavailable when either fails. What readiness and a
+        half-open breaker trust when there is no traffic: a PING can succeed where
+        reads or writes fail (a full noeviction Redis, a read-only replica, a
+        cluster node asked for keys of another slot)."""
         ...
 
     def start(self) -> None:

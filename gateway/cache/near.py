@@ -159,6 +159,9 @@ class TieredBackend:
     async def ping(self) -> None:
         await self._far.ping()
 
+    async def probe(self) -> None:
+        await self._far.probe()
+
     async def close(self) -> None:
         if self._listener is not None:
             self._listener.cancel()

@@ -104,5 +104,10 @@ class RedisBackend(QuietBackend):
     async def ping(self) -> None:
         await self._call("PING", self._client.ping)
 
+    async def probe(self) -> None:
+        probe_key = CacheKey("probe", f"{self._prefix}:probe")
+        await self._call("SET", lambda: self._client.set(probe_key.text, b"1", px=10_000))
+        await self.get(probe_key)
+
     async def close(self) -> None:
         await self._client.aclose()
