@@ -26,6 +26,7 @@ from gateway.ops.logs import JsonFormatter
 
 from . import profiles  # noqa: F401  (loads the Hypothesis profile)
 from .redis_server import RedisServer
+from .redis_topologies import RedisCluster, SentinelSet
 
 TOKEN = "demo-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -183,6 +184,34 @@ async def redis_url(redis_server: RedisServer) -> str:
     await client.flushall()
     await client.aclose()
     return redis_server.url
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """Three real Redis Cluster primaries (no replicas) for the module's tests; a test
+    takes it through ``redis_cluster_nodes``, which heals and empties it first."""
+    cluster = RedisCluster()
+    cluster.start()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def redis_cluster_nodes(redis_cluster: RedisCluster) -> list[str]:
+    """The module's cluster for this test: nodes an earlier test froze or stopped are
+    back, its state is ok, every primary is flushed. Its nodes' "127.0.0.1:port"."""
+    redis_cluster.reset()
+    return redis_cluster.nodes
+
+
+@pytest.fixture
+def redis_sentinel() -> Iterator[SentinelSet]:
+    """A primary, a replica and three Sentinels of this test's own (it may fail them over,
+    freeze or kill them), master name "gwmaster"."""
+    sentinel_set = SentinelSet()
+    sentinel_set.start()
+    yield sentinel_set
+    sentinel_set.close()
 
 
 class FakeClock:
