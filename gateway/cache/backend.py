@@ -3,9 +3,22 @@ and defaults for backends without background work."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gateway.cache.entry import CacheEntry, CacheKey, Lookup
+
+
+class Purged(NamedTuple):
+    """What a purge reached: the processes that were told (the subscribers Redis
+    handed the invalidation to) and those that confirmed they dropped their copies;
+    None for a backend that lives in one process."""
+
+    told: int | None = None
+    confirmed: int | None = None
+
+
+# What take_lease answers to a backend with no one else to share misses with.
+OWN_LEASE = b""
 
 
 class QuietBackend:
@@ -27,6 +40,15 @@ class QuietBackend:
     async def announce(self, route: str | None) -> None:
         return None
 
+    async def take_lease(self, key: CacheKey, milliseconds: int) -> bytes | None:
+        return OWN_LEASE
+
+    async def leased(self, key: CacheKey) -> bool:
+        return False
+
+    async def drop_lease(self, key: CacheKey, token: bytes) -> None:
+        return None
+
 
 class CacheBackend(Protocol):
     """Where entries live. Implementations raise only CacheUnavailable."""
@@ -46,8 +68,22 @@ class CacheBackend(Protocol):
         no purge came after it; no I/O, no waiting. None says nothing: ``get`` decides."""
         ...
 
-    async def purge(self, route: str | None) -> None:
+    async def purge(self, route: str | None) -> Purged:
         """Make every entry (of one route, or all) a miss, for every instance."""
+        ...
+
+    async def take_lease(self, key: CacheKey, milliseconds: int) -> bytes | None:
+        """Take the fill lease of ``key`` for ``milliseconds``: its token when taken
+        (the caller fetches and stores the entry), None when another instance holds
+        it (the caller waits for that instance's entry)."""
+        ...
+
+    async def leased(self, key: CacheKey) -> bool:
+        """Whether some instance still holds the fill lease of ``key``."""
+        ...
+
+    async def drop_lease(self, key: CacheKey, token: bytes) -> None:
+        """Give the lease back, if it is still the one ``token`` took."""
         ...
 
     async def ping(self) -> None:

@@ -5,9 +5,12 @@ time it was stored, packed into one value, so that a hit is one backend read and
 JSON work. Keys are made by ``gateway.records.keys.Keyer``; here a key is only its
 route and its text.
 
-Purges work with generation counters rather than by finding keys: an entry records
-the generations (of the whole namespace and of its route) current when it was
-stored, and an entry whose generations are older than the current ones is a miss.
+Purges work with generations rather than by finding keys: an entry records the
+generations (of the whole namespace and of its route) current when it was stored, and
+an entry whose generations differ from the current ones is a miss. In Redis a
+generation is a random 63-bit number that a purge replaces with another; a
+generation key that is missing (deleted, evicted) is made anew with a fresh random
+number, so that no entry stored before, purged or not, matches it again.
 """
 
 from __future__ import annotations
@@ -20,16 +23,24 @@ from typing import NamedTuple
 _HEADER = struct.Struct("!4sdIHQQB")
 _MAGIC = b"RGC1"
 
-# The parts of every key, after "namespace:upstream": entries, purge generations.
+# The parts of every key, after "namespace:upstream": entries, purge generations,
+# the fill leases of entries, the fleet's announcements.
 ENTRY_PART = "e"
 GENERATION_PART = "gen"
-# Generation counters outlive every entry stored under them.
-GENERATION_LIFETIME_S = 30 * 24 * 3600
+LEASE_SUFFIX = ":lease"
+FLEET_PART = "fleet"
 
 
 def generation_key(prefix: str, route: str | None) -> str:
-    """The counter whose increment purges everything (route None) or one route."""
-    return f"{prefix}:{GENERATION_PART}" + ("" if route is None else f":{route}")
+    """The generation whose change purges everything (route None) or one route. The
+    hash tag puts every generation of a prefix in one Redis Cluster slot, so that one
+    MGET reads the two an entry is checked against."""
+    return "{" + f"{prefix}:{GENERATION_PART}" + "}" + ("" if route is None else f":{route}")
+
+
+def lease_key(key: CacheKey) -> str:
+    """The key held by the one instance filling ``key`` (see records.pipeline)."""
+    return key.text + LEASE_SUFFIX
 
 
 class CacheCorrupt(ValueError):

@@ -6,7 +6,7 @@ import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from gateway.cache.backend import QuietBackend
+from gateway.cache.backend import Purged, QuietBackend
 from gateway.cache.clock import Clock
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
 
@@ -128,13 +128,14 @@ class MemoryBackend(QuietBackend):
         self._slots.clear()
         self._bytes = 0
 
-    async def purge(self, route: str | None) -> None:
+    async def purge(self, route: str | None) -> Purged:
         if route is None:
             self._everything += 1
             self.clear()
         else:
             self._routes[route] = self._routes.get(route, 0) + 1
         self._generations.clear()
+        return Purged()
 
     async def close(self) -> None:
         self.clear()
@@ -151,8 +152,8 @@ class NullBackend(QuietBackend):
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         return None
 
-    async def purge(self, route: str | None) -> None:
-        return None
+    async def purge(self, route: str | None) -> Purged:
+        return Purged()
 
     async def close(self) -> None:
         return None

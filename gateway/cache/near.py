@@ -1,4 +1,5 @@
-"""A bounded in-process near cache in front of Redis, invalidated through pub/sub.
+"""A bounded in-process near cache in front of Redis, invalidated through pub/sub, and
+the channel every instance of a prefix listens on.
 
 A hit served from Redis costs a network round trip and the client's CPU on every
 request; a hit served from this process costs a dictionary lookup. The near cache
@@ -7,13 +8,15 @@ serving and expiry still follow Redis.
 
 Consistency it promises (docs/near-cache.md):
 
-- a purge, or a TTL change applied by a reload, on any instance empties the matching
-  near entries of every instance as soon as the pub/sub message arrives (normally
-  well under a second);
+- a purge on any instance empties the matching near entries of every instance before
+  the purge is answered 200: every process subscribed to the channel confirms that it
+  dropped them (up to 1 s is waited for the confirmations);
+- a purge whose outcome is unknown (Redis did not answer in time) still drops this
+  process's copies at once and is retried, with its invalidation, in the background;
 - while the invalidation channel is down (Redis unreachable, the subscription
-  dropped) the near cache is not used at all and is emptied, so nothing older than
-  the channel's last confirmed state is served; it is used again once the
-  subscription is back;
+  dropped, nothing heard for 0.75 s) the near cache is not used at all and is
+  emptied, so that an instance that cannot be told stops serving copies within 1 s;
+  it is used again once the subscription is back;
 - a near entry is never served past the freshness of the Redis entry it copies.
 """
 
@@ -22,36 +25,90 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
 
 import redis.asyncio as redis
-from redis.exceptions import RedisError
 
-from gateway.cache.backend import CacheBackend
+from gateway.cache.backend import CacheBackend, Purged
 from gateway.cache.clock import Clock
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
 from gateway.cache.memory import MemoryBackend
+from gateway.cache.topology import REDIS_ERRORS, RedisTopology
+from gateway.errors import CacheUnavailable
 
 log = logging.getLogger("gateway.cache")
 
 INVALIDATION_CHANNEL = "invalidate"
+ACK_CHANNEL = "invalidated"
 _EVERYTHING = b"*"
-_PING_EVERY_S = 0.5
-_SILENCE_LIMIT_S = 2.0
-_RETRY_S = 0.5
+_PING_EVERY_S = 0.25
+_SILENCE_LIMIT_S = 0.75
+_RETRY_S = 0.25
+# how long a purge waits for every process to confirm, at most
+CONFIRM_WAIT_S = 1.0
+# how long a purge whose outcome is unknown is retried in the background
+PURGE_RETRY_S = 10.0
 
 
 def invalidation_channel(prefix: str) -> str:
-    return f"{prefix}:{INVALIDATION_CHANNEL}"
+    """The channel of invalidations; the hash tag puts it and :func:`ack_channel` in
+    one cluster slot, whose primary every subscriber connects to."""
+    return "{" + prefix + "}:" + INVALIDATION_CHANNEL
+
+
+def ack_channel(prefix: str) -> str:
+    return "{" + prefix + "}:" + ACK_CHANNEL
+
+
+def invalidation_message(route: str | None, purge_id: str = "") -> bytes:
+    """``<purge id> <route or *>``; the id names the confirmations to send back."""
+    return f"{purge_id or '-'} ".encode() + (_EVERYTHING if route is None else route.encode())
+
+
+def parse_invalidation(data: bytes) -> tuple[str, str | None]:
+    """(purge id, route or None for all); ids "-" ask for no confirmation."""
+    purge_id, _, target = data.partition(b" ")
+    if not target:  # the message of an older gateway: the route alone
+        purge_id, target = b"-", purge_id
+    route = None if target == _EVERYTHING else target.decode("utf-8", "replace")
+    return purge_id.decode("ascii", "replace"), route
+
+
+@dataclass(slots=True)
+class _Confirmations:
+    """The confirmations of one purge, as they arrive."""
+
+    count: int = 0
+    expected: int | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self) -> None:
+        self.count += 1
+        self._check()
+
+    def expect(self, expected: int) -> None:
+        self.expected = expected
+        self._check()
+
+    def _check(self) -> None:
+        if self.expected is not None and self.count >= self.expected:
+            self.done.set()
 
 
 class NearCache:
     """Fresh copies of Redis entries in this process, used only while the
     invalidation channel is live."""
 
-    def __init__(self, *, max_bytes: int, clock: Clock) -> None:
+    def __init__(self, *, max_bytes: int, clock: Clock, enabled: bool = True) -> None:
         self._store = MemoryBackend(max_bytes=max_bytes, clock=clock)
         self._clock = clock
+        # disabled (cache.near_cache = false): nothing kept, the channel still listened
+        # to, so that purges of other instances are confirmed
+        self.enabled = enabled
         self.live = False
         # The purge generations Redis last reported per route; dropped by every
         # invalidation, so that an answer fetched before a purge is never kept here.
@@ -75,7 +132,7 @@ class NearCache:
     def put(self, key: CacheKey, entry: CacheEntry) -> None:
         """Keep a copy of ``entry`` if it was stored under the generations Redis last
         reported for its route (not if a purge came in between)."""
-        if not self.live or self._known.get(key.route) != entry.generations:
+        if not self.live or not self.enabled or self._known.get(key.route) != entry.generations:
             return
         left = entry.left(self._clock())
         if left > 0:
@@ -102,7 +159,7 @@ class NearCache:
 
 
 class TieredBackend:
-    """The near cache in front of a Redis backend, with the invalidation listener."""
+    """The near cache in front of a Redis backend, with the channel's listener."""
 
     name = "redis"
 
@@ -111,17 +168,21 @@ class TieredBackend:
         far: CacheBackend,
         near: NearCache,
         *,
-        client: redis.Redis,
-        channel: str,
+        topology: RedisTopology,
+        prefix: str,
     ) -> None:
         self._far = far
         self.near = near
-        self._client = client
-        self._channel = channel
+        self._topology = topology
+        self._channel = invalidation_channel(prefix)
+        self._acks = ack_channel(prefix)
         self._listener: asyncio.Task[None] | None = None
+        self._pending: dict[str, _Confirmations] = {}
+        self._background: set[asyncio.Future[None]] = set()
 
     def start(self) -> None:
         """Start listening for invalidations (the near cache is off until subscribed)."""
+        self._topology.start()
         if self._listener is None:
             self._listener = asyncio.ensure_future(self._listen())
 
@@ -143,18 +204,81 @@ class TieredBackend:
         await self._far.set(key, entry, lifetime_s)
         self.near.put(key, entry)
 
-    async def purge(self, route: str | None) -> None:
-        await self._far.purge(route)
+    async def purge(self, route: str | None) -> Purged:
+        """The new generation in Redis, then every subscribed process told and waited
+        for (up to CONFIRM_WAIT_S). When Redis does not confirm the new generation,
+        this process drops its copies at once, the purge and its invalidation are
+        retried in the background for PURGE_RETRY_S, and CacheUnavailable is raised:
+        the purge may or may not have happened."""
         self.near.invalidate(route)
-        await self.announce(route)
+        try:
+            await self._far.purge(route)
+        except CacheUnavailable:
+            self._in_background(self._retry_purge(route))
+            raise
+        return await self._tell(route, confirm=True)
 
     async def announce(self, route: str | None) -> None:
         """Tell every instance to drop its near entries of ``route`` (None: all)."""
         self.near.invalidate(route)
-        message = _EVERYTHING if route is None else route.encode()
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
-            async with asyncio.timeout(1.0):
-                await self._client.publish(self._channel, message)
+        with contextlib.suppress(CacheUnavailable):
+            await self._tell(route, confirm=False)
+
+    async def _tell(self, route: str | None, *, confirm: bool) -> Purged:
+        purge_id = secrets.token_hex(8) if confirm else ""
+        confirmations = _Confirmations()
+        if confirm:
+            self._pending[purge_id] = confirmations
+        try:
+            try:
+                async with asyncio.timeout(CONFIRM_WAIT_S):
+                    told = await self._topology.publish(
+                        self._channel, invalidation_message(route, purge_id)
+                    )
+            except (*REDIS_ERRORS, TimeoutError) as exc:
+                raise CacheUnavailable(f"redis PUBLISH: {type(exc).__name__}: {exc}") from exc
+            if not confirm:
+                return Purged(told, None)
+            confirmations.expect(told)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CONFIRM_WAIT_S):
+                    await confirmations.done.wait()
+            return Purged(told, min(confirmations.count, told))
+        finally:
+            self._pending.pop(purge_id, None)
+
+    async def _retry_purge(self, route: str | None) -> None:
+        deadline = time.monotonic() + PURGE_RETRY_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(_RETRY_S)
+            try:
+                await self._far.purge(route)
+                await self._tell(route, confirm=False)
+            except CacheUnavailable:
+                continue
+            log.info(
+                "cache purge done on a retry",
+                extra={"event": "cache_purge", "purged_route": route or "*", "retried": True},
+            )
+            return
+        log.error(
+            "cache purge given up: Redis did not confirm it; purge again",
+            extra={"event": "cache_purge", "purged_route": route or "*", "retried": True},
+        )
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def take_lease(self, key: CacheKey, milliseconds: int) -> bytes | None:
+        return await self._far.take_lease(key, milliseconds)
+
+    async def leased(self, key: CacheKey) -> bool:
+        return await self._far.leased(key)
+
+    async def drop_lease(self, key: CacheKey, token: bytes) -> None:
+        await self._far.drop_lease(key, token)
 
     async def ping(self) -> None:
         await self._far.ping()
@@ -163,22 +287,25 @@ class TieredBackend:
         await self._far.probe()
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+        tasks = [*self._background, *([self._listener] if self._listener else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self._far.close()
-        await self._client.aclose()
+        await self._topology.close()
 
     async def _listen(self) -> None:
         failures = 0
         while True:
+            client: redis.Redis | None = None
             try:
-                await self._subscribed_loop()
+                async with asyncio.timeout(2.0):
+                    client = await self._topology.subscriber(self._channel)
+                await self._subscribed_loop(client)
             except asyncio.CancelledError:
                 self.near.set_live(False)
                 raise
-            except (RedisError, OSError, TimeoutError) as exc:
+            except (*REDIS_ERRORS, TimeoutError) as exc:
                 if self.near.live or failures == 0:
                     log.warning(
                         "near cache off: the invalidation channel is down",
@@ -186,13 +313,37 @@ class TieredBackend:
                     )
                 self.near.set_live(False)
                 failures += 1
-                await asyncio.sleep(_RETRY_S)
+            finally:
+                if client is not None:
+                    await self._topology.forget(client)
+            await asyncio.sleep(_RETRY_S)
 
-    async def _subscribed_loop(self) -> None:
-        pubsub = self._client.pubsub()
+    def _heard(self, message: dict[str, object]) -> None:
+        if message.get("type") != "message":
+            return
+        data = message.get("data")
+        if not isinstance(data, bytes):
+            return
+        if message.get("channel") == self._acks.encode():
+            confirmations = self._pending.get(data.decode("ascii", "replace"))
+            if confirmations is not None:
+                confirmations.add()
+            return
+        purge_id, route = parse_invalidation(data)
+        self.near.invalidate(route)
+        if purge_id != "-":
+            self._in_background(self._confirm(purge_id))
+
+    async def _confirm(self, purge_id: str) -> None:
+        with contextlib.suppress(*REDIS_ERRORS, TimeoutError):
+            async with asyncio.timeout(CONFIRM_WAIT_S):
+                await self._topology.publish(self._acks, purge_id.encode())
+
+    async def _subscribed_loop(self, client: redis.Redis) -> None:
+        pubsub = client.pubsub()
         try:
             async with asyncio.timeout(2.0):
-                await pubsub.subscribe(self._channel)
+                await pubsub.subscribe(self._channel, self._acks)
                 await pubsub.ping()
             heard = time.monotonic()
             pinged = heard
@@ -206,16 +357,14 @@ class TieredBackend:
                 now = time.monotonic()
                 if message is not None:
                     heard = now
-                    if message.get("type") == "message":
-                        data = message.get("data")
-                        self.near.invalidate(None if data == _EVERYTHING else bytes(data).decode())
+                    self._heard(message)
                 if now - pinged >= _PING_EVERY_S:
-                    async with asyncio.timeout(1.0):
+                    async with asyncio.timeout(_SILENCE_LIMIT_S):
                         await pubsub.ping()
                     pinged = now
                 if now - heard > _SILENCE_LIMIT_S:
                     raise TimeoutError("no answer on the invalidation channel")
         finally:
-            with contextlib.suppress(RedisError, OSError, TimeoutError, RuntimeError):
+            with contextlib.suppress(*REDIS_ERRORS, TimeoutError, RuntimeError):
                 async with asyncio.timeout(1.0):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]

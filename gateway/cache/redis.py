@@ -1,48 +1,48 @@
-"""The Redis cache backend: one connection pool per process, every call bounded in time.
+"""The Redis cache backend: every call bounded in time, on any of the three topologies.
 
-A read is one MGET of the entry and the two purge generations; a store is one SET
-with an expiry; a purge is one INCR. Every Redis failure or timeout becomes
+A read is the entry and the two purge generations it is checked against: one MGET on a
+standalone server or a Sentinel-managed primary; on a cluster, where the entry and the
+generations live in different slots, a GET and an MGET sent at once (one round trip
+of latency). A store is one SET with an expiry; a purge is one SET of a new random
+generation; a fill lease is one SET NX PX. Every Redis failure or timeout becomes
 CacheUnavailable, which the pipeline treats as a miss.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
-from gateway.cache.backend import QuietBackend
+from gateway.cache.backend import Purged, QuietBackend
 from gateway.cache.entry import (
-    GENERATION_LIFETIME_S,
     CacheCorrupt,
     CacheEntry,
     CacheKey,
     Generations,
     Lookup,
     generation_key,
+    lease_key,
 )
+from gateway.cache.topology import REDIS_ERRORS, Commands
 from gateway.errors import CacheUnavailable
 
 T = TypeVar("T")
 
+# Deletes a lease only if it is still the one taken (compare and delete, atomically).
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
-def create_client(url: str, *, timeout_s: float | None, max_connections: int = 256) -> redis.Redis:
-    """A client with its own pool; hiredis parses replies when it is installed.
 
-    ``timeout_s`` None: no read timeout (a pub/sub subscription waits for messages).
-    """
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s or 1.0,
-        max_connections=max_connections,
-        retry_on_timeout=False,
-        health_check_interval=0,
-        decode_responses=False,
-    )
+def new_generation() -> int:
+    """A random generation, never 0 (0 is what an entry stored without a cache has)."""
+    return secrets.randbits(63) | 1
 
 
 class RedisBackend(QuietBackend):
@@ -50,11 +50,16 @@ class RedisBackend(QuietBackend):
 
     name = "redis"
 
-    def __init__(self, client: redis.Redis, *, prefix: str, timeout_s: float) -> None:
+    def __init__(self, client: Commands, *, prefix: str, timeout_s: float) -> None:
         self._client = client
+        self._cluster = isinstance(client, RedisCluster)
         self._prefix = prefix
         self._timeout_s = timeout_s
         self._everything_key = generation_key(prefix, None)
+
+    @property
+    def client(self) -> Commands:
+        return self._client
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -64,16 +69,28 @@ class RedisBackend(QuietBackend):
             raise CacheUnavailable(
                 f"redis {what}: no answer within {self._timeout_s * 1000:g} ms"
             ) from exc
-        except (RedisError, OSError) as exc:
+        except REDIS_ERRORS as exc:
             raise CacheUnavailable(f"redis {what}: {type(exc).__name__}: {exc}") from exc
+
+    async def _read(self, key: CacheKey, route_key: str) -> list[Any]:
+        """[entry, everything generation, route generation], as stored."""
+        if not self._cluster:
+            values: list[Any] = await self._client.mget(key.text, self._everything_key, route_key)
+            return values
+        raw, generations = await asyncio.gather(
+            self._client.get(key.text), self._client.mget(self._everything_key, route_key)
+        )
+        return [raw, *generations]
 
     async def get(self, key: CacheKey) -> Lookup:
         route_key = generation_key(self._prefix, key.route)
-        raw, everything, route = await self._call(
-            "GET", lambda: self._client.mget(key.text, self._everything_key, route_key)
-        )
+        raw, everything, route = await self._call("GET", lambda: self._read(key, route_key))
+        if everything is None or route is None:
+            # a generation is missing (never made, deleted, evicted): make it anew; no
+            # entry stored before can match a fresh random generation
+            everything, route = await self._call("GET", lambda: self._new_generations(route_key))
         try:
-            current = Generations(int(everything or 0), int(route or 0))
+            current = Generations(int(everything), int(route))
         except ValueError as exc:
             raise CacheUnavailable(f"redis GET: a purge generation is not a number: {exc}") from exc
         if not isinstance(raw, bytes):
@@ -86,28 +103,48 @@ class RedisBackend(QuietBackend):
             return Lookup(None, current)
         return Lookup(entry, current)
 
+    async def _new_generations(self, route_key: str) -> list[Any]:
+        for key in (self._everything_key, route_key):
+            await self._client.set(key, new_generation(), nx=True)
+        values: list[Any] = await self._client.mget(self._everything_key, route_key)
+        if None in values:
+            raise RedisError("a purge generation vanished as it was made")
+        return values
+
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         milliseconds = max(1, int(lifetime_s * 1000))
         await self._call("SET", lambda: self._client.set(key.text, entry.encode(), px=milliseconds))
 
-    async def purge(self, route: str | None) -> None:
-        counter = generation_key(self._prefix, route)
+    async def purge(self, route: str | None) -> Purged:
+        """A new random generation: every entry stored before is a miss from now on.
+        Generations have no expiry (a handful of small keys per namespace and
+        upstream), so that no eviction policy that spares persistent keys takes them."""
+        await self._call(
+            "SET", lambda: self._client.set(generation_key(self._prefix, route), new_generation())
+        )
+        return Purged()
 
-        async def incr() -> None:
-            async with self._client.pipeline(transaction=True) as pipe:
-                pipe.incr(counter)
-                pipe.expire(counter, GENERATION_LIFETIME_S)
-                await pipe.execute()
+    async def take_lease(self, key: CacheKey, milliseconds: int) -> bytes | None:
+        token = secrets.token_hex(8).encode()
+        taken = await self._call(
+            "SET", lambda: self._client.set(lease_key(key), token, nx=True, px=milliseconds)
+        )
+        return token if taken else None
 
-        await self._call("INCR", incr)
+    async def leased(self, key: CacheKey) -> bool:
+        return bool(await self._call("GET", lambda: self._client.exists(lease_key(key))))
+
+    async def drop_lease(self, key: CacheKey, token: bytes) -> None:
+        await self._call("EVAL", lambda: self._client.eval(_RELEASE, 1, lease_key(key), token))
 
     async def ping(self) -> None:
         await self._call("PING", self._client.ping)
 
     async def probe(self) -> None:
-        probe_key = CacheKey("probe", f"{self._prefix}:probe")
-        await self._call("SET", lambda: self._client.set(probe_key.text, b"1", px=10_000))
-        await self.get(probe_key)
+        """A write and a read as traffic makes them, on a probe key of this prefix."""
+        probe = CacheKey("probe", f"{self._prefix}:probe")
+        await self._call("SET", lambda: self._client.set(probe.text, b"1", px=10_000))
+        await self.get(probe)
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -11,6 +11,8 @@ the cache backend, the upstream URL, secrets) need a restart and are reported so
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +76,22 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+def cache_fingerprint(settings: Settings) -> str:
+    """A short digest of what decides how long entries live and which entries are
+    shared: the TTLs, the stale windows, the negative TTL and the namespace. Instances
+    that share a Redis announce it (gateway.cache.fleet) to find disagreements."""
+    cache = settings.cache
+    relevant = {
+        "namespace": cache.namespace,
+        "ttl_s": cache.ttl_s.model_dump(),
+        "stale_while_revalidate_s": cache.stale_while_revalidate_s,
+        "stale_if_error_s": cache.stale_if_error_s,
+        "negative_ttl_s": cache.negative_ttl_s,
+    }
+    text = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 class LiveConfig:

@@ -62,18 +62,37 @@ async def purge_cache(request: web.Request) -> web.StreamResponse:
         raise InvalidParameters(problems)
     backend = request.app[CACHE].backend
     try:
-        await backend.purge(route)
+        purged = await backend.purge(route)
     except CacheUnavailable as exc:
+        log.warning(
+            "cache purge outcome unknown; retried in the background",
+            extra={"event": "cache_purge", "purged_route": route or "*", "error": str(exc)},
+        )
         return problem_response(
             request,
             status=503,
-            slug="cache-unavailable",
-            title="The cache backend is unavailable",
-            detail=f"the purge did not happen: {exc}",
+            slug="purge-outcome-unknown",
+            title="The purge's outcome is unknown",
+            detail=(
+                f"the cache did not confirm the purge ({exc}): it may have happened or not."
+                " This instance dropped its own copies and retries the purge in the"
+                " background for a few seconds; send it again to be sure"
+            ),
             request_id=request[REQUEST_ID],
+            extra={"outcome": "unknown"},
         )
-    log.info("cache purged", extra={"event": "cache_purge", "purged_route": route or "*"})
-    body = {"purged": route or "all", "backend": backend.name}
+    log.info(
+        "cache purged",
+        extra={
+            "event": "cache_purge",
+            "purged_route": route or "*",
+            "told": purged.told,
+            "confirmed": purged.confirmed,
+        },
+    )
+    body: dict[str, object] = {"purged": route or "all", "backend": backend.name}
+    if purged.told is not None:
+        body["instances"] = {"told": purged.told, "confirmed": purged.confirmed}
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 

@@ -135,19 +135,19 @@ def create_backend(settings: CacheSettings, *, prefix: str, clock: Clock) -> Cac
     """The configured cache backend (not yet connected: Redis connects on first use)."""
     if settings.backend == "redis":
         # imported here: redis-py costs megabytes of memory the other backends do not need
-        from gateway.cache.near import NearCache, TieredBackend, invalidation_channel
-        from gateway.cache.redis import RedisBackend, create_client
+        from gateway.cache.near import NearCache, TieredBackend
+        from gateway.cache.redis import RedisBackend
+        from gateway.cache.topology import connect
 
-        timeout_s = settings.redis_timeout_ms / 1000
-        client = create_client(settings.redis_url, timeout_s=timeout_s)
-        far = RedisBackend(client, prefix=prefix, timeout_s=timeout_s)
-        if not settings.near_cache:
-            return far
+        topology = connect(settings)
+        far = RedisBackend(
+            topology.commands, prefix=prefix, timeout_s=settings.redis_timeout_ms / 1000
+        )
         return TieredBackend(
             far,
-            NearCache(max_bytes=settings.near_max_bytes, clock=clock),
-            client=create_client(settings.redis_url, timeout_s=None, max_connections=4),
-            channel=invalidation_channel(prefix),
+            NearCache(max_bytes=settings.near_max_bytes, clock=clock, enabled=settings.near_cache),
+            topology=topology,
+            prefix=prefix,
         )
     if settings.backend == "memory":
         return MemoryBackend(max_bytes=settings.memory_max_bytes, clock=clock)
@@ -178,6 +178,9 @@ async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[
         CircuitBreaker(
             failures=settings.cache.breaker_failures,
             reset_s=settings.cache.breaker_reset_s,
+            window_s=settings.cache.breaker_window_s,
+            failure_share=settings.cache.breaker_failure_share,
+            min_calls=settings.cache.breaker_min_calls,
             on_change=lambda state: metrics_.circuit_changed(backend.name, state.value),
         ),
         on_error=metrics_.cache_errors.labels(backend.name).inc,
@@ -196,7 +199,7 @@ async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[
     readiness = Readiness(
         upstream=upstream.health,
         upstream_check=upstream.check,
-        cache_state=lambda: (cache.breaker.state.value, cache.breaker.last_error),
+        cache_state=cache.outcomes,
         cache_check=None if settings.cache.backend == "none" else cache.check,
         interval_s=settings.health.check_interval_s,
     )

@@ -5,6 +5,13 @@ Components are ``ok``, ``degraded`` or ``down`` (the cache may also be ``disable
 The gateway is ready (200) while it can serve: a cache that is down only degrades
 it, since requests fall through to the upstream. It is not ready (503) when the
 upstream is down and there is no cache to serve from.
+
+The cache is judged by the outcomes of its real reads and writes over the breaker's
+window (source ``traffic`` when there were any), and by its own rate-limited probe, one
+real read and one real write, when none of them passed (source ``check`` when there
+were none): ``degraded`` while the circuit is not closed or while reads or writes fail
+at least :data:`DEGRADED_SHARE` of the time, ``down`` when the probe fails and no read
+or write passed.
 """
 
 from __future__ import annotations
@@ -20,6 +27,10 @@ DEGRADED = "degraded"
 DOWN = "down"
 DISABLED = "disabled"
 
+# the share of failed reads (or of failed writes) over the window from which the
+# cache is degraded: one blip among thousands of calls is not, a failing write is
+DEGRADED_SHARE = 0.1
+
 
 class TrafficHealth(Protocol):
     """What recent traffic says about a component (``gateway.upstream.health``)."""
@@ -33,6 +44,36 @@ class TrafficHealth(Protocol):
     def age(self) -> float | None:
         """Seconds since the latest outcome; None when there was none."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """Calls of one kind that passed and failed over a window."""
+
+    ok: int
+    failed: int
+
+    @property
+    def calls(self) -> int:
+        return self.ok + self.failed
+
+    def failing(self) -> bool:
+        """Whether at least DEGRADED_SHARE of these calls failed."""
+        return self.failed > 0 and self.failed / self.calls >= DEGRADED_SHARE
+
+    def report(self) -> dict[str, int]:
+        return {"ok": self.ok, "failed": self.failed}
+
+
+@dataclass(frozen=True, slots=True)
+class CacheOutcomes:
+    """What the cache's recent calls say (``gateway.cache.breaker.GuardedCache``)."""
+
+    circuit: str  # closed, open or half-open
+    last_error: str | None
+    reads: Tally
+    writes: Tally
+    probes: Tally
 
 
 @dataclass(slots=True)
@@ -76,7 +117,7 @@ class Readiness:
         *,
         upstream: TrafficHealth,
         upstream_check: Callable[[], Awaitable[None]],
-        cache_state: Callable[[], tuple[str, str | None]],
+        cache_state: Callable[[], CacheOutcomes],
         cache_check: Callable[[], Awaitable[None]] | None,
         interval_s: float,
         monotonic: Callable[[], float] = time.monotonic,
@@ -127,10 +168,26 @@ class Readiness:
     async def _cache_component(self, now: float) -> dict[str, Any]:
         if self._cache_check is None:
             return {"status": DISABLED, "lastError": None}
-        check_error = await self._cache_check.result(now)
-        state, error = self._cache_state()
-        if check_error is not None:
-            return {"status": DOWN, "lastError": check_error}
-        if state != "closed":
-            return {"status": DEGRADED, "lastError": error}
-        return {"status": OK, "lastError": error}
+        seen = self._cache_state()
+        check_error: str | None = None
+        if seen.reads.ok + seen.writes.ok == 0:
+            # no read or write passed in the window: the probe tells down from degraded
+            # (and, as the breaker's trial, may close it)
+            check_error = await self._cache_check.result(now)
+            seen = self._cache_state()
+        error: str | None
+        if check_error is not None and seen.reads.ok + seen.writes.ok == 0:
+            status, error = DOWN, check_error
+        elif seen.circuit != "closed" or seen.reads.failing() or seen.writes.failing():
+            status, error = DEGRADED, seen.last_error
+        else:
+            status, error = OK, seen.last_error
+        return {
+            "status": status,
+            "lastError": error,
+            "source": "traffic" if seen.reads.calls + seen.writes.calls else "check",
+            "circuit": seen.circuit,
+            "reads": seen.reads.report(),
+            "writes": seen.writes.report(),
+            "probes": seen.probes.report(),
+        }

@@ -248,8 +248,9 @@ class Metrics:
         )
         self.coalesced = Counter(
             "gateway_coalesced_requests_total",
-            "Requests that waited on another request's upstream call instead of making one",
-            ["route"],
+            "Requests answered by another request's upstream call instead of making one:"
+            " in this process, or across the fleet (another instance's fill in Redis)",
+            ["route", "kind"],
             registry=r,
         )
         self.cache_errors = Counter(

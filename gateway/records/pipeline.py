@@ -14,14 +14,16 @@ unreachable). Misses for one key in one process make one upstream call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from gateway.cache.backend import OWN_LEASE
 from gateway.cache.breaker import GuardedCache
 from gateway.cache.clock import Clock
-from gateway.cache.entry import CacheEntry, CacheKey, Generations, etag_of
+from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup, etag_of
 from gateway.config.settings import CacheSettings
 from gateway.errors import (
     UpstreamError,
@@ -107,10 +109,21 @@ class _Read(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class _Fetched:
-    """The outcome of one upstream call, shared by every request that waited for it."""
+    """The outcome of one fill, shared by every request of the process that waited
+    for it: this process's upstream call (stored or not), or the entry another
+    instance filled (``collapsed``), or a stale entry while another instance fills
+    (``stale``)."""
 
     entry: CacheEntry
     stored: bool
+    collapsed: bool = False
+    stale: bool = False
+
+
+# How often a process waiting for another instance's fill looks for its entry: soon
+# at first (a fast upstream answers within milliseconds), then at most every 50 ms.
+_FIRST_POLL_S = 0.005
+_POLL_LIMIT_S = 0.05
 
 
 class RecordPipeline:
@@ -198,7 +211,12 @@ class RecordPipeline:
             stored = "; stored" if fetched.stored else ""
             return _served(fetched.entry, BYPASS, f"fwd=request{stored}", left=ttl)
 
-        lookup = await self._cache.get(key)
+        inflight = self._inflight
+        ticket = inflight.reading(key.text)
+        try:
+            lookup = await self._cache.get(key)
+        finally:
+            ended = inflight.done_reading(key.text, ticket)
         stale: CacheEntry | None = None
         if lookup is not None and lookup.entry is not None:
             entry = lookup.entry
@@ -214,11 +232,14 @@ class RecordPipeline:
                 stale = entry
 
         generations = lookup.generations if lookup is not None else None
+        flight = (key.text, generations)
         try:
-            fetched, joined = await self._inflight.run(
-                key.text,
-                lambda: self._fetch(job, generations),
-            )
+            if ended is not None and ended[0] == flight:
+                fetched, joined = ended[1], True  # a fill that ended while this read ran
+            else:
+                fetched, joined = await inflight.run(
+                    flight, key.text, lambda: self._fill(job, generations, stale)
+                )
         except UpstreamError as exc:
             if stale is not None and _is_failure(exc):
                 log.info(
@@ -228,12 +249,23 @@ class RecordPipeline:
                 status = f"; fwd-status={exc.upstream_status}" if exc.upstream_status else ""
                 return _served(stale, STALE, f"fwd=stale{status}", age=stale.age(self._clock()))
             raise
-        if joined and self._metrics is not None:
-            self._metrics.coalesced.labels(query.route.name).inc()
+        if self._metrics is not None and (joined or fetched.collapsed or fetched.stale):
+            kind = "process" if joined else "fleet"
+            self._metrics.coalesced.labels(query.route.name, kind).inc()
+        if fetched.stale:
+            entry = fetched.entry
+            return _served(entry, STALE, "fwd=stale; collapsed", age=entry.age(self._clock()))
         if generations is None:
             detail = "fwd=miss; detail=cache-unavailable"
+        elif fetched.collapsed:
+            detail = "fwd=miss; collapsed"
         else:
             detail = "fwd=miss; stored" if fetched.stored else "fwd=miss"
+        if fetched.collapsed:
+            left = max(0, int(fetched.entry.left(self._clock())))
+            return _served(
+                fetched.entry, MISS, detail, age=fetched.entry.age(self._clock()), left=left
+            )
         return _served(fetched.entry, MISS, detail, left=ttl)
 
     async def _current_generations(self, key: CacheKey) -> Generations | None:
@@ -244,7 +276,7 @@ class RecordPipeline:
     def _refresh(self, job: _Read, generations: Generations) -> None:
         async def refresh() -> _Fetched:
             try:
-                return await self._fetch(job, generations)
+                return await self._fill(job, generations, None)
             except UpstreamError as exc:
                 log.info(
                     "background refresh failed; the stale entry stays",
@@ -252,7 +284,68 @@ class RecordPipeline:
                 )
                 raise
 
-        self._inflight.start(job.key.text, refresh)
+        self._inflight.start((job.key.text, generations), job.key.text, refresh)
+
+    async def _fill(
+        self, job: _Read, generations: Generations | None, stale: CacheEntry | None
+    ) -> _Fetched:
+        """This process's one fill of a missing entry; with a cache shared by several
+        instances, one instance's of the whole fleet.
+
+        The instance that takes the key's lease in the cache (for as long as an
+        upstream call may last) calls the upstream and stores the entry; the others
+        serve ``stale`` when they have it, or look for the filled entry (soon at first,
+        then every 50 ms) until it is there, the lease is given back or expires without
+        one (they take it in turn), or the upstream timeout has passed since they began
+        waiting (they call the upstream themselves). A cache that fails is a miss: the
+        upstream is called.
+        """
+        cache = self._cache
+        if cache is None or generations is None:
+            return await self._fetch(job, generations)
+        key = job.key
+        timeout_s = self._upstream.timeout_s
+        deadline = time.monotonic() + timeout_s
+        pause = _FIRST_POLL_S
+        while True:
+            token = await cache.take_lease(key, int(timeout_s * 1000))
+            if token is not None:
+                try:
+                    if token != OWN_LEASE:
+                        # another instance may have filled it and given the lease back
+                        # since this one read the cache
+                        lookup = await cache.get(key)
+                        filled = self._filled(lookup)
+                        if filled is not None:
+                            return filled
+                        if lookup is not None:
+                            generations = lookup.generations  # a purge in between
+                    return await self._fetch(job, generations)
+                finally:
+                    await cache.drop_lease(key, token)
+            if stale is not None:
+                return _Fetched(stale, stored=False, stale=True)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return await self._fetch(job, generations)
+                await asyncio.sleep(min(pause, left))
+                pause = min(pause * 2, _POLL_LIMIT_S)
+                lookup = await cache.get(key)
+                if lookup is None:
+                    return await self._fetch(job, None)
+                filled = self._filled(lookup)
+                if filled is not None:
+                    return filled
+                generations = lookup.generations
+                if not await cache.leased(key):
+                    break
+
+    def _filled(self, lookup: Lookup | None) -> _Fetched | None:
+        """The entry another instance filled, if ``lookup`` found one still fresh."""
+        if lookup is None or lookup.entry is None or lookup.entry.left(self._clock()) <= 0:
+            return None
+        return _Fetched(lookup.entry, stored=False, collapsed=True)
 
     async def _fetch(self, job: _Read, generations: Generations | None) -> _Fetched:
         """Upstream, normalise, and store when ``generations`` says the cache is usable."""

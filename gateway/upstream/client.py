@@ -121,6 +121,11 @@ class UpstreamClient:
         # on every upstream call
         self._urls: dict[str, URL] = {}
 
+    @property
+    def timeout_s(self) -> float:
+        """The bound of one whole upstream exchange (live: a reload changes it)."""
+        return self._settings.timeout_s
+
     def reconfigure(self, settings: UpstreamSettings) -> None:
         """Apply new timeouts and parameter names (a reload); the session and its pool
         stay."""

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as redis
 
 from gateway.cache.backend import CacheBackend
-from gateway.cache.entry import CacheEntry, CacheKey, Generations, etag_of
+from gateway.cache.entry import NO_GENERATIONS, CacheEntry, CacheKey, Generations, etag_of
 from gateway.cache.memory import ENTRY_OVERHEAD_BYTES, MemoryBackend
 from gateway.cache.redis import RedisBackend
 from gateway.records.credentials import Credentials
@@ -29,8 +29,16 @@ def creds(token: str) -> Credentials:
     return Credentials(authorization=f"Bearer {token}", token=token)
 
 
-def entry(body: bytes = b'{"a":1}', *, at: float = 1000.0, ttl: int = 30) -> CacheEntry:
-    return CacheEntry(body=body, etag=etag_of(body), stored_at=at, ttl_s=ttl)
+def entry(
+    body: bytes = b'{"a":1}',
+    *,
+    at: float = 1000.0,
+    ttl: int = 30,
+    generations: Generations = NO_GENERATIONS,
+) -> CacheEntry:
+    return CacheEntry(
+        body=body, etag=etag_of(body), stored_at=at, ttl_s=ttl, generations=generations
+    )
 
 
 def test_entry_round_trips_in_one_value() -> None:
@@ -128,8 +136,8 @@ def k(route: str, text: str) -> CacheKey:
 async def test_backend_get_set(backend: CacheBackend) -> None:
     lookup = await backend.get(k("users", "a"))
     assert lookup.entry is None
-    assert lookup.generations == Generations(0, 0)
-    stored = entry(b'{"users":[]}')
+    assert (await backend.get(k("users", "a"))).generations == lookup.generations
+    stored = entry(b'{"users":[]}', generations=lookup.generations)
     await backend.set(k("users", "a"), stored, 60)
     assert (await backend.get(k("users", "a"))).entry == stored
     assert (await backend.get(k("users", "b"))).entry is None
@@ -137,30 +145,36 @@ async def test_backend_get_set(backend: CacheBackend) -> None:
 
 async def test_backend_purge_of_one_route(backend: CacheBackend) -> None:
     users, expenses = k("users", "u"), k("expenses", "e")
-    await backend.set(users, entry(), 60)
-    await backend.set(expenses, entry(), 60)
+    before = (await backend.get(users)).generations
+    await backend.set(users, entry(generations=before), 60)
+    await backend.set(expenses, entry(generations=before), 60)
     await backend.purge("expenses")
     assert (await backend.get(users)).entry is not None
     lookup = await backend.get(expenses)
     assert lookup.entry is None
-    assert lookup.generations.route == 1
-    # an entry stored under the new generation is served again
-    await backend.set(expenses, entry(at=2000.0), 60)
+    assert lookup.generations.everything == before.everything
+    assert lookup.generations.route != before.route
+    # an entry stored under the old generation stays purged; under the new one it is served
+    await backend.set(expenses, entry(at=2000.0, generations=before), 60)
     stale_generation = await backend.get(expenses)
-    assert stale_generation.entry is None  # stored with generations (0, 0): still purged
+    assert stale_generation.entry is None
     fresh = CacheEntry(b"x", '"x"', 2000.0, 30, generations=lookup.generations)
     await backend.set(expenses, fresh, 60)
     assert (await backend.get(expenses)).entry == fresh
 
 
 async def test_backend_purge_of_everything(backend: CacheBackend) -> None:
-    await backend.set(k("users", "u"), entry(), 60)
-    await backend.set(k("account", "a"), entry(), 60)
+    users_before = (await backend.get(k("users", "u"))).generations
+    account_before = (await backend.get(k("account", "a"))).generations
+    await backend.set(k("users", "u"), entry(generations=users_before), 60)
+    await backend.set(k("account", "a"), entry(generations=account_before), 60)
+    assert (await backend.get(k("users", "u"))).entry is not None
     await backend.purge(None)
     assert (await backend.get(k("users", "u"))).entry is None
     lookup = await backend.get(k("account", "a"))
     assert lookup.entry is None
-    assert lookup.generations.everything == 1
+    assert lookup.generations.everything != account_before.everything
+    assert lookup.generations.route == account_before.route
 
 
 async def test_memory_backend_expires_by_its_clock(clock: FakeClock) -> None:
@@ -210,17 +224,25 @@ def test_memory_backend_fresh_marks_the_entry_recently_used(clock: FakeClock) ->
     assert backend.peek("b") is None
 
 
-async def test_redis_backend_sets_an_expiry_on_every_write(redis_url: str) -> None:
+async def test_redis_backend_sets_an_expiry_on_entries_and_leases(redis_url: str) -> None:
+    """Entries and leases expire; purge generations do not (a handful of keys per
+    prefix), so that no policy that spares persistent keys evicts them."""
     client = redis.Redis.from_url(redis_url)
     backend = RedisBackend(client, prefix="rg:test", timeout_s=1.0)
     await backend.set(k("users", "a"), entry(), 90)
+    assert await backend.take_lease(k("users", "b"), 5_000) is not None
     await backend.purge("users")
     await backend.purge(None)
-    keys = [key async for key in client.scan_iter("*")]
-    assert len(keys) == 3
-    for key in keys:
-        assert await client.pttl(key) > 0
     assert 89_000 < await client.pttl("rg:test:e:a") <= 90_000
+    assert 4_000 < await client.pttl("rg:test:e:b:lease") <= 5_000
+    assert await client.pttl("{rg:test:gen}") == -1
+    assert await client.pttl("{rg:test:gen}:users") == -1
+    assert sorted([key async for key in client.scan_iter("*")]) == [
+        b"rg:test:e:a",
+        b"rg:test:e:b:lease",
+        b"{rg:test:gen}",
+        b"{rg:test:gen}:users",
+    ]
     await backend.close()
 
 

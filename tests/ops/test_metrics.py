@@ -255,7 +255,9 @@ async def test_concurrent_cold_requests_count_as_coalesced(
     assert len(slow.app[REQUEST_LOG]) == 1
 
     metrics = await scrape(client)
-    assert metrics.series("gateway_coalesced_requests_total") == {labels(route="expenses"): n - 1}
+    assert metrics.series("gateway_coalesced_requests_total") == {
+        labels(kind="process", route="expenses"): n - 1
+    }
     assert metrics.series("gateway_upstream_requests_total") == {
         labels(route="expenses", status="200"): 1
     }

@@ -20,7 +20,7 @@ async def test_concurrent_callers_share_one_call() -> None:
         return "result"
 
     coalescer: Coalescer[str] = Coalescer()
-    waiters = [asyncio.ensure_future(coalescer.run("k", work)) for _ in range(50)]
+    waiters = [asyncio.ensure_future(coalescer.run("k", "k", work)) for _ in range(50)]
     await asyncio.sleep(0)
     release.set()
     results = await asyncio.gather(*waiters)
@@ -37,7 +37,7 @@ async def test_errors_are_shared_too() -> None:
 
     coalescer: Coalescer[str] = Coalescer()
     results = await asyncio.gather(
-        *(coalescer.run("k", work) for _ in range(5)), return_exceptions=True
+        *(coalescer.run("k", "k", work) for _ in range(5)), return_exceptions=True
     )
     assert [str(r) for r in results] == ["upstream down"] * 5
 
@@ -50,8 +50,8 @@ async def test_a_cancelled_waiter_does_not_cancel_the_shared_call() -> None:
         return "done"
 
     coalescer: Coalescer[str] = Coalescer()
-    leaving = asyncio.ensure_future(coalescer.run("k", work))
-    staying = asyncio.ensure_future(coalescer.run("k", work))
+    leaving = asyncio.ensure_future(coalescer.run("k", "k", work))
+    staying = asyncio.ensure_future(coalescer.run("k", "k", work))
     await asyncio.sleep(0)
     leaving.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -70,7 +70,56 @@ async def test_start_runs_once_in_the_background() -> None:
         return "refreshed"
 
     coalescer: Coalescer[str] = Coalescer()
-    assert coalescer.start("k", work) is True
-    assert coalescer.start("k", work) is False
-    assert await coalescer.run("k", work) == ("refreshed", True)
+    assert coalescer.start("k", "k", work) is True
+    assert coalescer.start("k", "k", work) is False
+    assert await coalescer.run("k", "k", work) == ("refreshed", True)
     assert calls == 1
+
+
+async def test_a_read_that_outlives_a_fill_takes_its_result() -> None:
+    """A request whose cache read began before a fill of its key ended, and returned
+    "no entry" after it, takes that fill's result instead of starting another."""
+    coalescer: Coalescer[str] = Coalescer()
+    calls = 0
+
+    async def work() -> str:
+        nonlocal calls
+        calls += 1
+        return f"result {calls}"
+
+    late = coalescer.reading("k")  # the late request's read starts
+    assert await coalescer.run(("k", 1), "k", work) == ("result 1", False)
+    # the fill has ended and is no longer in flight; the late read returns
+    assert coalescer.done_reading("k", late) == (("k", 1), "result 1")
+    assert len(coalescer) == 0
+    # a read that starts after the fill ended does not take it
+    after = coalescer.reading("k")
+    assert coalescer.done_reading("k", after) is None
+    assert calls == 1
+
+
+async def test_a_fill_ended_before_a_read_began_is_not_taken() -> None:
+    coalescer: Coalescer[str] = Coalescer()
+
+    async def work() -> str:
+        return "old"
+
+    holding = coalescer.reading("k")  # keeps results of "k" around
+    await coalescer.run(("k", 1), "k", work)
+    fresh = coalescer.reading("k")
+    assert coalescer.done_reading("k", fresh) is None
+    assert coalescer.done_reading("k", holding) == (("k", 1), "old")
+    # every reader is done: nothing of "k" is kept
+    assert coalescer.done_reading("k", coalescer.reading("k")) is None
+
+
+async def test_a_failed_fill_is_never_taken() -> None:
+    coalescer: Coalescer[str] = Coalescer()
+
+    async def work() -> str:
+        raise ValueError("upstream failed")
+
+    late = coalescer.reading("k")
+    with pytest.raises(ValueError, match="upstream failed"):
+        await coalescer.run(("k", 1), "k", work)
+    assert coalescer.done_reading("k", late) is None

@@ -13,6 +13,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpServer
 
 from gateway.cache.breaker import CircuitState
+from gateway.cache.entry import generation_key
+from gateway.cache.memory import MemoryBackend
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.admin import CACHE
 from gateway.http.records import PIPELINE
@@ -231,7 +233,7 @@ async def test_tokens_never_see_each_others_entries(
 
     store = redis.Redis.from_url(redis_url)
     keys = [key async for key in store.scan_iter("*", count=1000)]
-    assert len(keys) == 4
+    assert len([key for key in keys if b":e:" in key]) == 4  # and the purge generations
     for key in keys:
         value = await store.get(key)
         assert value is not None
@@ -327,12 +329,20 @@ async def test_purges_are_seen_by_a_second_instance(
         "/admin/cache?route=expenses", headers={"Authorization": f"Bearer {ADMIN}"}
     )
     assert response.status == 200
-    assert await response.json() == {"purged": "expenses", "backend": "redis"}
+    assert await response.json() == {
+        "purged": "expenses",
+        "backend": "redis",
+        "instances": {"told": 2, "confirmed": 2},
+    }
     assert (await get(second, "/users"))[2]["X-Cache"] == "HIT"
     assert (await get(second, "/expenses"))[2]["X-Cache"] == "MISS"
 
     response = await first.delete("/admin/cache", headers={"Authorization": f"Bearer {ADMIN}"})
-    assert await response.json() == {"purged": "all", "backend": "redis"}
+    assert await response.json() == {
+        "purged": "all",
+        "backend": "redis",
+        "instances": {"told": 2, "confirmed": 2},
+    }
     assert (await get(second, "/users"))[2]["X-Cache"] == "MISS"
     assert (await get(second, "/expenses"))[2]["X-Cache"] == "MISS"
     assert (await get(first, "/expenses"))[2]["X-Cache"] == "HIT"  # stored after the purge
@@ -414,7 +424,7 @@ async def test_a_corrupt_purge_generation_is_a_cache_fault_not_a_500(
     store = redis.Redis.from_url(redis_url, decode_responses=True)
     entries = [key async for key in store.scan_iter("*:e:*")]
     prefix = entries[0].split(":e:")[0]
-    await store.set(f"{prefix}:gen:users", "not-a-number")
+    await store.set(generation_key(prefix, "users"), "not-a-number")
     status, _, headers = await get(client, "/users")
     assert status == 200
     assert headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"
@@ -490,3 +500,40 @@ async def test_a_hit_answers_alike_by_the_short_and_the_full_way(
     )
     assert (status, body, headers["X-Request-ID"]) == (304, b"", "abc-123")
     assert "Content-Type" not in headers
+
+
+class ReadsThatOutliveAFill(MemoryBackend):
+    """A memory backend whose next read answers what it found at once, but returns only
+    when ``release`` is set: a Redis read that is still on its way while a fill ends."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(max_bytes=16 * 1024 * 1024, clock=clock)
+        self.release: asyncio.Event | None = None
+        self.reading = asyncio.Event()
+
+    async def get(self, key: Any) -> Any:
+        lookup = await super().get(key)
+        release, self.release = self.release, None
+        if release is not None:
+            self.reading.set()
+            await release.wait()
+        return lookup
+
+
+async def test_a_read_that_returns_after_a_fill_ended_makes_no_second_call(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
+) -> None:
+    client = await gateway_factory(base_url(upstream))
+    backend = ReadsThatOutliveAFill(client.app[PIPELINE].clock)
+    client.app[CACHE].backend = backend
+    release = backend.release = asyncio.Event()
+    late = asyncio.ensure_future(get(client, "/users"))
+    await backend.reading.wait()  # its read found nothing and is still on its way
+    status, body, headers = await get(client, "/users")
+    assert (status, headers["X-Cache"]) == (200, "MISS")
+    assert len(upstream_log) == 1
+    release.set()  # the late read returns "no entry" after the fill ended
+    late_status, late_body, late_headers = await late
+    assert (late_status, late_body) == (200, body)
+    assert late_headers["X-Cache"] == "MISS"
+    assert len(upstream_log) == 1

@@ -1,0 +1,157 @@
+"""Fleet agreement: every instance sharing a Redis prefix announces a fingerprint of its
+cache-relevant live configuration, and notices when another's differs.
+
+Each process writes ``<fingerprint> <expiry>`` under its own field of one Redis hash
+(``<prefix>:fleet``) every ``every_s`` seconds, and reads the whole hash back. Fields
+whose expiry has passed (an instance that stopped or was killed) are deleted by whoever
+sees them. An instance that sees a fingerprint other than its own logs it once per
+fingerprint, and reports the fleet ``degraded`` in /readyz and in
+``gateway_fleet_configurations`` (the count of distinct configurations seen).
+
+Instances that disagree are not stopped: an entry carries the TTL it was stored with,
+so each answer is still served for the freshness its filler gave it; what differs is
+which instance's TTL an entry gets, and that is what operators need to know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway.cache.entry import FLEET_PART
+from gateway.cache.topology import REDIS_ERRORS, Commands
+
+log = logging.getLogger("gateway.cache")
+
+OK = "ok"
+DEGRADED = "degraded"
+UNKNOWN = "unknown"
+
+
+def instance_id() -> str:
+    """This process, as the fleet sees it: host, pid and a random part (pids repeat
+    across containers)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Fleet:
+    """This process's announcements and what it has seen of the others."""
+
+    def __init__(
+        self,
+        commands: Commands,
+        *,
+        prefix: str,
+        fingerprint: Callable[[], str],
+        every_s: float = 5.0,
+        timeout_s: float = 1.0,
+        wall: Callable[[], float] = time.time,
+        instance: str | None = None,
+    ) -> None:
+        self._commands = commands
+        self._key = f"{prefix}:{FLEET_PART}"
+        self._fingerprint = fingerprint
+        self.every_s = every_s
+        self._timeout_s = timeout_s
+        self._wall = wall
+        self.instance = instance or instance_id()
+        self._seen: dict[str, str] = {}  # instance -> fingerprint, as last read
+        self._reported: set[str] = set()  # other fingerprints already logged
+        self.last_error: str | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._commands.hdel(self._key, self.instance)
+        except (*REDIS_ERRORS, TimeoutError):
+            pass  # its field expires on its own
+
+    async def _run(self) -> None:
+        while True:
+            await self.announce()
+            await asyncio.sleep(self.every_s)
+
+    async def announce(self) -> None:
+        """Write this instance's fingerprint, read everyone's (one round of the loop)."""
+        mine = self._fingerprint()
+        now = self._wall()
+        expiry = now + 3 * self.every_s
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._commands.hset(self._key, self.instance, f"{mine} {expiry:.3f}")
+                await self._commands.pexpire(self._key, int(6 * self.every_s * 1000))
+                raw: dict[Any, Any] = await self._commands.hgetall(self._key)
+                gone = self._read(raw, now)
+                if gone:
+                    await self._commands.hdel(self._key, *gone)
+        except (*REDIS_ERRORS, TimeoutError) as exc:
+            self.last_error = f"redis fleet announcement: {type(exc).__name__}: {exc}"
+            return
+        self.last_error = None
+        self._notice(mine)
+
+    def _read(self, raw: dict[Any, Any], now: float) -> list[bytes]:
+        seen: dict[str, str] = {}
+        gone: list[bytes] = []
+        for field, value in raw.items():
+            fingerprint, _, expiry = bytes(value).decode("utf-8", "replace").partition(" ")
+            try:
+                expired = float(expiry) < now
+            except ValueError:
+                expired = True
+            if expired:
+                gone.append(field)
+            else:
+                seen[bytes(field).decode("utf-8", "replace")] = fingerprint
+        self._seen = seen
+        return gone
+
+    def _notice(self, mine: str) -> None:
+        for fingerprint in sorted(set(self._seen.values()) - {mine} - self._reported):
+            self._reported.add(fingerprint)
+            others = sorted(name for name, seen in self._seen.items() if seen == fingerprint)
+            log.warning(
+                "fleet: instances sharing this cache run another cache configuration",
+                extra={
+                    "event": "fleet_disagreement",
+                    "mine": mine,
+                    "theirs": fingerprint,
+                    "instances": others[:10],
+                },
+            )
+
+    def configurations(self) -> int:
+        """Distinct cache configurations among the live instances seen (0: none read yet)."""
+        return len(set(self._seen.values()))
+
+    def report(self) -> dict[str, Any]:
+        """The fleet component of /readyz."""
+        mine = self._fingerprint()
+        if not self._seen:
+            return {"status": UNKNOWN, "fingerprint": mine, "lastError": self.last_error}
+        by_fingerprint: dict[str, int] = {}
+        for fingerprint in self._seen.values():
+            by_fingerprint[fingerprint] = by_fingerprint.get(fingerprint, 0) + 1
+        status = OK if set(by_fingerprint) <= {mine} else DEGRADED
+        return {
+            "status": status,
+            "fingerprint": mine,
+            "instances": len(self._seen),
+            "configurations": by_fingerprint,
+            "lastError": self.last_error,
+        }

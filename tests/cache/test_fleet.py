@@ -1,0 +1,263 @@
+"""Several gateway instances on one real Redis: one upstream call per cold key across
+them, purges that are in force everywhere before they are answered (or say that their
+outcome is unknown), and generations that no deletion or eviction can turn back."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis.asyncio as redis
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.cache.entry import generation_key, lease_key
+from gateway.cache.near import NearCache, TieredBackend
+from gateway.demo import RequestLog
+from gateway.http.admin import CACHE
+from gateway.http.records import PIPELINE
+from gateway.records.credentials import parse_authorization
+from gateway.records.routes import ROUTES, parse_record_query
+
+from ..conftest import AUTH, GatewayFactory, base_url, redis_cache
+from ..redis_server import RedisServer
+
+Client = TestClient[web.Request, web.Application]
+ADMIN = {"Authorization": "Bearer admin-token-0123456789abcdef"}
+
+
+def near_of(client: Client) -> NearCache:
+    backend = client.app[CACHE].backend
+    assert isinstance(backend, TieredBackend)
+    return backend.near
+
+
+async def until(predicate: Any, within_s: float = 10.0) -> None:
+    """Wait for ``predicate()``; ``within_s`` only guards against a hang."""
+    async with asyncio.timeout(within_s):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+async def fleet(
+    factory: GatewayFactory,
+    server: TestServer,
+    url: str,
+    n: int = 3,
+    cache: dict[str, Any] | None = None,
+    **sections: dict[str, Any],
+) -> list[Client]:
+    clients = [
+        await factory(
+            base_url(server),
+            cache=redis_cache(url, **(cache or {})),
+            admin={"token": ADMIN["Authorization"].removeprefix("Bearer ")},
+            **sections,
+        )
+        for _ in range(n)
+    ]
+    for client in clients:
+        await until(lambda client=client: near_of(client).live)
+    return clients
+
+
+async def fetch(client: Client, path: str) -> tuple[int, bytes, str, str]:
+    response = await client.get(path, headers=AUTH)
+    body = await response.read()
+    return (
+        response.status,
+        body,
+        response.headers.get("X-Cache", ""),
+        response.headers.get("Cache-Status", ""),
+    )
+
+
+def prefix_of(client: Client) -> str:
+    pipeline = client.app[PIPELINE]
+    return pipeline.keyer.prefix
+
+
+async def test_a_burst_over_three_instances_makes_one_upstream_call(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
+) -> None:
+    clients = await fleet(gateway_factory, upstream, redis_url)
+    for burst in range(5):
+        path = f"/expenses?page={burst + 1}&limit=7"
+        before = len(upstream_log)
+        answers = await asyncio.gather(*(fetch(clients[index % 3], path) for index in range(300)))
+        assert {status for status, *_ in answers} == {200}
+        assert len({body for _, body, *_ in answers}) == 1
+        assert len(upstream_log) - before == 1, f"burst {burst}"
+    metrics = await (await clients[0].get("/metrics")).text()
+    assert 'gateway_coalesced_requests_total{kind="process",route="expenses"}' in metrics
+
+
+async def test_the_others_wait_for_the_filled_entry_and_say_so(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
+) -> None:
+    first, second = await fleet(gateway_factory, upstream, redis_url, n=2)
+    store = redis.Redis.from_url(redis_url)
+    # another instance holds the lease of /users (it is calling the upstream)
+    lease = lease_of_users(second)
+    await store.set(lease, b"someone-else", px=10_000)
+    waiting = asyncio.ensure_future(fetch(second, "/users"))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()  # it waits for the entry rather than calling the upstream
+    assert len(upstream_log) == 0
+    # the holder fills the entry (here: the first instance, without a lease of its own)
+    await store.delete(lease)
+    assert (await fetch(first, "/users"))[2] == "MISS"
+    status, _, x_cache, cache_status = await waiting
+    assert status == 200
+    assert (x_cache, cache_status) == ("MISS", "records-gateway; fwd=miss; collapsed")
+    assert len(upstream_log) == 1
+    metrics = await (await second.get("/metrics")).text()
+    assert 'gateway_coalesced_requests_total{kind="fleet",route="users"} 1.0' in metrics
+    await store.aclose()
+
+
+def lease_of_users(client: Client) -> str:
+    """The Redis key of the fill lease of ``GET /users`` with AUTH's token."""
+    users = next(route for route in ROUTES if route.name == "users")
+    query = parse_record_query(users, None, [], max_limit=100)
+    key = client.app[PIPELINE].keyer.key(query, parse_authorization(AUTH["Authorization"]))
+    return lease_key(key)
+
+
+async def test_a_lease_that_is_never_filled_costs_at_most_the_upstream_timeout(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
+) -> None:
+    (client,) = await fleet(gateway_factory, upstream, redis_url, n=1, upstream={"timeout_s": 0.5})
+    store = redis.Redis.from_url(redis_url)
+    # a holder that died: its lease stays for 60 s, longer than the upstream timeout
+    await store.set(lease_of_users(client), b"dead-instance", px=60_000)
+    status, _, x_cache, cache_status = await fetch(client, "/users")
+    assert status == 200
+    assert (x_cache, cache_status) == ("MISS", "records-gateway; fwd=miss; stored")
+    assert len(upstream_log) == 1
+    await store.aclose()
+
+
+async def test_a_purge_is_in_force_on_every_instance_before_it_is_answered(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str
+) -> None:
+    clients = await fleet(gateway_factory, upstream, redis_url)
+    for client in clients:
+        await fetch(client, "/users")
+        await fetch(client, "/clients")
+        assert len(near_of(client)) == 2
+    response = await clients[0].delete("/admin/cache?route=users", headers=ADMIN)
+    assert response.status == 200
+    body = await response.json()
+    # checked as the answer arrives, without waiting: every process had confirmed
+    assert [len(near_of(client)) for client in clients] == [1, 1, 1]
+    assert body == {
+        "purged": "users",
+        "backend": "redis",
+        "instances": {"told": 3, "confirmed": 3},
+    }
+    for client in clients:
+        assert (await fetch(client, "/clients"))[2] == "HIT"
+    assert (await fetch(clients[1], "/users"))[2] == "MISS"
+
+
+async def test_a_purge_during_a_redis_stall_says_its_outcome_is_unknown_and_still_happens(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    first, second = await fleet(
+        gateway_factory, upstream, own_redis.url, n=2, cache={"redis_timeout_ms": 50}
+    )
+    for client in (first, second):
+        await fetch(client, "/users")
+        await fetch(client, "/users")
+        assert len(near_of(client)) == 1
+    own_redis.freeze()
+    try:
+        response = await first.delete("/admin/cache?route=users", headers=ADMIN)
+        # this instance stops serving its copies at once, whatever Redis did
+        assert len(near_of(first)) == 0
+    finally:
+        await asyncio.sleep(0.3)  # a stall shorter than the breaker's reset (5 s)
+        own_redis.thaw()
+    assert response.status == 503
+    problem = await response.json()
+    assert problem["type"].endswith(":purge-outcome-unknown")
+    assert problem["outcome"] == "unknown"
+    assert "may have happened or not" in problem["detail"]
+    # the purge is retried in the background: the other instance drops its copy and
+    # Redis's entry is purged (a miss, not a hit from Redis)
+    await until(lambda: len(near_of(second)) == 0)
+    await until(lambda: near_of(second).live)
+    assert (await fetch(second, "/users"))[2] == "MISS"
+
+
+async def test_a_deleted_generation_never_brings_back_a_purged_entry(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
+) -> None:
+    (client,) = await fleet(gateway_factory, upstream, redis_url, n=1, cache={"near_cache": False})
+    assert (await fetch(client, "/users"))[2] == "MISS"
+    assert (await fetch(client, "/users"))[2] == "HIT"
+    assert (await client.delete("/admin/cache?route=users", headers=ADMIN)).status == 200
+    store = redis.Redis.from_url(redis_url)
+    prefix = prefix_of(client)
+    assert await store.delete(generation_key(prefix, None), generation_key(prefix, "users")) == 2
+    assert (await fetch(client, "/users"))[2] == "MISS"
+    assert len(upstream_log) == 2
+    await store.aclose()
+
+
+async def test_an_evicting_redis_never_serves_a_purged_entry(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    store = redis.Redis.from_url(own_redis.url)
+    await store.config_set("maxmemory", 4 * 1024 * 1024)
+    await store.config_set("maxmemory-policy", "allkeys-lru")
+    (client,) = await fleet(
+        gateway_factory, upstream, own_redis.url, n=1, cache={"near_cache": False}
+    )
+    paths = [f"/expenses?page={page}&limit=5" for page in range(1, 21)]
+    for path in paths:
+        assert (await fetch(client, path))[2] == "MISS"
+    assert (await client.delete("/admin/cache?route=expenses", headers=ADMIN)).status == 200
+    entries = [key async for key in store.scan_iter(f"{prefix_of(client)}:e:*")]
+    assert len(entries) == len(paths)
+    generation = generation_key(prefix_of(client), "expenses")
+    filler = b"x" * 64 * 1024
+    for index in range(2000):  # fill Redis until eviction takes the route's generation
+        await store.set(f"filler:{index}", filler)
+        for entry in entries:
+            await store.get(entry)  # the entries stay recently used
+        if not await store.exists(generation):
+            break
+    assert not await store.exists(generation)
+    survivors = [entry for entry in entries if await store.exists(entry)]
+    assert survivors  # purged entries still in Redis: what must not be served
+    await store.flushall()
+    answers = [await fetch(client, path) for path in paths]
+    assert {x_cache for _, _, x_cache, _ in answers} == {"MISS"}
+    await store.aclose()
+
+
+@pytest.mark.parametrize("near_cache", [True, False])
+async def test_within_one_process_every_burst_makes_exactly_one_call(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_url: str,
+    near_cache: bool,
+) -> None:
+    """The reference upstream answers within a millisecond or two: a fill often ends
+    while later requests of the burst are still reading Redis."""
+    (client,) = await fleet(
+        gateway_factory, upstream, redis_url, n=1, cache={"near_cache": near_cache}
+    )
+    extra = []
+    for burst in range(40):
+        before = len(upstream_log)
+        path = f"/expenses?page={burst + 1}&limit=3"
+        answers = await asyncio.gather(*(fetch(client, path) for _ in range(200)))
+        assert {status for status, *_ in answers} == {200}
+        if len(upstream_log) - before != 1:
+            extra.append((burst, len(upstream_log) - before))
+    assert extra == []

@@ -1,0 +1,224 @@
+"""The gateway on a real Redis Cluster (three primaries) and a real Sentinel set (a
+primary, a replica, three sentinels), started by the suite: entries spread over the
+shards, purges across slots, one upstream call per cold key across instances, and a
+Sentinel failover under load that loses no request."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis.asyncio as redis
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.cache.near import NearCache, TieredBackend
+from gateway.demo import RequestLog
+from gateway.http.admin import CACHE
+from gateway.http.records import PIPELINE
+
+from ..conftest import AUTH, KEY_SECRET, GatewayFactory, base_url
+from ..redis_topologies import SentinelSet
+
+pytestmark = pytest.mark.integration
+
+Client = TestClient[web.Request, web.Application]
+ADMIN_TOKEN = "admin-token-0123456789abcdef"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def cluster_cache(nodes: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "backend": "redis",
+        "redis_mode": "cluster",
+        "redis_nodes": nodes,
+        "key_secret": KEY_SECRET,
+        "redis_timeout_ms": 1000,
+        **extra,
+    }
+
+
+def sentinel_cache(sentinels: SentinelSet, **extra: Any) -> dict[str, Any]:
+    return {
+        "backend": "redis",
+        "redis_mode": "sentinel",
+        "redis_nodes": sentinels.sentinels,
+        "redis_sentinel_master": sentinels.master_name,
+        "key_secret": KEY_SECRET,
+        "redis_timeout_ms": 1000,
+        **extra,
+    }
+
+
+def near_of(client: Client) -> NearCache:
+    backend = client.app[CACHE].backend
+    assert isinstance(backend, TieredBackend)
+    return backend.near
+
+
+async def until(predicate: Any, within_s: float = 15.0) -> None:
+    async with asyncio.timeout(within_s):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def instances(
+    factory: GatewayFactory, upstream: TestServer, cache: dict[str, Any], n: int
+) -> list[Client]:
+    clients = [
+        await factory(base_url(upstream), cache=cache, admin={"token": ADMIN_TOKEN})
+        for _ in range(n)
+    ]
+    for client in clients:
+        await until(lambda client=client: near_of(client).live)
+    return clients
+
+
+async def fetch(client: Client, path: str) -> tuple[int, bytes, str]:
+    response = await client.get(path, headers=AUTH)
+    return response.status, await response.read(), response.headers.get("X-Cache", "")
+
+
+async def test_cluster_spreads_entries_over_every_shard_and_purges_across_slots(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_cluster_nodes: list[str],
+) -> None:
+    (client,) = await instances(
+        gateway_factory, upstream, cluster_cache(redis_cluster_nodes, near_cache=False), 1
+    )
+    paths = [f"/expenses?page={page}&limit=2" for page in range(1, 61)]
+    for path in paths:
+        assert (await fetch(client, path))[2] == "MISS"
+    for path in paths:
+        assert (await fetch(client, path))[2] == "HIT"  # read from Redis: no near cache
+    assert len(upstream_log) == 60
+    prefix = client.app[PIPELINE].keyer.prefix
+    per_node = []
+    for node in redis_cluster_nodes:
+        host, port = node.split(":")
+        shard = redis.Redis(host=host, port=int(port))
+        per_node.append(len([key async for key in shard.scan_iter(f"{prefix}:e:*")]))
+        await shard.aclose()
+    assert sum(per_node) == 60
+    assert max(per_node) <= 30, per_node  # none holds more than half
+
+    response = await client.delete("/admin/cache?route=expenses", headers=ADMIN)
+    assert response.status == 200
+    assert {x_cache for _, _, x_cache in [await fetch(client, p) for p in paths[:10]]} == {"MISS"}
+    assert (await fetch(client, "/users"))[2] == "MISS"
+    assert (await client.delete("/admin/cache", headers=ADMIN)).status == 200
+    assert (await fetch(client, "/users"))[2] == "MISS"
+    assert (await fetch(client, "/users"))[2] == "HIT"
+
+
+async def test_cluster_fleet_makes_one_upstream_call_per_cold_key_and_purges_everywhere(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_cluster_nodes: list[str],
+) -> None:
+    clients = await instances(gateway_factory, upstream, cluster_cache(redis_cluster_nodes), 3)
+    for burst in range(3):
+        before = len(upstream_log)
+        path = f"/users?page={burst + 1}&limit=4"
+        answers = await asyncio.gather(*(fetch(clients[i % 3], path) for i in range(150)))
+        assert {status for status, _, _ in answers} == {200}
+        assert len(upstream_log) - before == 1
+    for client in clients:
+        await fetch(client, "/users?page=1&limit=4")
+        assert len(near_of(client)) >= 1
+    response = await clients[2].delete("/admin/cache?route=users", headers=ADMIN)
+    assert response.status == 200
+    assert (await response.json())["instances"] == {"told": 3, "confirmed": 3}
+    assert [len(near_of(client)) for client in clients] == [0, 0, 0]
+
+
+async def test_cluster_readiness_is_ok(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_cluster_nodes: list[str]
+) -> None:
+    (client,) = await instances(gateway_factory, upstream, cluster_cache(redis_cluster_nodes), 1)
+    await fetch(client, "/users")
+    report = await (await client.get("/readyz")).json()
+    assert report["components"]["cache"]["status"] == "ok", report
+
+
+async def test_sentinel_mode_serves_and_purges(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_sentinel: SentinelSet,
+) -> None:
+    (client,) = await instances(
+        gateway_factory, upstream, sentinel_cache(redis_sentinel, near_cache=False), 1
+    )
+    assert (await fetch(client, "/users"))[2] == "MISS"
+    assert (await fetch(client, "/users"))[2] == "HIT"
+    assert (await client.delete("/admin/cache?route=users", headers=ADMIN)).status == 200
+    assert (await fetch(client, "/users"))[2] == "MISS"
+    assert len(upstream_log) == 2
+    # what was written went to the primary the sentinels name
+    host, port = redis_sentinel.master_address()
+    primary = redis.Redis(host=host, port=port)
+    prefix = client.app[PIPELINE].keyer.prefix
+    assert len([key async for key in primary.scan_iter(f"{prefix}:e:*")]) == 1
+    await primary.aclose()
+
+
+async def test_a_sentinel_failover_under_load_loses_no_request(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_sentinel: SentinelSet,
+) -> None:
+    clients = await instances(gateway_factory, upstream, sentinel_cache(redis_sentinel), 3)
+    old_primary = redis_sentinel.master_address()
+    statuses: list[int] = []
+    stop = asyncio.Event()
+
+    async def load(client: Client, offset: int) -> None:
+        index = 0
+        while not stop.is_set():
+            page = (index + offset) % 40 + 1
+            status, _, _ = await fetch(client, f"/expenses?page={page}&limit=3")
+            statuses.append(status)
+            index += 1
+            await asyncio.sleep(0.002)
+
+    loaders = [asyncio.ensure_future(load(client, i * 7)) for i, client in enumerate(clients)]
+    await asyncio.sleep(0.5)
+    new_primary = await asyncio.to_thread(redis_sentinel.failover)
+    assert new_primary != old_primary
+    await asyncio.sleep(0.5)
+    stop.set()
+    await asyncio.gather(*loaders)
+    assert len(statuses) > 100
+    assert set(statuses) == {200}
+
+    # the cache is used again within a few seconds: a new key is stored and read back
+    # from Redis by another instance
+    async def cache_works() -> bool:
+        path = f"/clients?page={len(statuses) % 50 + 1}&limit=2"
+        await fetch(clients[0], path)
+        return (await fetch(clients[1], path))[2] == "HIT"
+
+    async with asyncio.timeout(10):
+        while not await cache_works():
+            await asyncio.sleep(0.2)
+        for client in clients:
+            await until(lambda client=client: near_of(client).live)
+
+    # a purge made after the failover is in force on every instance
+    for client in clients:
+        await fetch(client, "/users")
+        await fetch(client, "/users")
+        assert len(near_of(client)) >= 1
+    response = await clients[1].delete("/admin/cache", headers=ADMIN)
+    assert response.status == 200
+    assert (await response.json())["instances"] == {"told": 3, "confirmed": 3}
+    assert [len(near_of(client)) for client in clients] == [0, 0, 0]
+    assert (await fetch(clients[2], "/users"))[2] == "MISS"
+    # nothing was written to the demoted primary after the failover
+    host, port = redis_sentinel.master_address()
+    assert (host, port) == new_primary
