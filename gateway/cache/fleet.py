@@ -22,10 +22,12 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.cache.entry import FLEET_PART
-from gateway.cache.topology import REDIS_ERRORS, Commands
+
+if TYPE_CHECKING:  # redis-py is imported only by a gateway that uses Redis
+    from gateway.cache.topology import Commands
 
 log = logging.getLogger("gateway.cache")
 
@@ -53,7 +55,10 @@ class Fleet:
         timeout_s: float = 1.0,
         wall: Callable[[], float] = time.time,
         instance: str | None = None,
+        on_read: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_read`` is told the number of distinct configurations after each read."""
+        self._on_read = on_read
         self._commands = commands
         self._key = f"{prefix}:{FLEET_PART}"
         self._fingerprint = fingerprint
@@ -71,6 +76,8 @@ class Fleet:
             self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
+        from gateway.cache.topology import REDIS_ERRORS
+
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -88,6 +95,8 @@ class Fleet:
 
     async def announce(self) -> None:
         """Write this instance's fingerprint, read everyone's (one round of the loop)."""
+        from gateway.cache.topology import REDIS_ERRORS
+
         mine = self._fingerprint()
         now = self._wall()
         expiry = now + 3 * self.every_s
@@ -104,6 +113,8 @@ class Fleet:
             return
         self.last_error = None
         self._notice(mine)
+        if self._on_read is not None:
+            self._on_read(self.configurations())
 
     def _read(self, raw: dict[Any, Any], now: float) -> list[bytes]:
         seen: dict[str, str] = {}

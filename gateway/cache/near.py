@@ -180,6 +180,10 @@ class TieredBackend:
         self._pending: dict[str, _Confirmations] = {}
         self._background: set[asyncio.Future[None]] = set()
 
+    @property
+    def topology(self) -> RedisTopology:
+        return self._topology
+
     def start(self) -> None:
         """Start listening for invalidations (the near cache is off until subscribed)."""
         self._topology.start()

@@ -19,8 +19,9 @@ from aiohttp import web
 from gateway.cache.backend import CacheBackend
 from gateway.cache.breaker import CircuitBreaker, CircuitState, GuardedCache
 from gateway.cache.clock import Clock, system_clock
+from gateway.cache.fleet import Fleet
 from gateway.cache.memory import MemoryBackend, NullBackend
-from gateway.config.live import ConfigSource, LiveConfig
+from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint
 from gateway.config.settings import CacheSettings, Settings
 from gateway.http.admin import ADMIN_ROUTES, CACHE, LIVE
 from gateway.http.edge import Edge, Handler, method_not_allowed, not_found
@@ -46,6 +47,8 @@ from gateway.upstream.client import UpstreamClient, create_session
 
 log = logging.getLogger("gateway.app")
 COERCIONS = web.AppKey("coercions", CoercionCounts)
+# the fleet's announcements, set only when the cache is Redis
+FLEET = web.AppKey("fleet", Fleet)
 
 
 def create_app(
@@ -154,6 +157,24 @@ def create_backend(settings: CacheSettings, *, prefix: str, clock: Clock) -> Cac
     return NullBackend()
 
 
+def _fleet_of(
+    backend: CacheBackend, prefix: str, live: LiveConfig, metrics_: Metrics
+) -> Fleet | None:
+    """The fleet announcements of a Redis-backed gateway (started); None otherwise."""
+    from gateway.cache.near import TieredBackend
+
+    if not isinstance(backend, TieredBackend):
+        return None
+    fleet = Fleet(
+        backend.topology.commands,
+        prefix=prefix,
+        fingerprint=lambda: cache_fingerprint(live.settings),
+        on_read=metrics_.fleet_configurations.set,
+    )
+    fleet.start()
+    return fleet
+
+
 def _key_secret(settings: CacheSettings) -> bytes:
     if settings.key_secret is not None:
         return settings.key_secret.get_secret_value().encode()
@@ -196,12 +217,14 @@ async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[
         clock=clock,
         metrics=metrics_,
     )
+    fleet = _fleet_of(backend, keyer.prefix, live, metrics_)
     readiness = Readiness(
         upstream=upstream.health,
         upstream_check=upstream.check,
         cache_state=cache.outcomes,
         cache_check=None if settings.cache.backend == "none" else cache.check,
         interval_s=settings.health.check_interval_s,
+        fleet=None if fleet is None else fleet.report,
     )
 
     def apply(new: Settings) -> None:
@@ -222,10 +245,14 @@ async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[
     app[PIPELINE] = pipeline
     app[READINESS] = readiness
     app[RECORDS].pipeline = pipeline
+    if fleet is not None:
+        app[FLEET] = fleet
     try:
         yield
     finally:
         app[RECORDS].pipeline = None
         await pipeline.close()
+        if fleet is not None:
+            await fleet.close()
         await backend.close()
         await session.close()

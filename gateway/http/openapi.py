@@ -373,7 +373,26 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
             "components": {
                 "type": "object",
                 "required": ["upstream", "cache"],
-                "properties": {"upstream": component, "cache": component},
+                "properties": {
+                    "upstream": component,
+                    "cache": component,
+                    "fleet": {
+                        "description": "With the redis backend: whether every instance"
+                        " sharing the cache runs the same cache configuration",
+                        "type": "object",
+                        "required": ["status", "fingerprint", "lastError"],
+                        "properties": {
+                            "status": {"enum": ["ok", "degraded", "unknown"]},
+                            "fingerprint": {"type": "string"},
+                            "instances": {"type": "integer"},
+                            "configurations": {
+                                "type": "object",
+                                "additionalProperties": {"type": "integer"},
+                            },
+                            "lastError": {"type": ["string", "null"]},
+                        },
+                    },
+                },
             },
         },
     }

@@ -121,7 +121,11 @@ class Readiness:
         cache_check: Callable[[], Awaitable[None]] | None,
         interval_s: float,
         monotonic: Callable[[], float] = time.monotonic,
+        fleet: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        """``fleet``: the fleet component (``gateway.cache.fleet.Fleet.report``), when
+        instances share a cache; a fleet that disagrees degrades the gateway."""
+        self._fleet = fleet
         self._upstream = upstream
         self._upstream_check = _Check(upstream_check, interval_s, monotonic)
         self._cache_state = cache_state
@@ -147,13 +151,18 @@ class Readiness:
         now = self._monotonic()
         upstream = await self._upstream_component(now)
         cache = await self._cache_component(now)
+        components = {"upstream": upstream, "cache": cache}
+        fleet_degraded = False
+        if self._fleet is not None:
+            components["fleet"] = fleet = self._fleet()
+            fleet_degraded = fleet["status"] == DEGRADED
         if upstream["status"] == DOWN and cache["status"] in (DOWN, DISABLED):
             overall, code = DOWN, 503
-        elif upstream["status"] == DOWN or cache["status"] in (DOWN, DEGRADED):
+        elif upstream["status"] == DOWN or cache["status"] in (DOWN, DEGRADED) or fleet_degraded:
             overall, code = DEGRADED, 200
         else:
             overall, code = OK, 200
-        return code, {"status": overall, "components": {"upstream": upstream, "cache": cache}}
+        return code, {"status": overall, "components": components}
 
     async def _upstream_component(self, now: float) -> dict[str, Any]:
         age = self._upstream.age()

@@ -272,6 +272,14 @@ class Metrics:
             ["field", "kind"],
             registry=r,
         )
+        self.fleet_configurations = Gauge(
+            "gateway_fleet_configurations",
+            "Distinct cache configurations (TTLs, windows, namespace) among the live"
+            " instances sharing this Redis, as this one last read them; more than 1:"
+            " the fleet disagrees",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.in_flight = Gauge(
             "gateway_requests_in_flight",
             "Requests being handled now",

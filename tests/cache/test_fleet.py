@@ -5,6 +5,7 @@ outcome is unknown), and generations that no deletion or eviction can turn back.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,14 +14,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.cache.entry import generation_key, lease_key
+from gateway.cache.fleet import Fleet
 from gateway.cache.near import NearCache, TieredBackend
+from gateway.config.live import ConfigSource
 from gateway.demo import RequestLog
-from gateway.http.admin import CACHE
+from gateway.http.admin import CACHE, LIVE
+from gateway.http.app import FLEET
 from gateway.http.records import PIPELINE
 from gateway.records.credentials import parse_authorization
 from gateway.records.routes import ROUTES, parse_record_query
 
-from ..conftest import AUTH, GatewayFactory, base_url, redis_cache
+from ..conftest import AUTH, KEY_SECRET, GatewayFactory, base_url, redis_cache
 from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
@@ -223,6 +227,9 @@ async def test_an_evicting_redis_never_serves_a_purged_entry(
     entries = [key async for key in store.scan_iter(f"{prefix_of(client)}:e:*")]
     assert len(entries) == len(paths)
     generation = generation_key(prefix_of(client), "expenses")
+    # Redis's LRU clock counts whole seconds: let the generations grow older than
+    # the entries, which are touched below while Redis fills up
+    await asyncio.sleep(1.1)
     filler = b"x" * 64 * 1024
     for index in range(2000):  # fill Redis until eviction takes the route's generation
         await store.set(f"filler:{index}", filler)
@@ -261,3 +268,85 @@ async def test_within_one_process_every_burst_makes_exactly_one_call(
         if len(upstream_log) - before != 1:
             extra.append((burst, len(upstream_log) - before))
     assert extra == []
+
+
+async def test_instances_that_disagree_on_the_cache_configuration_are_reported(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = tmp_path / "config.toml"
+    cache = f'backend = "redis"\nredis_url = "{redis_url}"\nkey_secret = "{KEY_SECRET}"\n'
+    config.write_text(f'[upstream]\nbase_url = "{base_url(upstream)}"\n[cache]\n{cache}')
+    first, second = await fleet(gateway_factory, upstream, redis_url, n=2)
+    first.app[LIVE]._source = ConfigSource(config)
+
+    async def announce_all() -> None:
+        for client in (first, second):
+            await client.app[FLEET].announce()
+
+    await announce_all()
+    for client in (first, second):
+        report = await (await client.get("/readyz")).json()
+        assert report["status"] == "ok"
+        assert report["components"]["fleet"]["status"] == "ok"
+        assert report["components"]["fleet"]["instances"] == 2
+    assert "gateway_fleet_configurations 1.0" in await (await first.get("/metrics")).text()
+
+    # a reload (SIGHUP) on one instance only changes its TTLs
+    config.write_text(
+        f'[upstream]\nbase_url = "{base_url(upstream)}"\n[cache]\n{cache}[cache.ttl_s]\nusers = 5\n'
+    )
+    assert first.app[LIVE].reload().applied == ["cache.ttl_s"]
+    caplog.clear()
+    for _ in range(3):
+        await announce_all()
+    for client in (first, second):
+        response = await client.get("/readyz")
+        assert response.status == 200
+        report = await response.json()
+        assert report["status"] == "degraded"
+        fleet_report = report["components"]["fleet"]
+        assert fleet_report["status"] == "degraded"
+        assert sorted(fleet_report["configurations"].values()) == [1, 1]
+        metrics = await (await client.get("/metrics")).text()
+        assert "gateway_fleet_configurations 2.0" in metrics
+    logged = [r for r in caplog.records if getattr(r, "event", None) == "fleet_disagreement"]
+    assert len(logged) == 2  # once by each instance, not once per announcement
+    assert {r.__dict__["theirs"] for r in logged} == {
+        first.app[FLEET].report()["fingerprint"],
+        second.app[FLEET].report()["fingerprint"],
+    }
+
+    # the instance that differed stops: the fleet agrees again
+    await first.close()
+    await second.app[FLEET].announce()
+    report = await (await second.get("/readyz")).json()
+    assert report["components"]["fleet"]["status"] == "ok"
+    assert report["components"]["fleet"]["instances"] == 1
+
+
+async def test_an_instance_that_stopped_announcing_leaves_the_fleet(redis_url: str) -> None:
+    """A killed instance deletes nothing: its announcement expires after three periods
+    and the next reader removes it."""
+    store = redis.Redis.from_url(redis_url)
+    now = [1000.0]
+    killed = Fleet(store, prefix="rg:t", fingerprint=lambda: "aaa", wall=lambda: now[0])
+    alive = Fleet(store, prefix="rg:t", fingerprint=lambda: "bbb", wall=lambda: now[0])
+    await killed.announce()
+    await alive.announce()
+    assert alive.report()["status"] == "degraded"
+    assert alive.configurations() == 2
+    now[0] += 3 * alive.every_s + 1
+    await alive.announce()
+    assert alive.report() == {
+        "status": "ok",
+        "fingerprint": "bbb",
+        "instances": 1,
+        "configurations": {"bbb": 1},
+        "lastError": None,
+    }
+    assert await store.hkeys("rg:t:fleet") == [alive.instance.encode()]
+    await store.aclose()

@@ -19,7 +19,7 @@ from gateway.http.admin import CACHE
 from gateway.http.records import PIPELINE
 
 from ..conftest import AUTH, KEY_SECRET, GatewayFactory, base_url
-from ..redis_topologies import SentinelSet
+from ..redis_topologies import RedisCluster, SentinelSet
 
 pytestmark = pytest.mark.integration
 
@@ -222,3 +222,68 @@ async def test_a_sentinel_failover_under_load_loses_no_request(
     # nothing was written to the demoted primary after the failover
     host, port = redis_sentinel.master_address()
     assert (host, port) == new_primary
+
+
+async def test_a_sentinel_port_used_as_a_standalone_server(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_sentinel: SentinelSet
+) -> None:
+    """A sentinel answers PING but refuses every read and write: the cache is down,
+    never ok, and every request is answered from the upstream."""
+    client = await gateway_factory(
+        base_url(upstream),
+        cache={
+            "backend": "redis",
+            "redis_url": f"redis://{redis_sentinel.sentinels[0]}/0",
+            "key_secret": KEY_SECRET,
+            "redis_timeout_ms": 1000,
+        },
+    )
+    store = redis.Redis.from_url(f"redis://{redis_sentinel.sentinels[0]}/0")
+    assert await store.ping()
+    await store.aclose()
+    report = await (await client.get("/readyz")).json()
+    cache = report["components"]["cache"]
+    assert (report["status"], cache["status"]) == ("degraded", "down")
+    assert "unknown command" in cache["lastError"], cache["lastError"]
+    for _ in range(3):
+        response = await client.get("/users", headers=AUTH)
+        assert response.status == 200
+        assert response.headers["Cache-Status"] == (
+            "records-gateway; fwd=miss; detail=cache-unavailable"
+        )
+
+
+async def test_a_password_cluster(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
+) -> None:
+    with RedisCluster(password="cluster-secret-0123") as cluster:
+        cluster.start()
+        cache = cluster_cache(cluster.nodes, redis_password="cluster-secret-0123")
+        (client,) = await instances(gateway_factory, upstream, cache, 1)
+        assert (await fetch(client, "/users"))[2] == "MISS"
+        assert (await fetch(client, "/clients"))[2] == "MISS"
+        assert (await fetch(client, "/users"))[2] == "HIT"
+        assert len(upstream_log) == 2
+        report = await (await client.get("/readyz")).json()
+        assert report["components"]["cache"]["status"] == "ok"
+        await client.close()
+
+
+async def test_password_sentinels_and_data_nodes(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
+) -> None:
+    with SentinelSet(password="data-secret-0123", sentinel_password="sentinel-secret-0") as set_:
+        set_.start()
+        cache = sentinel_cache(
+            set_,
+            near_cache=False,
+            redis_password="data-secret-0123",
+            redis_sentinel_password="sentinel-secret-0",
+        )
+        (client,) = await instances(gateway_factory, upstream, cache, 1)
+        assert (await fetch(client, "/users"))[2] == "MISS"
+        assert (await fetch(client, "/users"))[2] == "HIT"  # read back from the primary
+        assert len(upstream_log) == 1
+        assert (await client.delete("/admin/cache", headers=ADMIN)).status == 200
+        assert (await fetch(client, "/users"))[2] == "MISS"
+        await client.close()

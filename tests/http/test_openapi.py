@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from aiohttp import ClientResponse, web
-from aiohttp.test_utils import TestClient, unused_port
+from aiohttp.test_utils import TestClient, TestServer, unused_port
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 from pytest_aiohttp import AiohttpServer
@@ -30,6 +30,7 @@ from gateway.config.settings import Settings
 from gateway.demo import create_demo_app
 from gateway.errors import InvalidParameters
 from gateway.http.admin import LIVE
+from gateway.http.app import FLEET
 from gateway.http.openapi import openapi_bytes, openapi_document
 from gateway.normalise.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.normalise.schema import (
@@ -43,7 +44,7 @@ from gateway.normalise.schema import (
 )
 from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
 
-from ..conftest import AUTH, GatewayFactory, base_url
+from ..conftest import AUTH, GatewayFactory, base_url, redis_cache
 
 Gateway = TestClient[web.Request, web.Application]
 EXPENSE_ID = "b1a6b1f1-620e-49d3-bb33-f3d8269cd696"
@@ -620,3 +621,18 @@ def test_a_page_without_an_envelope_field_fails_validation() -> None:
     assert validator.is_valid(page)
     for key in page:
         assert not validator.is_valid({k: v for k, v in page.items() if k != key}), key
+
+
+async def test_readiness_with_a_redis_cache_matches_the_document(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str
+) -> None:
+    client = await gateway_factory(base_url(upstream), cache=redis_cache(redis_url))
+    contract = Contract(openapi_document(client.app[LIVE].settings))
+    await client.get("/users", headers=AUTH)
+    await client.app[FLEET].announce()
+    response = await client.get("/readyz")
+    assert response.status == 200
+    body = await contract.check("/readyz", response)
+    assert set(body["components"]) == {"upstream", "cache", "fleet"}
+    assert body["components"]["fleet"]["status"] == "ok"
+    assert body["components"]["cache"]["source"] == "traffic"

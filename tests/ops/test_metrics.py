@@ -175,6 +175,7 @@ async def test_exact_counts_after_a_known_sequence(
     assert metrics.series("gateway_coalesced_requests_total") == {}
     assert metrics.series("gateway_cache_errors_total") == {labels(backend="memory"): 0}
     assert metrics.series("gateway_cache_circuit_state") == {labels(backend="memory"): 0}
+    assert metrics.value("gateway_fleet_configurations") == 0  # no fleet: a memory cache
     assert metrics.value("gateway_requests_in_flight") == 1  # the scrape itself
 
     again = await scrape(client)
@@ -399,6 +400,7 @@ def test_flushed_tallies_expose_what_one_call_per_request_would() -> None:
     )
     results = Counter("gateway_cache_results_total", "", ["route", "result"], registry=direct)
     Gauge("gateway_requests_in_flight", "", registry=direct).set(0)
+    Gauge("gateway_fleet_configurations", "", registry=direct).set(0)
     for route, status, cache, seconds in answers:
         requests.labels(route, str(status), cache).inc()
         durations.labels(route, cache).observe(seconds)
