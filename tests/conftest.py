@@ -18,9 +18,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
+from gateway.cache.near import NearCache, TieredBackend
 from gateway.config.settings import Settings
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.fastpath.server import make_runner
+from gateway.http.admin import CACHE
 from gateway.http.app import create_app
 from gateway.ops.logs import JsonFormatter
 
@@ -283,3 +285,23 @@ def token_upstream(tokens: list[str]) -> web.Application:
     app = web.Application()
     app.router.add_get("/users", users)
     return app
+
+
+def near_of(client: TestClient[web.Request, web.Application]) -> NearCache:
+    """The near cache of a gateway whose cache is Redis."""
+    backend = client.app[CACHE].backend
+    assert isinstance(backend, TieredBackend)
+    return backend.near
+
+
+async def until(predicate: Callable[[], object], within_s: float = 15.0) -> None:
+    """Wait for ``predicate()`` to hold; ``within_s`` only guards against a hang (how long
+    propagation takes is the bench's to measure, not a test's)."""
+    async with asyncio.timeout(within_s):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+async def near_cache_live(client: TestClient[web.Request, web.Application]) -> None:
+    """Wait until the gateway's near cache is subscribed to its channel."""
+    await until(lambda: near_of(client).live)

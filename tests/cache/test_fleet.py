@@ -15,33 +15,28 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.cache.entry import generation_key, lease_key
 from gateway.cache.fleet import Fleet
-from gateway.cache.near import NearCache, TieredBackend
 from gateway.config.live import ConfigSource
 from gateway.demo import RequestLog
-from gateway.http.admin import CACHE, LIVE
+from gateway.http.admin import LIVE
 from gateway.http.app import FLEET
 from gateway.http.records import PIPELINE
 from gateway.records.credentials import parse_authorization
 from gateway.records.routes import ROUTES, parse_record_query
 
-from ..conftest import AUTH, KEY_SECRET, GatewayFactory, base_url, redis_cache
+from ..conftest import (
+    AUTH,
+    KEY_SECRET,
+    GatewayFactory,
+    base_url,
+    near_cache_live,
+    near_of,
+    redis_cache,
+    until,
+)
 from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
 ADMIN = {"Authorization": "Bearer admin-token-0123456789abcdef"}
-
-
-def near_of(client: Client) -> NearCache:
-    backend = client.app[CACHE].backend
-    assert isinstance(backend, TieredBackend)
-    return backend.near
-
-
-async def until(predicate: Any, within_s: float = 10.0) -> None:
-    """Wait for ``predicate()``; ``within_s`` only guards against a hang."""
-    async with asyncio.timeout(within_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 async def fleet(
@@ -62,7 +57,7 @@ async def fleet(
         for _ in range(n)
     ]
     for client in clients:
-        await until(lambda client=client: near_of(client).live)
+        await near_cache_live(client)
     return clients
 
 

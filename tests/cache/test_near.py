@@ -11,31 +11,16 @@ import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.cache.near import NearCache, TieredBackend
 from gateway.config.live import ConfigSource
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
-from gateway.http.admin import CACHE, LIVE
+from gateway.http.admin import LIVE
 
-from ..conftest import AUTH, GatewayFactory, base_url, redis_cache
+from ..conftest import AUTH, GatewayFactory, base_url, near_of, redis_cache, until
 from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
 SECRET = "test-key-secret-0123456789"
 ADMIN = "admin-token-0123456789abcdef"
-
-
-def near_of(client: Client) -> NearCache:
-    backend = client.app[CACHE].backend
-    assert isinstance(backend, TieredBackend)
-    return backend.near
-
-
-async def until(predicate: Any, within_s: float = 10.0) -> None:
-    """Wait for ``predicate()`` to hold; ``within_s`` only guards against a hang (the
-    propagation time itself is the bench's to measure, not a test's)."""
-    async with asyncio.timeout(within_s):
-        while not predicate():
-            await asyncio.sleep(0.005)
 
 
 async def gateway_on(

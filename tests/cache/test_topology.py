@@ -13,12 +13,10 @@ import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.cache.near import NearCache, TieredBackend
 from gateway.demo import RequestLog
-from gateway.http.admin import CACHE
 from gateway.http.records import PIPELINE
 
-from ..conftest import AUTH, KEY_SECRET, GatewayFactory, base_url
+from ..conftest import AUTH, KEY_SECRET, GatewayFactory, base_url, near_cache_live, near_of
 from ..redis_topologies import RedisCluster, SentinelSet
 
 pytestmark = pytest.mark.integration
@@ -51,18 +49,6 @@ def sentinel_cache(sentinels: SentinelSet, **extra: Any) -> dict[str, Any]:
     }
 
 
-def near_of(client: Client) -> NearCache:
-    backend = client.app[CACHE].backend
-    assert isinstance(backend, TieredBackend)
-    return backend.near
-
-
-async def until(predicate: Any, within_s: float = 15.0) -> None:
-    async with asyncio.timeout(within_s):
-        while not predicate():
-            await asyncio.sleep(0.01)
-
-
 async def instances(
     factory: GatewayFactory, upstream: TestServer, cache: dict[str, Any], n: int
 ) -> list[Client]:
@@ -71,7 +57,7 @@ async def instances(
         for _ in range(n)
     ]
     for client in clients:
-        await until(lambda client=client: near_of(client).live)
+        await near_cache_live(client)
     return clients
 
 
@@ -207,7 +193,7 @@ async def test_a_sentinel_failover_under_load_loses_no_request(
         while not await cache_works():
             await asyncio.sleep(0.2)
         for client in clients:
-            await until(lambda client=client: near_of(client).live)
+            await near_cache_live(client)
 
     # a purge made after the failover is in force on every instance
     for client in clients:
