@@ -22,7 +22,8 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process: no persistence, loopback only."""
 
-    def __init__(self) -> None:
+    def __init__(self, *extra_args: str) -> None:
+        """``extra_args``: more redis-server options (e.g. a TLS port)."""
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed: run `make test`, which installs it")
@@ -30,6 +31,7 @@ class RedisServer:
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="rg-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
+        self.extra_args = list(extra_args)
 
     @property
     def url(self) -> str:
@@ -51,6 +53,7 @@ class RedisServer:
                 str(self.dir),
                 "--protected-mode",
                 "yes",
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -75,6 +75,14 @@ def _standalone_url(settings: CacheSettings) -> str:
     return url
 
 
+def _standalone_kwargs(settings: CacheSettings) -> dict[str, Any]:
+    """What a standalone client takes beside its URL (the URL's scheme says TLS)."""
+    kwargs = _auth_kwargs(settings)
+    if settings.redis_tls_ca_file is not None:
+        kwargs["ssl_ca_certs"] = str(settings.redis_tls_ca_file)
+    return kwargs
+
+
 @dataclass(slots=True)
 class RedisTopology:
     """The clients of one gateway process for its configured topology."""
@@ -87,6 +95,11 @@ class RedisTopology:
     _watcher: asyncio.Task[None] | None = None
     master: tuple[str, int] | None = None
 
+    @property
+    def sentinel(self) -> Sentinel | None:
+        """The sentinels' client (sentinel mode)."""
+        return self._sentinel
+
     async def subscriber(self, channel: str) -> redis.Redis:
         """A client for a subscription to ``channel``: no read timeout, a small pool of
         its own. In cluster mode it connects to the primary that owns the channel's
@@ -98,7 +111,7 @@ class RedisTopology:
         client: redis.Redis
         if self.mode == "standalone":
             client = redis.Redis.from_url(
-                _standalone_url(settings), **kwargs, **_auth_kwargs(settings)
+                _standalone_url(settings), **kwargs, **_standalone_kwargs(settings)
             )
         elif self.mode == "sentinel":
             assert self._sentinel is not None
@@ -205,7 +218,10 @@ def connect(settings: CacheSettings, *, max_connections: int = 256) -> RedisTopo
     kwargs = {**_timeouts(timeout_s), "max_connections": max_connections}
     if settings.redis_mode == "standalone":
         client = redis.Redis.from_url(
-            _standalone_url(settings), retry_on_timeout=False, **kwargs, **_auth_kwargs(settings)
+            _standalone_url(settings),
+            retry_on_timeout=False,
+            **kwargs,
+            **_standalone_kwargs(settings),
         )
         return RedisTopology(settings, client, "standalone")
     nodes = [parse_node(node) for node in settings.redis_nodes]

@@ -6,17 +6,25 @@ Sentinel failover under load that loses no request."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as redis
+import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from redis.asyncio.cluster import RedisCluster as ClusterClient
+from redis.asyncio.connection import SSLConnection
 
+from gateway.cache.topology import connect
+from gateway.config.settings import CacheSettings
 from gateway.demo import RequestLog
 from gateway.http.records import PIPELINE
 
 from ..conftest import AUTH, KEY_SECRET, GatewayFactory, base_url, near_cache_live, near_of
+from ..redis_server import RedisServer, free_port
 from ..redis_topologies import RedisCluster, SentinelSet
 
 pytestmark = pytest.mark.integration
@@ -273,3 +281,121 @@ async def test_password_sentinels_and_data_nodes(
         assert (await client.delete("/admin/cache", headers=ADMIN)).status == 200
         assert (await fetch(client, "/users"))[2] == "MISS"
         await client.close()
+
+
+@pytest.fixture
+def tls_redis(tmp_path: Path) -> Iterator[tuple[RedisServer, int, Path]]:
+    """A redis-server that also listens with TLS, its certificate signed by a private CA
+    of the test's own: (server, TLS port, the CA's PEM file)."""
+    ca = trustme.CA()
+    certificate = ca.issue_cert("127.0.0.1", "localhost")
+    ca_file, cert_file, key_file = (tmp_path / name for name in ("ca.pem", "cert.pem", "key.pem"))
+    ca.cert_pem.write_to_path(str(ca_file))
+    certificate.cert_chain_pems[0].write_to_path(str(cert_file))
+    certificate.private_key_pem.write_to_path(str(key_file))
+    tls_port = free_port()
+    server = RedisServer(
+        "--tls-port",
+        str(tls_port),
+        "--tls-cert-file",
+        str(cert_file),
+        "--tls-key-file",
+        str(key_file),
+        "--tls-ca-cert-file",
+        str(ca_file),
+        "--tls-auth-clients",
+        "no",
+    )
+    server.start()
+    yield server, tls_port, ca_file
+    server.close()
+
+
+async def test_tls_to_a_redis_with_a_private_ca(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    tls_redis: tuple[RedisServer, int, Path],
+) -> None:
+    server, tls_port, ca_file = tls_redis
+    tls = {
+        "backend": "redis",
+        "redis_url": f"redis://127.0.0.1:{tls_port}/0",
+        "redis_tls": True,
+        "redis_tls_ca_file": str(ca_file),
+        "key_secret": KEY_SECRET,
+        "redis_timeout_ms": 1000,
+    }
+    (client,) = await instances(gateway_factory, upstream, tls, 1)
+    assert (await fetch(client, "/users"))[2] == "MISS"
+    assert (await fetch(client, "/users"))[2] == "HIT"
+    report = await (await client.get("/readyz")).json()
+    assert report["components"]["cache"]["status"] == "ok"
+    # the entry is in that Redis (read over its plain port)
+    plain = redis.Redis.from_url(server.url)
+    assert len([key async for key in plain.scan_iter("*:e:*")]) == 1
+    await plain.aclose()
+
+    # without the CA the server's certificate is refused: no cache, answers still served
+    untrusted = await gateway_factory(
+        base_url(upstream),
+        cache={**tls, "redis_tls_ca_file": None, "redis_url": f"rediss://127.0.0.1:{tls_port}/0"},
+        health={"check_interval_s": 0},
+    )
+    response = await untrusted.get("/users", headers=AUTH)
+    assert response.status == 200
+    assert response.headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"
+    report = await (await untrusted.get("/readyz")).json()
+    assert "CERTIFICATE_VERIFY_FAILED" in report["components"]["cache"]["lastError"]
+    assert len([r for r in upstream_log.entries if r.authorization]) == 2
+
+
+def test_passwords_and_tls_reach_every_client_of_every_mode(tmp_path: Path) -> None:
+    ca_file = tmp_path / "ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(ca_file))
+    common = {
+        "backend": "redis",
+        "key_secret": KEY_SECRET,
+        "redis_tls": True,
+        "redis_tls_ca_file": ca_file,
+        "redis_username": "gateway",
+        "redis_password": "data-secret",
+    }
+    cluster = connect(CacheSettings(**common, redis_mode="cluster", redis_nodes=("10.0.0.1:7000",)))
+    assert isinstance(cluster.commands, ClusterClient)
+    kwargs = cluster.commands.get_connection_kwargs()
+    assert kwargs["connection_class"] is SSLConnection
+    assert (kwargs["ssl_ca_certs"], kwargs["username"], kwargs["password"]) == (
+        str(ca_file),
+        "gateway",
+        "data-secret",
+    )
+
+    sentinel = connect(
+        CacheSettings(
+            **common,
+            redis_mode="sentinel",
+            redis_nodes=("10.0.0.1:26379",),
+            redis_sentinel_master="records",
+            redis_sentinel_password="sentinel-secret",
+        )
+    )
+    assert isinstance(sentinel.commands, redis.Redis)
+    pool = sentinel.commands.connection_pool
+    assert issubclass(pool.connection_class, SSLConnection)
+    assert (pool.connection_kwargs["ssl_ca_certs"], pool.connection_kwargs["password"]) == (
+        str(ca_file),
+        "data-secret",
+    )
+    assert sentinel.sentinel is not None
+    (one,) = sentinel.sentinel.sentinels
+    assert one.connection_pool.connection_class is SSLConnection
+    assert one.connection_pool.connection_kwargs["password"] == "sentinel-secret"
+    assert one.connection_pool.connection_kwargs["ssl_ca_certs"] == str(ca_file)
+
+    standalone = connect(CacheSettings(**common, redis_url="redis://10.0.0.1:6380/2"))
+    assert isinstance(standalone.commands, redis.Redis)
+    pool = standalone.commands.connection_pool
+    assert pool.connection_class is SSLConnection  # redis_tls makes redis:// TLS
+    assert pool.connection_kwargs["ssl_ca_certs"] == str(ca_file)
+    assert pool.connection_kwargs["db"] == 2
