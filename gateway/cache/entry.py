@@ -31,11 +31,18 @@ LEASE_SUFFIX = ":lease"
 FLEET_PART = "fleet"
 
 
+def shared_slot(prefix: str) -> str:
+    """The hash tag of the purge generations and of the pub/sub channels of a prefix:
+    one Redis Cluster slot, so that one MGET reads the two generations an entry is
+    checked against, and so that the node that holds the generations is the one every
+    subscriber listens on (when it stalls, a purge's outcome is unknown and every near
+    cache goes off with it)."""
+    return "{" + f"{prefix}:{GENERATION_PART}" + "}"
+
+
 def generation_key(prefix: str, route: str | None) -> str:
-    """The generation whose change purges everything (route None) or one route. The
-    hash tag puts every generation of a prefix in one Redis Cluster slot, so that one
-    MGET reads the two an entry is checked against."""
-    return "{" + f"{prefix}:{GENERATION_PART}" + "}" + ("" if route is None else f":{route}")
+    """The generation whose change purges everything (route None) or one route."""
+    return shared_slot(prefix) + ("" if route is None else f":{route}")
 
 
 def lease_key(key: CacheKey) -> str:

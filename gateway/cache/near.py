@@ -35,7 +35,7 @@ import redis.asyncio as redis
 
 from gateway.cache.backend import CacheBackend, Purged
 from gateway.cache.clock import Clock
-from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
+from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup, shared_slot
 from gateway.cache.memory import MemoryBackend
 from gateway.cache.topology import REDIS_ERRORS, RedisTopology
 from gateway.errors import CacheUnavailable
@@ -55,13 +55,13 @@ PURGE_RETRY_S = 10.0
 
 
 def invalidation_channel(prefix: str) -> str:
-    """The channel of invalidations; the hash tag puts it and :func:`ack_channel` in
-    one cluster slot, whose primary every subscriber connects to."""
-    return "{" + prefix + "}:" + INVALIDATION_CHANNEL
+    """The channel of invalidations; in the generations' cluster slot (``shared_slot``),
+    with :func:`ack_channel`, whose primary every subscriber connects to."""
+    return shared_slot(prefix) + ":" + INVALIDATION_CHANNEL
 
 
 def ack_channel(prefix: str) -> str:
-    return "{" + prefix + "}:" + ACK_CHANNEL
+    return shared_slot(prefix) + ":" + ACK_CHANNEL
 
 
 def invalidation_message(route: str | None, purge_id: str = "") -> bytes:

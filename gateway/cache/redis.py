@@ -40,6 +40,11 @@ return 0
 """
 
 
+# a generation fits the entry's unsigned 64-bit fields; one outside (written by hand) is
+# a cache fault, never a crash of the store
+_GENERATION_BOUND = 2**64
+
+
 def new_generation() -> int:
     """A random generation, never 0 (0 is what an entry stored without a cache has)."""
     return secrets.randbits(63) | 1
@@ -93,6 +98,10 @@ class RedisBackend(QuietBackend):
             current = Generations(int(everything), int(route))
         except ValueError as exc:
             raise CacheUnavailable(f"redis GET: a purge generation is not a number: {exc}") from exc
+        if not (
+            0 <= current.everything < _GENERATION_BOUND and 0 <= current.route < _GENERATION_BOUND
+        ):
+            raise CacheUnavailable(f"redis GET: a purge generation is out of range: {current}")
         if not isinstance(raw, bytes):
             return Lookup(None, current)
         try:

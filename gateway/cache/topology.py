@@ -24,7 +24,9 @@ from typing import Any, TypeAlias
 
 import redis.asyncio as redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
 
 from gateway.config.settings import CacheSettings, parse_node
@@ -38,6 +40,8 @@ Commands: TypeAlias = "redis.Redis | RedisCluster"
 REDIS_ERRORS = (RedisError, RedisClusterException, OSError)
 
 _WATCH_EVERY_S = 1.0
+# how long one sentinel may take to answer
+SENTINEL_TIMEOUT_S = 0.5
 
 
 def _tls_kwargs(settings: CacheSettings) -> dict[str, Any]:
@@ -166,16 +170,25 @@ class RedisTopology:
         assert self._sentinel is not None
         assert self.settings.redis_sentinel_master is not None
         name = self.settings.redis_sentinel_master
+        named = True  # logged once when no sentinel names the primary, not every second
         while True:
+            # long enough to pass over every sentinel that does not answer
+            bound = SENTINEL_TIMEOUT_S * (len(self._sentinel.sentinels) + 1)
             try:
-                async with asyncio.timeout(max(1.0, self.settings.redis_timeout_ms / 100)):
+                async with asyncio.timeout(bound):
                     address = await self._sentinel.discover_master(name)
             except (*REDIS_ERRORS, TimeoutError) as exc:
-                log.warning(
-                    "redis sentinel: no sentinel names the primary",
-                    extra={"event": "redis_topology", "error": f"{type(exc).__name__}: {exc}"},
-                )
+                if named:
+                    log.warning(
+                        "redis sentinel: no sentinel names the primary",
+                        extra={
+                            "event": "redis_topology",
+                            "error": f"{type(exc).__name__}: {exc}",
+                        },
+                    )
+                named = False
             else:
+                named = True
                 if self.master is not None and address != self.master:
                     log.warning(
                         "redis sentinel: the primary moved; connections to the old one closed",
@@ -235,8 +248,11 @@ def connect(settings: CacheSettings, *, max_connections: int = 256) -> RedisTopo
         return RedisTopology(settings, cluster, "cluster")
     assert settings.redis_sentinel_master is not None
     sentinel_kwargs: dict[str, Any] = {
-        "socket_timeout": max(timeout_s, 0.5),
-        "socket_connect_timeout": max(timeout_s, 0.5),
+        "socket_timeout": SENTINEL_TIMEOUT_S,
+        "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+        # no retries: a sentinel that does not answer is passed over for the next one
+        # within SENTINEL_TIMEOUT_S, and the one that answers is asked first from then on
+        "retry": Retry(NoBackoff(), 0),
         **_tls_kwargs(settings),
     }
     if settings.redis_sentinel_password is not None:

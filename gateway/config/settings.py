@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
     BaseModel,
@@ -141,7 +142,7 @@ class CacheSettings(_Section):
     breaker_reset_s: float = Field(default=5.0, gt=0, le=3600)
     # the breaker also opens when, over the last window, at least min_calls cache
     # calls were made and this share of them failed
-    breaker_window_s: float = Field(default=10.0, gt=0, le=3600)
+    breaker_window_s: float = Field(default=10.0, ge=0.1, le=3600)
     breaker_failure_share: float = Field(default=0.5, gt=0, le=1)
     breaker_min_calls: int = Field(default=20, ge=1, le=100_000)
     ttl_s: CacheTTLs = CacheTTLs()
@@ -233,6 +234,7 @@ def check_redis_url(value: str) -> None:
             "one URL only; for several nodes set redis_mode (sentinel or cluster) and redis_nodes"
         )
     url = urlsplit(value)
+    _check_redis_query(url.query)
     if url.scheme == "unix":
         if not url.path:
             raise ValueError("unix:// needs the socket's path, e.g. unix:///run/redis.sock")
@@ -250,6 +252,27 @@ def check_redis_url(value: str) -> None:
     database = url.path.strip("/")
     if database and not (database.isdigit() and int(database) <= 10_000):
         raise ValueError("the path must be a database number, e.g. /0")
+
+
+# What a redis_url's query may set; every other setting of the client is the gateway's.
+_REDIS_QUERY: dict[str, Callable[[str], bool]] = {
+    "db": str.isdigit,
+    "username": bool,
+    "password": bool,
+    "ssl_cert_reqs": lambda value: value in ("none", "optional", "required"),
+    "ssl_check_hostname": lambda value: value.lower() in ("true", "false", "1", "0"),
+}
+
+
+def _check_redis_query(query: str) -> None:
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        check = _REDIS_QUERY.get(name)
+        if check is None:
+            raise ValueError(
+                f"unknown query parameter {name!r}; allowed: " + ", ".join(_REDIS_QUERY)
+            )
+        if not check(value):
+            raise ValueError(f"query parameter {name!r}: {value!r} is not a valid value")
 
 
 def parse_node(node: str) -> tuple[str, int]:

@@ -295,51 +295,49 @@ class RecordPipeline:
         The instance that takes the key's lease in the cache (for as long as an
         upstream call may last) calls the upstream and stores the entry; the others
         serve ``stale`` when they have it, or look for the filled entry (soon at first,
-        then every 50 ms) until it is there, the lease is given back or expires without
-        one (they take it in turn), or the upstream timeout has passed since they began
-        waiting (they call the upstream themselves). A cache that fails is a miss: the
-        upstream is called.
+        then every 50 ms) until it is there. They call the upstream themselves when the
+        lease is gone without an entry (the holder's call failed, or a purge came in
+        between; each of them then makes one call rather than wait for each other's in
+        turn), when the upstream timeout has passed since they began waiting (a holder
+        that died), or when the cache fails.
         """
         cache = self._cache
         if cache is None or generations is None:
             return await self._fetch(job, generations)
         key = job.key
         timeout_s = self._upstream.timeout_s
+        token = await cache.take_lease(key, int(timeout_s * 1000))
+        if token is not None:
+            try:
+                if token != OWN_LEASE:
+                    # another instance may have filled it and given the lease back since
+                    # this one read the cache
+                    lookup = await cache.get(key)
+                    filled = self._filled(lookup)
+                    if filled is not None:
+                        return filled
+                    if lookup is not None:
+                        generations = lookup.generations  # a purge in between
+                return await self._fetch(job, generations)
+            finally:
+                await cache.drop_lease(key, token)
+        if stale is not None:
+            return _Fetched(stale, stored=False, stale=True)
         deadline = time.monotonic() + timeout_s
         pause = _FIRST_POLL_S
-        while True:
-            token = await cache.take_lease(key, int(timeout_s * 1000))
-            if token is not None:
-                try:
-                    if token != OWN_LEASE:
-                        # another instance may have filled it and given the lease back
-                        # since this one read the cache
-                        lookup = await cache.get(key)
-                        filled = self._filled(lookup)
-                        if filled is not None:
-                            return filled
-                        if lookup is not None:
-                            generations = lookup.generations  # a purge in between
-                    return await self._fetch(job, generations)
-                finally:
-                    await cache.drop_lease(key, token)
-            if stale is not None:
-                return _Fetched(stale, stored=False, stale=True)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return await self._fetch(job, generations)
-                await asyncio.sleep(min(pause, left))
-                pause = min(pause * 2, _POLL_LIMIT_S)
-                lookup = await cache.get(key)
-                if lookup is None:
-                    return await self._fetch(job, None)
-                filled = self._filled(lookup)
-                if filled is not None:
-                    return filled
-                generations = lookup.generations
-                if not await cache.leased(key):
-                    break
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, _POLL_LIMIT_S)
+            lookup = await cache.get(key)
+            if lookup is None:
+                return await self._fetch(job, None)
+            filled = self._filled(lookup)
+            if filled is not None:
+                return filled
+            generations = lookup.generations
+            if not await cache.leased(key):
+                break
+        return await self._fetch(job, generations)
 
     def _filled(self, lookup: Lookup | None) -> _Fetched | None:
         """The entry another instance filled, if ``lookup`` found one still fresh."""

@@ -15,15 +15,27 @@ import redis.asyncio as redis
 import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 from redis.asyncio.connection import SSLConnection
+from redis.crc import key_slot
 
+from gateway.cache.entry import generation_key
+from gateway.cache.near import invalidation_channel
 from gateway.cache.topology import connect
 from gateway.config.settings import CacheSettings
 from gateway.demo import RequestLog
 from gateway.http.records import PIPELINE
 
-from ..conftest import AUTH, KEY_SECRET, GatewayFactory, base_url, near_cache_live, near_of
+from ..conftest import (
+    AUTH,
+    KEY_SECRET,
+    GatewayFactory,
+    base_url,
+    near_cache_live,
+    near_of,
+    until,
+)
 from ..redis_server import RedisServer, free_port
 from ..redis_topologies import RedisCluster, SentinelSet
 
@@ -399,3 +411,69 @@ def test_passwords_and_tls_reach_every_client_of_every_mode(tmp_path: Path) -> N
     assert pool.connection_class is SSLConnection  # redis_tls makes redis:// TLS
     assert pool.connection_kwargs["ssl_ca_certs"] == str(ca_file)
     assert pool.connection_kwargs["db"] == 2
+
+
+async def test_a_cluster_purge_while_the_generations_node_stalls(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_cluster: RedisCluster,
+    redis_cluster_nodes: list[str],
+) -> None:
+    """The purge generations and the channel share one slot: when the node that holds
+    them stalls, the purge's outcome is unknown and every near cache goes off with
+    it; when the node is back the purge is in force everywhere."""
+    first, second = await instances(
+        gateway_factory, upstream, cluster_cache(redis_cluster_nodes, redis_timeout_ms=200), 2
+    )
+    prefix = first.app[PIPELINE].keyer.prefix
+    assert key_slot(generation_key(prefix, "users").encode()) == key_slot(
+        invalidation_channel(prefix).encode()
+    )
+    for client in (first, second):
+        await fetch(client, "/users")
+        assert (await fetch(client, "/users"))[2] == "HIT"
+    probe = ClusterClient(
+        startup_nodes=[ClusterNode(*node.split(":")) for node in redis_cluster_nodes]
+    )
+    await probe.initialize()
+    holder = probe.get_node_from_key(generation_key(prefix, "users"))
+    assert holder is not None
+    await probe.aclose()
+    stalled = redis_cluster.server_at(f"{holder.host}:{holder.port}")
+    stalled.freeze()
+    try:
+        response = await first.delete("/admin/cache?route=users", headers=ADMIN)
+        assert response.status == 503
+        assert (await response.json())["outcome"] == "unknown"
+        # the other instance listens on the stalled node: its near cache goes off
+        await until(lambda: not near_of(second).live)
+    finally:
+        await asyncio.sleep(0.2)
+        stalled.thaw()  # within the cluster's node timeout: no failover
+    await near_cache_live(second)
+    assert (await fetch(second, "/users"))[2] == "MISS"
+
+
+async def test_a_hung_first_sentinel_is_passed_over(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_sentinel: SentinelSet,
+) -> None:
+    """The first sentinel listed accepts connections but never answers (SIGSTOP): a
+    gateway started then still finds the primary through the others and uses it."""
+    redis_sentinel.sentinel_nodes[0].freeze()
+    try:
+        cache = sentinel_cache(redis_sentinel, near_cache=False, redis_timeout_ms=50)
+        client = await gateway_factory(base_url(upstream), cache=cache)
+
+        async def cache_works() -> bool:
+            path = f"/users?page={len(upstream_log) + 1}"
+            await fetch(client, path)
+            return (await fetch(client, path))[2] == "HIT"
+
+        async with asyncio.timeout(15):
+            while not await cache_works():
+                await asyncio.sleep(0.1)
+    finally:
+        redis_sentinel.sentinel_nodes[0].thaw()

@@ -159,6 +159,16 @@ def test_a_redis_password_is_redacted(url: str, shown: str) -> None:
             "cache.redis_tls_ca_file: /no/such/ca.pem is not a file",
         ),
         ({"breaker_failure_share": 0}, "cache.breaker_failure_share: Input should be greater"),
+        ({"breaker_window_s": 1e-308}, "cache.breaker_window_s: Input should be greater"),
+        (
+            {"redis_url": "redis://h:6379/0?socket_timeout=abc"},
+            "cache.redis_url: unknown query parameter 'socket_timeout'; allowed: db,",
+        ),
+        ({"redis_url": "unix:///tmp/x.sock?db=x"}, "cache.redis_url: query parameter 'db':"),
+        (
+            {"redis_url": "rediss://h:6379/0?ssl_cert_reqs=bogus"},
+            "cache.redis_url: query parameter 'ssl_cert_reqs': 'bogus' is not a valid value",
+        ),
     ],
 )
 def test_bad_cache_keys_are_one_line_naming_the_key(cache: dict[str, Any], message: str) -> None:
