@@ -233,8 +233,15 @@ class GuardedCache:
         self._probes = OutcomeWindow(breaker.window_s)
 
     async def get(self, key: CacheKey) -> Lookup | None:
-        """The lookup, or None when the cache cannot be used now (a miss)."""
+        """The lookup, or None when the cache cannot be used now (a miss). A fresh
+        entry held in this process answers first, while the circuit is closed, and is
+        not counted: it says nothing of the backend (a near-cache hit taken for a
+        Redis success would close a half-open circuit or dilute the failure share)."""
         breaker = self.breaker
+        if breaker.state is _CLOSED:
+            held = self.backend.fresh(key)
+            if held is not None:
+                return Lookup(held, held.generations)
         if not breaker.allow():
             return None
         try:

@@ -76,12 +76,10 @@ class Fleet:
             self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
-        from gateway.cache.topology import REDIS_ERRORS
+        from gateway.cache.topology import REDIS_ERRORS, stop
 
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await stop(self._task)
+        self._task = None
         try:
             async with asyncio.timeout(self._timeout_s):
                 await self._commands.hdel(self._key, self.instance)

@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as redis
+from redis.exceptions import RedisError
 
 from gateway.cache.backend import CacheBackend, Purged
 from gateway.cache.clock import Clock
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup, shared_slot
 from gateway.cache.memory import MemoryBackend
-from gateway.cache.topology import REDIS_ERRORS, RedisTopology
+from gateway.cache.topology import REDIS_ERRORS, RedisTopology, stop
 from gateway.errors import CacheUnavailable
 
 log = logging.getLogger("gateway.cache")
@@ -191,9 +192,9 @@ class TieredBackend:
             self._listener = asyncio.ensure_future(self._listen())
 
     async def get(self, key: CacheKey) -> Lookup:
-        entry = self.near.get(key)
-        if entry is not None:
-            return Lookup(entry, entry.generations)
+        """A read of Redis (copied into the near cache when fresh). The near cache
+        answers through :meth:`fresh`, which the guarded cache asks first: a hit
+        from this process is not a Redis call and must not count as one."""
         epoch = self.near.epoch
         lookup = await self._far.get(key)
         self.near.learn(key.route, lookup.generations, epoch)
@@ -213,14 +214,21 @@ class TieredBackend:
         for (up to CONFIRM_WAIT_S). When Redis does not confirm the new generation,
         this process drops its copies at once, the purge and its invalidation are
         retried in the background for PURGE_RETRY_S, and CacheUnavailable is raised:
-        the purge may or may not have happened."""
+        the purge may or may not have happened. The same when the new generation is
+        in Redis but the invalidation could not be published: it is retried until it
+        is."""
         self.near.invalidate(route)
         try:
             await self._far.purge(route)
         except CacheUnavailable:
-            self._in_background(self._retry_purge(route))
+            self._in_background(self._retry_purge(route, purged=False))
             raise
-        return await self._tell(route, confirm=True)
+        try:
+            return await self._tell(route, confirm=True)
+        except CacheUnavailable:
+            # the new generation is in Redis; the instances were not told
+            self._in_background(self._retry_purge(route, purged=True))
+            raise
 
     async def announce(self, route: str | None) -> None:
         """Tell every instance to drop its near entries of ``route`` (None: all)."""
@@ -251,12 +259,16 @@ class TieredBackend:
         finally:
             self._pending.pop(purge_id, None)
 
-    async def _retry_purge(self, route: str | None) -> None:
+    async def _retry_purge(self, route: str | None, *, purged: bool) -> None:
+        """Make the new generation (unless ``purged``) and publish the invalidation,
+        until both are done or PURGE_RETRY_S has passed."""
         deadline = time.monotonic() + PURGE_RETRY_S
         while time.monotonic() < deadline:
             await asyncio.sleep(_RETRY_S)
             try:
-                await self._far.purge(route)
+                if not purged:
+                    await self._far.purge(route)
+                    purged = True
                 await self._tell(route, confirm=False)
             except CacheUnavailable:
                 continue
@@ -291,10 +303,8 @@ class TieredBackend:
         await self._far.probe()
 
     async def close(self) -> None:
-        tasks = [*self._background, *([self._listener] if self._listener else [])]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in [*self._background, self._listener]:
+            await stop(task)
         await self._far.close()
         await self._topology.close()
 
@@ -315,6 +325,11 @@ class TieredBackend:
                         "near cache off: the invalidation channel is down",
                         extra={"event": "near_cache", "live": False, "error": str(exc)},
                     )
+                self.near.set_live(False)
+                failures += 1
+            except Exception:
+                # whatever else went wrong, a near cache without its channel is off
+                log.exception("near cache off: the invalidation listener failed")
                 self.near.set_live(False)
                 failures += 1
             finally:
@@ -363,6 +378,8 @@ class TieredBackend:
                     heard = now
                     self._heard(message)
                 if now - pinged >= _PING_EVERY_S:
+                    if not self._topology.follows(client, self._channel):
+                        raise RedisError("the channel's cluster slot moved to another node")
                     async with asyncio.timeout(_SILENCE_LIMIT_S):
                         await pubsub.ping()
                     pinged = now

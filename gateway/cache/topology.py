@@ -44,6 +44,24 @@ _WATCH_EVERY_S = 1.0
 SENTINEL_TIMEOUT_S = 0.5
 
 
+async def stop(task: asyncio.Future[Any] | None, within_s: float = 2.0) -> None:
+    """Cancel ``task`` and wait for it, at most ``within_s``. The cancellation is sent
+    again while it runs: on Python 3.11 a redis-py call with a socket timeout (it waits
+    through ``asyncio.wait_for``) can swallow one, and a loop would then go on."""
+    if task is None:
+        return
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not task.done():
+        task.cancel()
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            log.warning("a background task of the cache did not stop", extra={"task": repr(task)})
+            return
+        await asyncio.wait({task}, timeout=min(0.1, left))
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("a background task of the cache failed", exc_info=task.exception())
+
+
 def _tls_kwargs(settings: CacheSettings) -> dict[str, Any]:
     if not settings.redis_tls:
         return {}
@@ -62,9 +80,14 @@ def _auth_kwargs(settings: CacheSettings) -> dict[str, Any]:
     return kwargs
 
 
+# the name every connection of the gateway gives itself (CLIENT LIST shows it)
+CLIENT_NAME = "records-gateway"
+
+
 def _timeouts(timeout_s: float | None) -> dict[str, Any]:
     """``timeout_s`` None: no read timeout (a subscription waits for messages)."""
     return {
+        "client_name": CLIENT_NAME,
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s or 1.0,
         "health_check_interval": 0,
@@ -133,6 +156,24 @@ class RedisTopology:
             )
         self._subscriber_clients.append(client)
         return client
+
+    def follows(self, client: redis.Redis, channel: str) -> bool:
+        """Whether a subscriber made by :meth:`subscriber` is still where purges
+        publish: in cluster mode, on the primary that owns the channel's slot as the
+        cluster client last learnt it (a failover or resharding moves it); always
+        true in the other modes (sentinel mode follows the primary by itself)."""
+        commands = self.commands
+        if not isinstance(commands, RedisCluster):
+            return True
+        try:
+            node = commands.get_node_from_key(channel)
+        except REDIS_ERRORS:
+            return False
+        kwargs = client.connection_pool.connection_kwargs
+        return node is not None and (node.host, int(node.port)) == (
+            kwargs.get("host"),
+            kwargs.get("port"),
+        )
 
     async def publish(self, channel: str, message: bytes) -> int:
         """PUBLISH ``message``; the number of subscribers it reached."""
@@ -212,10 +253,7 @@ class RedisTopology:
                     await client.connection_pool.disconnect(inuse_connections=True)
 
     async def close(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        await stop(self._watcher)
         for client in list(self._subscriber_clients):
             await self.forget(client)
         await self.commands.aclose()

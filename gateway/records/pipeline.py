@@ -328,6 +328,8 @@ class RecordPipeline:
         while (left := deadline - time.monotonic()) > 0:
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, _POLL_LIMIT_S)
+            # the lease first: a holder stores its entry before it gives the lease back
+            held = await cache.leased(key)
             lookup = await cache.get(key)
             if lookup is None:
                 return await self._fetch(job, None)
@@ -335,7 +337,7 @@ class RecordPipeline:
             if filled is not None:
                 return filled
             generations = lookup.generations
-            if not await cache.leased(key):
+            if not held:
                 break
         return await self._fetch(job, generations)
 

@@ -463,6 +463,27 @@ async def test_fresh_is_served_only_while_closed(
     cache = GuardedCache(backend, breaker(monotonic, failures=1))
     assert cache.fresh(KEY) is ENTRY
     backend.reads_fail = True
+    # a fresh entry held in the process answers get too, without a backend call
+    assert (await cache.get(KEY)) == Lookup(ENTRY, ENTRY.generations)
+    assert cache.breaker.state is CLOSED
+    assert cache.outcomes().reads.ok == 0
+    backend.held = None
     await cache.get(KEY)
     assert cache.breaker.state is OPEN
+    backend.held = ENTRY
     assert cache.fresh(KEY) is None
+
+
+async def test_a_hit_held_in_the_process_is_never_the_half_open_trial(
+    backend: FaultyBackend, monotonic: Monotonic
+) -> None:
+    """A near-cache hit says nothing of Redis: it neither closes a half-open circuit
+    nor counts as a passed read."""
+    cache = GuardedCache(backend, breaker(monotonic, failures=1))
+    backend.reads_fail = True
+    await cache.get(KEY)
+    assert cache.breaker.state is OPEN
+    monotonic.now += 5.0  # the reset time has passed: the next call is the trial
+    backend.held = ENTRY  # the near cache holds a copy
+    assert await cache.get(KEY) is None  # the trial goes to the backend, and fails
+    assert cache.breaker.state is OPEN

@@ -235,7 +235,9 @@ async def test_an_evicting_redis_never_serves_a_purged_entry(
     assert not await store.exists(generation)
     survivors = [entry for entry in entries if await store.exists(entry)]
     assert survivors  # purged entries still in Redis: what must not be served
-    await store.flushall()
+    fillers = [key async for key in store.scan_iter("filler:*")]
+    await store.delete(*fillers)  # room again, the purged entries kept
+    assert all([await store.exists(entry) for entry in survivors])
     answers = [await fetch(client, path) for path in paths]
     assert {x_cache for _, _, x_cache, _ in answers} == {"MISS"}
     await store.aclose()
@@ -344,4 +346,42 @@ async def test_an_instance_that_stopped_announcing_leaves_the_fleet(redis_url: s
         "lastError": None,
     }
     assert await store.hkeys("rg:t:fleet") == [alive.instance.encode()]
+    await store.aclose()
+
+
+async def test_a_purge_whose_invalidation_cannot_be_published_is_retried_until_it_is(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    """The new generation reaches Redis but PUBLISH is refused (here by an ACL): the
+    answer says the outcome is unknown, and the invalidation is published as soon as
+    Redis takes it, so the other instance drops its copy."""
+    store = redis.Redis.from_url(own_redis.url)
+    await store.acl_setuser(
+        "gateway",
+        enabled=True,
+        passwords=["+gateway-secret-1"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all"],
+    )
+    first, second = await fleet(
+        gateway_factory,
+        upstream,
+        own_redis.url,
+        n=2,
+        cache={"redis_username": "gateway", "redis_password": "gateway-secret-1"},
+    )
+    for client in (first, second):
+        await fetch(client, "/users")
+        await fetch(client, "/users")
+        assert len(near_of(client)) == 1
+    await store.acl_setuser("gateway", commands=["-publish"])
+    response = await first.delete("/admin/cache?route=users", headers=ADMIN)
+    assert response.status == 503
+    assert (await response.json())["outcome"] == "unknown"
+    assert len(near_of(first)) == 0
+    assert len(near_of(second)) == 1  # not told yet
+    await store.acl_setuser("gateway", commands=["+publish"])
+    await until(lambda: len(near_of(second)) == 0)
+    assert (await fetch(second, "/users"))[2] == "MISS"  # the generation was new
     await store.aclose()

@@ -22,7 +22,7 @@ from redis.crc import key_slot
 
 from gateway.cache.entry import generation_key
 from gateway.cache.near import invalidation_channel
-from gateway.cache.topology import connect
+from gateway.cache.topology import CLIENT_NAME, connect
 from gateway.config.settings import CacheSettings
 from gateway.demo import RequestLog
 from gateway.http.records import PIPELINE
@@ -225,9 +225,18 @@ async def test_a_sentinel_failover_under_load_loses_no_request(
     assert (await response.json())["instances"] == {"told": 3, "confirmed": 3}
     assert [len(near_of(client)) for client in clients] == [0, 0, 0]
     assert (await fetch(clients[2], "/users"))[2] == "MISS"
-    # nothing was written to the demoted primary after the failover
-    host, port = redis_sentinel.master_address()
-    assert (host, port) == new_primary
+    # no connection of any instance is left to the demoted primary
+    demoted = redis.Redis(host=old_primary[0], port=old_primary[1])
+    assert (await demoted.role())[0] == b"slave"
+
+    async def gateway_connections() -> int:
+        clients = await demoted.client_list()
+        return len([c for c in clients if c.get("name") == CLIENT_NAME])
+
+    async with asyncio.timeout(10):
+        while await gateway_connections():
+            await asyncio.sleep(0.1)
+    await demoted.aclose()
 
 
 async def test_a_sentinel_port_used_as_a_standalone_server(
