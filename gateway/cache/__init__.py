@@ -1,6 +1,8 @@
 """Where answers are kept: the entry and its key, the backend protocol, the memory and
-Redis backends, the near cache in front of Redis, and the breaker that keeps a cache
-fault from ever failing a request.
+Redis backends, the connections to the three Redis topologies, the near cache in front
+of Redis with its pub/sub channel, the fleet's announcements, and the breaker that
+keeps a cache fault from ever failing a request.
 
-Imports ``gateway.errors`` and ``gateway.ops`` only: nothing of records, HTTP or aiohttp.
+Imports ``gateway.errors``, ``gateway.ops`` and ``gateway.config`` (the cache settings)
+only: nothing of records, HTTP or aiohttp.
 """

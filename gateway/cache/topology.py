@@ -7,11 +7,12 @@
   primary, in use or idle, so that nothing is written to a demoted primary. A write
   that reaches one anyway gets READONLY, which redis-py turns into a reconnection.
 - ``cluster``: ``redis.asyncio.cluster.RedisCluster``, which routes every command to
-  the shard of its key and follows MOVED and ASK redirections. Subscriptions go to one
-  node at a time (a cluster broadcasts PUBLISH to every node).
+  the shard of its key and follows MOVED and ASK redirections. A subscription goes to
+  the primary that owns its channel's slot, where purges publish, and moves with it.
 
-Passwords, the user name and TLS apply to every mode (data nodes and sentinels alike,
-but for ``redis_sentinel_password``, which only the sentinels get).
+The user name and password are the data nodes', in every mode; the sentinels get
+``redis_sentinel_password`` only. TLS (and its CA) applies to every connection, to the
+sentinels too.
 """
 
 from __future__ import annotations

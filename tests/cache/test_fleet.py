@@ -26,6 +26,7 @@ from gateway.records.routes import ROUTES, parse_record_query
 from ..conftest import (
     AUTH,
     KEY_SECRET,
+    FakeClock,
     GatewayFactory,
     base_url,
     near_cache_live,
@@ -310,6 +311,12 @@ async def test_instances_that_disagree_on_the_cache_configuration_are_reported(
         assert sorted(fleet_report["configurations"].values()) == [1, 1]
         metrics = await (await client.get("/metrics")).text()
         assert "gateway_fleet_configurations 2.0" in metrics
+    # an entry keeps the TTL of the instance that stored it, on every instance
+    stored = await first.get("/users?limit=3", headers=AUTH)
+    assert stored.headers["Cache-Control"] == "private, max-age=5"
+    read = await second.get("/users?limit=3", headers=AUTH)
+    assert read.headers["X-Cache"] == "HIT"
+    assert read.headers["Cache-Control"] in ("private, max-age=5", "private, max-age=4")
     logged = [r for r in caplog.records if getattr(r, "event", None) == "fleet_disagreement"]
     assert len(logged) == 2  # once by each instance, not once per announcement
     assert {r.__dict__["theirs"] for r in logged} == {
@@ -385,3 +392,49 @@ async def test_a_purge_whose_invalidation_cannot_be_published_is_retried_until_i
     await until(lambda: len(near_of(second)) == 0)
     assert (await fetch(second, "/users"))[2] == "MISS"  # the generation was new
     await store.aclose()
+
+
+async def test_while_another_instance_fills_a_stale_entry_is_served_at_once(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_url: str,
+    clock: FakeClock,
+) -> None:
+    client = await gateway_factory(
+        base_url(upstream),
+        clock=clock,
+        cache=redis_cache(
+            redis_url,
+            near_cache=False,
+            stale_while_revalidate_s=0,
+            stale_if_error_s=600,
+            ttl_s={"users": 10},
+        ),
+    )
+    assert (await fetch(client, "/users"))[2] == "MISS"
+    clock.advance(30)  # past the TTL and the revalidate window, within stale-if-error
+    store = redis.Redis.from_url(redis_url)
+    await store.set(lease_of_users(client), b"another-instance", px=10_000)
+    status, _, x_cache, cache_status = await fetch(client, "/users")
+    assert (status, x_cache) == (200, "STALE")
+    assert cache_status == "records-gateway; fwd=stale; collapsed"
+    assert len(upstream_log) == 1
+    metrics = await (await client.get("/metrics")).text()
+    assert 'gateway_coalesced_requests_total{kind="fleet",route="users"} 1.0' in metrics
+    await store.aclose()
+
+
+async def test_a_purge_while_redis_is_down_says_its_outcome_is_unknown(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    (client,) = await fleet(gateway_factory, upstream, own_redis.url, n=1)
+    own_redis.stop()
+    response = await client.delete("/admin/cache", headers=ADMIN)
+    assert response.status == 503
+    problem = await response.json()
+    assert problem["type"].endswith(":purge-outcome-unknown")
+    assert problem["outcome"] == "unknown"
+    reply = await client.get("/users", headers=AUTH)
+    assert reply.status == 200
+    assert reply.headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"

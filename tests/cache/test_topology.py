@@ -486,3 +486,58 @@ async def test_a_hung_first_sentinel_is_passed_over(
                 await asyncio.sleep(0.1)
     finally:
         redis_sentinel.sentinel_nodes[0].thaw()
+
+
+async def test_subscriptions_follow_the_channels_slot_to_another_node(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_cluster_nodes: list[str]
+) -> None:
+    """The slot of the generations and channels moves to another primary: each
+    instance learns it from Redis's MOVED and subscribes there, and purges are
+    confirmed by both again."""
+    clients = await instances(gateway_factory, upstream, cluster_cache(redis_cluster_nodes), 2)
+    prefix = clients[0].app[PIPELINE].keyer.prefix
+    slot = key_slot(invalidation_channel(prefix).encode())
+    nodes = [
+        redis.Redis(host=host, port=int(port))
+        for host, port in (node.split(":") for node in redis_cluster_nodes)
+    ]
+    ids = [(await node.execute_command("CLUSTER", "MYID")).decode() for node in nodes]  # type: ignore[no-untyped-call]
+    owned = [_slots_of(await node.execute_command("CLUSTER", "NODES")) for node in nodes]  # type: ignore[no-untyped-call]
+    owner = next(index for index, slots in enumerate(owned) if slot in slots)
+    target = (owner + 1) % len(nodes)
+    # the slot's keys (the generations) go; then every node is told the new owner
+    keys = await nodes[owner].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)  # type: ignore[no-untyped-call]
+    if keys:
+        await nodes[owner].delete(*keys)
+    for node in nodes:
+        await node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])  # type: ignore[no-untyped-call]
+    # traffic meets MOVED and teaches each instance the new owner
+    for client in clients:
+        await fetch(client, "/users")
+    for client in clients:
+        await until(lambda client=client: near_of(client).live)  # type: ignore[misc]
+
+    async def confirmed() -> Any:
+        response = await clients[0].delete("/admin/cache?route=users", headers=ADMIN)
+        assert response.status == 200
+        return (await response.json())["instances"]
+
+    async with asyncio.timeout(15):
+        while await confirmed() != {"told": 2, "confirmed": 2}:
+            await asyncio.sleep(0.2)
+    for node in nodes:
+        await node.aclose()
+
+
+def _slots_of(nodes_text: bytes) -> set[int]:
+    """The slots the ``myself`` line of CLUSTER NODES owns."""
+    for line in nodes_text.decode().splitlines():
+        if "myself" in line:
+            slots: set[int] = set()
+            for part in line.split()[8:]:
+                if part.startswith("["):
+                    continue
+                low, _, high = part.partition("-")
+                slots.update(range(int(low), int(high or low) + 1))
+            return slots
+    return set()
