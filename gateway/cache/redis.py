@@ -62,10 +62,6 @@ class RedisBackend(QuietBackend):
         self._timeout_s = timeout_s
         self._everything_key = generation_key(prefix, None)
 
-    @property
-    def client(self) -> Commands:
-        return self._client
-
     async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
             async with asyncio.timeout(self._timeout_s):
