@@ -81,14 +81,9 @@ def _auth_kwargs(settings: CacheSettings) -> dict[str, Any]:
     return kwargs
 
 
-# the name every connection of the gateway gives itself (CLIENT LIST shows it)
-CLIENT_NAME = "records-gateway"
-
-
 def _timeouts(timeout_s: float | None) -> dict[str, Any]:
     """``timeout_s`` None: no read timeout (a subscription waits for messages)."""
     return {
-        "client_name": CLIENT_NAME,
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s or 1.0,
         "health_check_interval": 0,

@@ -22,7 +22,7 @@ from redis.crc import key_slot
 
 from gateway.cache.entry import generation_key
 from gateway.cache.near import invalidation_channel
-from gateway.cache.topology import CLIENT_NAME, connect
+from gateway.cache.topology import connect
 from gateway.config.settings import CacheSettings
 from gateway.demo import RequestLog
 from gateway.http.records import PIPELINE
@@ -194,6 +194,9 @@ async def test_a_sentinel_failover_under_load_loses_no_request(
 
     loaders = [asyncio.ensure_future(load(client, i * 7)) for i, client in enumerate(clients)]
     await asyncio.sleep(0.5)
+    primary = redis.Redis(host=old_primary[0], port=old_primary[1], single_connection_client=True)
+    connections_before = await gateway_connections(primary)
+    await primary.aclose()
     new_primary = await asyncio.to_thread(redis_sentinel.failover)
     assert new_primary != old_primary
     await asyncio.sleep(0.5)
@@ -225,16 +228,12 @@ async def test_a_sentinel_failover_under_load_loses_no_request(
     assert (await response.json())["instances"] == {"told": 3, "confirmed": 3}
     assert [len(near_of(client)) for client in clients] == [0, 0, 0]
     assert (await fetch(clients[2], "/users"))[2] == "MISS"
-    # no connection of any instance is left to the demoted primary
-    demoted = redis.Redis(host=old_primary[0], port=old_primary[1])
+    # no connection of any instance is left to the demoted primary (it had them)
+    assert connections_before > 0
+    demoted = redis.Redis(host=old_primary[0], port=old_primary[1], single_connection_client=True)
     assert (await demoted.role())[0] == b"slave"
-
-    async def gateway_connections() -> int:
-        clients = await demoted.client_list()
-        return len([c for c in clients if c.get("name") == CLIENT_NAME])
-
     async with asyncio.timeout(10):
-        while await gateway_connections():
+        while await gateway_connections(demoted):
             await asyncio.sleep(0.1)
     await demoted.aclose()
 
@@ -541,3 +540,20 @@ def _slots_of(nodes_text: bytes) -> set[int]:
                 slots.update(range(int(low), int(high or low) + 1))
             return slots
     return set()
+
+
+async def gateway_connections(node: redis.Redis) -> int:
+    """Connections to ``node`` but the sentinels' (named ``sentinel-...``), replication
+    links and the asking client's own (``node`` has a single connection): the
+    gateway's."""
+    own = await node.client_id()
+    clients = await node.client_list()
+    return len(
+        [
+            c
+            for c in clients
+            if not c.get("name", "").startswith("sentinel-")
+            and int(c["id"]) != own
+            and not set(c.get("flags", "")) & {"M", "S"}  # replication links
+        ]
+    )
