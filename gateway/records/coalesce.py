@@ -41,6 +41,13 @@ class Coalescer(Generic[T]):
     def __len__(self) -> int:
         return len(self._inflight)
 
+    def __contains__(self, flight: Hashable) -> bool:
+        return flight in self._inflight
+
+    def flights(self) -> list[Hashable]:
+        """The flights in progress (a few: fills last one upstream call)."""
+        return list(self._inflight)
+
     def reading(self, key: str) -> int:
         """A request of ``key`` starts its cache read; the ticket to hand back."""
         self._reading[key] = self._reading.get(key, 0) + 1

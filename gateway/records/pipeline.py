@@ -120,6 +120,23 @@ class _Fetched:
     stale: bool = False
 
 
+class _Flight(NamedTuple):
+    """What a fill in this process is for: a key, under the purge generations its
+    read saw (None: the cache could not say)."""
+
+    key: str
+    generations: Generations | None
+
+    def joins(self, other: object) -> bool:
+        """Whether a request of this flight may take ``other``'s result: the same
+        key, and no purge between them that both could see (a request whose cache
+        read failed, or a fill begun without the cache, knows of none)."""
+        if not isinstance(other, _Flight) or other.key != self.key:
+            return False
+        mine, theirs = self.generations, other.generations
+        return mine is None or theirs is None or mine == theirs
+
+
 # How often a process waiting for another instance's fill looks for its entry: soon
 # at first (a fast upstream answers within milliseconds), then at most every 50 ms.
 _FIRST_POLL_S = 0.005
@@ -232,9 +249,14 @@ class RecordPipeline:
                 stale = entry
 
         generations = lookup.generations if lookup is not None else None
-        flight = (key.text, generations)
+        flight = _Flight(key.text, generations)
+        if flight not in inflight:
+            for other in inflight.flights():
+                if isinstance(other, _Flight) and flight.joins(other):
+                    flight = other
+                    break
         try:
-            if ended is not None and ended[0] == flight:
+            if ended is not None and flight.joins(ended[0]):
                 fetched, joined = ended[1], True  # a fill that ended while this read ran
             else:
                 fetched, joined = await inflight.run(
@@ -284,7 +306,7 @@ class RecordPipeline:
                 )
                 raise
 
-        self._inflight.start((job.key.text, generations), job.key.text, refresh)
+        self._inflight.start(_Flight(job.key.text, generations), job.key.text, refresh)
 
     async def _fill(
         self, job: _Read, generations: Generations | None, stale: CacheEntry | None

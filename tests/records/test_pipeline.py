@@ -16,10 +16,19 @@ from gateway.cache.breaker import CircuitState
 from gateway.cache.entry import generation_key
 from gateway.cache.memory import MemoryBackend
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
+from gateway.errors import CacheUnavailable
 from gateway.http.admin import CACHE
 from gateway.http.records import PIPELINE
 
-from ..conftest import AUTH, FakeClock, GatewayFactory, base_url, redis_cache, token_upstream
+from ..conftest import (
+    AUTH,
+    FakeClock,
+    GatewayFactory,
+    base_url,
+    redis_cache,
+    token_upstream,
+    until,
+)
 from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
@@ -546,3 +555,35 @@ async def test_a_read_that_returns_after_a_fill_ended_makes_no_second_call(
     assert (late_status, late_body) == (200, body)
     assert late_headers["X-Cache"] == "MISS"
     assert len(upstream_log) == 1
+
+
+class ReadsThatFailOnDemand(MemoryBackend):
+    """A memory backend whose next read fails, as a Redis read that timed out."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__(max_bytes=16 * 1024 * 1024, clock=clock)
+        self.fail_next = False
+
+    async def get(self, key: Any) -> Any:
+        if self.fail_next:
+            self.fail_next = False
+            raise CacheUnavailable("redis GET: no answer within 50 ms")
+        return await super().get(key)
+
+
+async def test_a_request_whose_cache_read_failed_joins_the_fill_in_flight(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    """A cold burst where some reads fail (a loaded Redis) still makes one call."""
+    slow = await aiohttp_server(create_demo_app(latency_ms=300))
+    client = await gateway_factory(base_url(slow))
+    backend = ReadsThatFailOnDemand(client.app[PIPELINE].clock)
+    client.app[CACHE].backend = backend
+    first = asyncio.ensure_future(get(client, "/users"))
+    await until(lambda: len(slow.app[REQUEST_LOG]) == 1)  # its fill is calling the upstream
+    backend.fail_next = True
+    status, body, headers = await get(client, "/users")
+    assert status == 200
+    assert headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"
+    assert (await first)[1] == body
+    assert len(slow.app[REQUEST_LOG]) == 1
