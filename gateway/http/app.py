@@ -161,6 +161,8 @@ def _fleet_of(
     backend: CacheBackend, prefix: str, live: LiveConfig, metrics_: Metrics
 ) -> Fleet | None:
     """The fleet announcements of a Redis-backed gateway (started); None otherwise."""
+    if backend.name != "redis":
+        return None  # (and redis-py, megabytes of memory, is not imported)
     from gateway.cache.near import TieredBackend
 
     if not isinstance(backend, TieredBackend):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from decimal import Decimal
 from typing import Any
 
@@ -309,3 +311,26 @@ async def test_an_invalid_percent_escape_is_a_400_not_a_replacement_character(
         ("limit", "10"),
         ("concept", "20%de"),
     )
+
+
+def test_a_gateway_without_redis_never_imports_redis_py() -> None:
+    """redis-py and hiredis cost megabytes of memory in every worker (the bench's soak
+    bound): a gateway on the memory backend, started and stopped, does not load them."""
+    script = """
+import asyncio, sys
+from aiohttp import web
+from gateway.config.settings import Settings
+from gateway.http.app import create_app
+
+async def main():
+    runner = web.AppRunner(create_app(Settings()))
+    await runner.setup()
+    await runner.cleanup()
+
+asyncio.run(main())
+print(sorted(name for name in sys.modules if name.split(".")[0] in ("redis", "hiredis")))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
