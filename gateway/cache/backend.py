@@ -28,9 +28,6 @@ class QuietBackend:
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         return None
 
-    async def ping(self) -> None:
-        return None
-
     async def probe(self) -> None:
         return None
 
@@ -84,10 +81,6 @@ class CacheBackend(Protocol):
 
     async def drop_lease(self, key: CacheKey, token: bytes) -> None:
         """Give the lease back, if it is still the one ``token`` took."""
-        ...
-
-    async def ping(self) -> None:
-        """Raise CacheUnavailable when the backend does not answer at all."""
         ...
 
     async def probe(self) -> None:

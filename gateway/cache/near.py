@@ -296,9 +296,6 @@ class TieredBackend:
     async def drop_lease(self, key: CacheKey, token: bytes) -> None:
         await self._far.drop_lease(key, token)
 
-    async def ping(self) -> None:
-        await self._far.ping()
-
     async def probe(self) -> None:
         await self._far.probe()
 

@@ -142,9 +142,6 @@ class RedisBackend(QuietBackend):
     async def drop_lease(self, key: CacheKey, token: bytes) -> None:
         await self._call("EVAL", lambda: self._client.eval(_RELEASE, 1, lease_key(key), token))
 
-    async def ping(self) -> None:
-        await self._call("PING", self._client.ping)
-
     async def probe(self) -> None:
         """A write and a read as traffic makes them, on a probe key of this prefix."""
         probe = CacheKey("probe", f"{self._prefix}:probe")
