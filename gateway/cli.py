@@ -89,10 +89,11 @@ def _settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None)
 
 async def _probe(settings: Settings, token: str) -> ProbeReport:
     from gateway.probe.conformance import run_probe
-    from gateway.upstream.client import UpstreamClient, create_session
+    from gateway.upstream.client import UpstreamClient
+    from gateway.upstream.link import UpstreamLink
 
-    async with create_session(settings.upstream) as session:
-        return await run_probe(UpstreamClient(session, settings.upstream), token)
+    async with UpstreamLink(settings.upstream) as link:
+        return await run_probe(UpstreamClient(link, settings.upstream), token)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -11,7 +11,8 @@ problem responses.
     │   ├── InvalidParameters        400, lists every bad parameter
     │   └── AuthenticationRequired   401, no usable bearer token
     └── UpstreamError                the upstream did not give a usable answer
-        ├── UpstreamUnavailable      refused, reset, DNS failure (502)
+        ├── UpstreamUnavailable      refused, reset, DNS failure, TLS (502)
+        │   └── UpstreamCircuitOpen  not called: its circuit breaker is open (503)
         ├── UpstreamTimeout          connect or read timeout (504)
         ├── UpstreamRejected         the upstream answered 401/403/404/429 (same status)
         ├── UpstreamFailed           the upstream answered 5xx or an unexpected 4xx (502)
@@ -70,6 +71,15 @@ class UpstreamError(GatewayError):
 
 class UpstreamUnavailable(UpstreamError):
     """The upstream could not be reached (refused, reset, DNS failure)."""
+
+
+class UpstreamCircuitOpen(UpstreamUnavailable):
+    """The upstream was not called: it failed repeatedly and its circuit breaker is
+    open; a trial is due in ``retry_after_s`` seconds."""
+
+    def __init__(self, detail: str, *, retry_after_s: int) -> None:
+        super().__init__(detail)
+        self.retry_after_s = retry_after_s
 
 
 class UpstreamTimeout(UpstreamError):

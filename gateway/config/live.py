@@ -3,8 +3,9 @@
 
 A reload re-reads the config file (and the environment and flags, as at start),
 validates it whole, and applies what can change while serving: the cache TTLs and
-stale windows, the log level and access log, the upstream timeouts, the readiness
-check interval and ``limits.max_limit``. A file that fails validation is refused
+stale windows, the log level and access log, the upstream timeouts and TLS files
+(read again on every reload, so that a certificate renewed in place is taken), the
+readiness check interval and ``limits.max_limit``. A file that fails validation is refused
 with a log line and the running configuration is kept. Other changes (addresses,
 the cache backend, the upstream URL, secrets) need a restart and are reported so.
 """
@@ -35,6 +36,10 @@ LIVE_KEYS = (
     "log.access",
     "upstream.timeout_s",
     "upstream.connect_timeout_s",
+    "upstream.ca_file",
+    "upstream.client_cert_file",
+    "upstream.client_key_file",
+    "upstream.tls_verify",
     "limits.max_limit",
     "health.check_interval_s",
 )
@@ -160,6 +165,10 @@ class LiveConfig:
                     update={
                         "timeout_s": new.upstream.timeout_s,
                         "connect_timeout_s": new.upstream.connect_timeout_s,
+                        "ca_file": new.upstream.ca_file,
+                        "client_cert_file": new.upstream.client_cert_file,
+                        "client_key_file": new.upstream.client_key_file,
+                        "tls_verify": new.upstream.tls_verify,
                     }
                 ),
                 "limits": new.limits,

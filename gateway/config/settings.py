@@ -9,6 +9,7 @@ the tests), environment variables (``GATEWAY_`` prefix, ``__`` between levels, e
 from __future__ import annotations
 
 import re
+import ssl
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,7 @@ from pydantic_settings import (
 )
 from yarl import URL
 
+from gateway.config.tls import upstream_ssl_context
 from gateway.errors import ConfigError
 
 
@@ -70,6 +72,21 @@ class UpstreamSettings(_Section):
     max_connections: int = Field(default=100, ge=1, le=10_000)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     bank_code_param: str = Field(default="bankCode", min_length=1, max_length=100)
+    # the upstream circuit breaker: open (answer from the cache only) after
+    # breaker_failures failures in a row, each within breaker_window_s of the one
+    # before, or when over breaker_window_s at least breaker_min_calls calls were made
+    # and breaker_failure_share of them failed; one trial after breaker_reset_s
+    breaker_failures: int = Field(default=5, ge=1, le=1000)
+    breaker_reset_s: float = Field(default=5.0, gt=0, le=3600)
+    breaker_window_s: float = Field(default=10.0, ge=0.1, le=3600)
+    breaker_failure_share: float = Field(default=0.5, gt=0, le=1)
+    breaker_min_calls: int = Field(default=20, ge=1, le=100_000)
+    # TLS to an https:// upstream: ca_file replaces the system's trust store; a client
+    # certificate (and its key, unless the certificate's file holds it) for mutual TLS
+    ca_file: Path | None = None
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+    tls_verify: bool = True
 
     @field_validator("base_url")
     @classmethod
@@ -95,6 +112,33 @@ class UpstreamSettings(_Section):
         if not all(ch.isalnum() or ch in "_-." for ch in value):
             raise ValueError("must be letters, digits, '_', '-' or '.'")
         return value
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> UpstreamSettings:
+        # each message starts with the key it is about (see describe_validation_error)
+        tls_keys = {
+            "ca_file": self.ca_file is not None,
+            "client_cert_file": self.client_cert_file is not None,
+            "client_key_file": self.client_key_file is not None,
+            "tls_verify": not self.tls_verify,
+        }
+        given = [key for key, set_ in tls_keys.items() if set_]
+        if given and not self.base_url.startswith("https://"):
+            raise ValueError(f"{given[0]}: used only with an https:// base_url")
+        if self.client_key_file is not None and self.client_cert_file is None:
+            raise ValueError("client_key_file: needs client_cert_file (the certificate it signs)")
+        self.ssl_context()  # every file loads, or the key that does not is named
+        return self
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A new TLS context for the upstream from the files as they are now (None:
+        the defaults); raises ValueError naming the key of a file that does not load."""
+        return upstream_ssl_context(
+            ca_file=self.ca_file,
+            client_cert_file=self.client_cert_file,
+            client_key_file=self.client_key_file,
+            verify=self.tls_verify,
+        )
 
 
 class LimitsSettings(_Section):

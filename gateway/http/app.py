@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway.cache.backend import CacheBackend
-from gateway.cache.breaker import CircuitBreaker, CircuitState, GuardedCache
+from gateway.cache.breaker import GuardedCache
 from gateway.cache.clock import Clock, system_clock
 from gateway.cache.fleet import Fleet
 from gateway.cache.memory import MemoryBackend, NullBackend
@@ -37,13 +37,15 @@ from gateway.http.service import (
     readyz,
 )
 from gateway.normalise.normaliser import CoercionCounts, Normaliser
+from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.health import Readiness
 from gateway.ops.logs import set_level
 from gateway.ops.metrics import METRICS_FLUSH_S, Metrics
 from gateway.records.keys import Keyer
 from gateway.records.pipeline import CachePolicy, RecordPipeline
 from gateway.records.routes import ROUTES
-from gateway.upstream.client import UpstreamClient, create_session
+from gateway.upstream.client import UpstreamClient
+from gateway.upstream.link import UpstreamLink
 
 log = logging.getLogger("gateway.app")
 COERCIONS = web.AppKey("coercions", CoercionCounts)
@@ -208,8 +210,24 @@ async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[
         ),
         on_error=metrics_.cache_errors.labels(backend.name).inc,
     )
-    session = create_session(settings.upstream)
-    upstream = UpstreamClient(session, settings.upstream, metrics=metrics_)
+    link = UpstreamLink(settings.upstream)
+    up = settings.upstream
+    upstream = UpstreamClient(
+        link,
+        up,
+        breaker=CircuitBreaker(
+            failures=up.breaker_failures,
+            reset_s=up.breaker_reset_s,
+            window_s=up.breaker_window_s,
+            failure_share=up.breaker_failure_share,
+            min_calls=up.breaker_min_calls,
+            streak_window_s=up.breaker_window_s,
+            name="upstream",
+            skipping="answering from the cache only, without calling the upstream",
+            on_change=lambda state: metrics_.upstream_circuit_changed(state.value),
+        ),
+        metrics=metrics_,
+    )
     pipeline = RecordPipeline(
         upstream=upstream,
         normaliser=Normaliser(app[COERCIONS]),
@@ -257,4 +275,4 @@ async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[
         if fleet is not None:
             await fleet.close()
         await backend.close()
-        await session.close()
+        await link.close()

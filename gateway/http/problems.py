@@ -12,12 +12,14 @@ from gateway.errors import (
     AuthenticationRequired,
     GatewayError,
     InvalidParameters,
+    UpstreamCircuitOpen,
     UpstreamContractError,
     UpstreamError,
     UpstreamRejected,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.records.pipeline import CACHE_NAME, CIRCUIT_OPEN
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:records-gateway:problem:"
@@ -115,6 +117,21 @@ def _upstream_problem(request: web.Request, exc: UpstreamError, request_id: str)
             request_id=request_id,
             extra=extra,
             headers=headers,
+        )
+    if isinstance(exc, UpstreamCircuitOpen):
+        # not called: the answer a caller can act on is when to come back
+        return problem_response(
+            request,
+            status=503,
+            slug="upstream-unavailable",
+            title="The upstream is unavailable",
+            detail=exc.detail,
+            request_id=request_id,
+            extra={"retryAfter": exc.retry_after_s},
+            headers={
+                "Retry-After": str(exc.retry_after_s),
+                "Cache-Status": f"{CACHE_NAME}; detail={CIRCUIT_OPEN}",
+            },
         )
     if isinstance(exc, UpstreamTimeout):
         status, slug, title = 504, "upstream-timeout", "The upstream did not answer in time"

@@ -266,6 +266,26 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        self.upstream_circuit_state = Gauge(
+            "gateway_upstream_circuit_state",
+            "Upstream circuit breaker: 0 closed, 1 half-open, 2 open (open: the upstream is"
+            " not called; stale entries are served, other requests get 503)",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.upstream_circuit_changes = Counter(
+            "gateway_upstream_circuit_changes_total",
+            "Changes of the upstream circuit breaker, by the state it went to",
+            ["state"],
+            registry=r,
+        )
+        self.upstream_retries = Counter(
+            "gateway_upstream_retries_total",
+            "Upstream requests sent again on a new connection because the pooled one"
+            " they went out on was closed before any byte of the answer",
+            ["route"],
+            registry=r,
+        )
         self.coercions = Counter(
             "gateway_normaliser_coercions_total",
             "Coercions the normaliser performed, by field and kind",
@@ -336,6 +356,11 @@ class Metrics:
 
     def circuit_changed(self, backend: str, state: str) -> None:
         self.circuit_state.labels(backend).set(CIRCUIT_VALUES[state])
+
+    def upstream_circuit_changed(self, state: str) -> None:
+        """The upstream circuit went to ``state`` (closed, half-open or open)."""
+        self.upstream_circuit_state.set(CIRCUIT_VALUES[state])
+        self.upstream_circuit_changes.labels(state).inc()
 
     def exposition(self) -> bytes:
         """The text exposition: this process's registry, or every worker's sum."""

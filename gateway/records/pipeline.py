@@ -10,6 +10,12 @@ Freshness: an entry is fresh for its route's TTL. Within ``stale_while_revalidat
 after that it is served at once while one background refresh runs; within
 ``stale_if_error_s`` it is served instead of an upstream failure (5xx, timeout,
 unreachable). Misses for one key in one process make one upstream call.
+
+While the upstream's circuit is open (``UpstreamClient.available`` is false), nothing
+waits for it: an entry within ``stale_if_error_s`` is served at once, and a request
+without one fails at once (UpstreamCircuitOpen, a 503). When the circuit's trial is
+due, a request with such an entry is still served it at once, and the trial runs as
+its background refresh: no caller waits on an upstream that may still be down.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from gateway.cache.clock import Clock
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup, etag_of
 from gateway.config.settings import CacheSettings
 from gateway.errors import (
+    UpstreamCircuitOpen,
     UpstreamError,
     UpstreamFailed,
     UpstreamRejected,
@@ -33,6 +40,7 @@ from gateway.errors import (
     UpstreamUnavailable,
 )
 from gateway.normalise.normaliser import Normaliser
+from gateway.ops.circuit import CircuitState
 from gateway.ops.metrics import Metrics
 from gateway.records.coalesce import Coalescer
 from gateway.records.credentials import Credentials
@@ -41,7 +49,12 @@ from gateway.records.routes import RecordQuery
 from gateway.upstream.client import UpstreamClient
 
 log = logging.getLogger("gateway.pipeline")
+_CLOSED = CircuitState.CLOSED
 CACHE_NAME = "records-gateway"
+
+# the Cache-Status detail of an answer given without calling the upstream because
+# its circuit is open
+CIRCUIT_OPEN = "upstream-circuit-open"
 
 HIT = "HIT"
 MISS = "MISS"
@@ -249,6 +262,15 @@ class RecordPipeline:
                 stale = entry
 
         generations = lookup.generations if lookup is not None else None
+        upstream = self._upstream
+        if upstream.breaker is not None and upstream.breaker.state is not _CLOSED:
+            # the upstream is down: answer now with what is held, or fail now
+            if stale is not None:
+                if upstream.available and generations is not None:
+                    self._refresh(job, generations)  # the circuit's trial, in the background
+                return self._circuit_stale(stale)
+            if not upstream.available:
+                raise upstream.circuit_open(f"GET {query.route.template}")
         flight = _Flight(key.text, generations)
         if flight not in inflight:
             for other in inflight.flights():
@@ -263,6 +285,8 @@ class RecordPipeline:
                     flight, key.text, lambda: self._fill(job, generations, stale)
                 )
         except UpstreamError as exc:
+            if stale is not None and isinstance(exc, UpstreamCircuitOpen):
+                return self._circuit_stale(stale)
             if stale is not None and _is_failure(exc):
                 log.info(
                     "serving stale entry instead of an upstream failure",
@@ -290,15 +314,28 @@ class RecordPipeline:
             )
         return _served(fetched.entry, MISS, detail, left=ttl)
 
+    def _circuit_stale(self, stale: CacheEntry) -> Reply:
+        """``stale`` served in place of an upstream whose circuit is open."""
+        now = self._clock()
+        status = f"{hit_status(int(stale.left(now)) or -1)}; detail={CIRCUIT_OPEN}"
+        return _served(stale, STALE, status, age=stale.age(now))
+
     async def _current_generations(self, key: CacheKey) -> Generations | None:
         assert self._cache is not None
         lookup = await self._cache.get(key)
         return None if lookup is None else lookup.generations
 
     def _refresh(self, job: _Read, generations: Generations) -> None:
+        """One background refresh of ``job``'s entry (none while the upstream's circuit
+        is open with no trial due: it could only fail)."""
+        if not self._upstream.available:
+            return
+
         async def refresh() -> _Fetched:
             try:
                 return await self._fill(job, generations, None)
+            except UpstreamCircuitOpen:
+                raise  # another call became the trial first: nothing new to say
             except UpstreamError as exc:
                 log.info(
                     "background refresh failed; the stale entry stays",

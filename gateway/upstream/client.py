@@ -1,14 +1,24 @@
 """The client for the upstream Financial Records Read API.
 
-One :class:`UpstreamClient` per process wraps one shared ``aiohttp.ClientSession``
-with a bounded connection pool. It forwards a validated query (an :class:`UpstreamQuery`:
-the records layer's ``RecordQuery`` is one), and
-turns every way the upstream can fail into an :class:`UpstreamError`, so that no
-aiohttp exception travels further.
+One :class:`UpstreamClient` per process sends over one :class:`UpstreamLink` (the
+bounded pool, TLS, the one safe retry). It forwards a validated query (an
+:class:`UpstreamQuery`: the records layer's ``RecordQuery`` is one), and turns every
+way the upstream can fail into an :class:`UpstreamError`, so that no aiohttp exception
+travels further.
+
+Its circuit breaker (:class:`gateway.ops.circuit.CircuitBreaker`) counts the outages
+(5xx, timeouts, refused or reset connections; not a 401, 404 or 429, which are answers
+about one request): once it opens, calls fail at once with UpstreamCircuitOpen, without
+reaching the upstream, until its reset time lets one trial through (a caller's request,
+a background refresh or the readiness check). The pipeline serves stale entries
+meanwhile; nothing waits for an upstream that is down.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -18,9 +28,9 @@ import aiohttp
 from aiohttp import hdrs
 from yarl import URL
 
-from gateway import __version__
 from gateway.config.settings import UpstreamSettings
 from gateway.errors import (
+    UpstreamCircuitOpen,
     UpstreamContractError,
     UpstreamError,
     UpstreamFailed,
@@ -28,11 +38,13 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.metrics import Metrics
 from gateway.ops.trace import current_trace
 from gateway.upstream.health import UpstreamHealth
+from gateway.upstream.link import ConnectionLost, UpstreamLink, timeouts
 
-USER_AGENT = f"records-gateway/{__version__}"
+_CLOSED = CircuitState.CLOSED
 _PASSED_THROUGH = {401, 403, 404, 429}
 _READ_CHUNK = 64 * 1024
 _URLS_KEPT = 64
@@ -72,49 +84,24 @@ class UpstreamReply:
     elapsed_s: float
 
 
-def create_session(settings: UpstreamSettings) -> aiohttp.ClientSession:
-    """The one shared session: a bounded pool, explicit timeouts, no cookies."""
-    connector = aiohttp.TCPConnector(
-        limit=settings.max_connections,
-        limit_per_host=settings.max_connections,
-        ttl_dns_cache=60,
-        enable_cleanup_closed=True,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        # shared by every caller: a cookie one caller's answer sets upstream must never
-        # go out with another caller's request, so no cookie is kept at all
-        cookie_jar=aiohttp.DummyCookieJar(),
-        timeout=timeouts(settings),
-        headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
-        trust_env=False,
-        raise_for_status=False,
-        auto_decompress=True,
-    )
-
-
-def timeouts(settings: UpstreamSettings) -> aiohttp.ClientTimeout:
-    """The whole exchange within ``timeout_s``; the TCP connect within ``connect_timeout_s``."""
-    return aiohttp.ClientTimeout(
-        total=settings.timeout_s,
-        sock_connect=settings.connect_timeout_s,
-    )
-
-
 class UpstreamClient:
     """Forwards validated record requests to the upstream."""
 
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        link: UpstreamLink,
         settings: UpstreamSettings,
         *,
+        breaker: CircuitBreaker | None = None,
         metrics: Metrics | None = None,
         health: UpstreamHealth | None = None,
     ) -> None:
-        self._session = session
+        """``breaker``: the upstream's circuit breaker (None: calls are never held
+        back, as for the conformance probe)."""
+        self._link = link
         self._settings = settings
         self._timeout = timeouts(settings)
+        self.breaker = breaker
         self._metrics = metrics
         self.health = health or UpstreamHealth()
         # the URL of each query asked lately (by its canonical text): made once, not
@@ -122,16 +109,34 @@ class UpstreamClient:
         self._urls: dict[str, URL] = {}
 
     @property
+    def available(self) -> bool:
+        """Whether a call may reach the upstream now: the circuit is closed, or open
+        with a trial due (no I/O: what a request asks before waiting on the upstream)."""
+        breaker = self.breaker
+        return breaker is None or breaker.state is _CLOSED or breaker.trial_due()
+
+    def circuit_open(self, what: str) -> UpstreamCircuitOpen:
+        """The error of a call the open circuit holds back (``what``: the call)."""
+        assert self.breaker is not None
+        retry_after = max(1, math.ceil(self.breaker.retry_after_s()))
+        return UpstreamCircuitOpen(
+            f"{what}: the upstream failed repeatedly (latest: {self.breaker.last_error});"
+            f" the gateway does not call it again for {retry_after} s",
+            retry_after_s=retry_after,
+        )
+
+    @property
     def timeout_s(self) -> float:
         """The bound of one whole upstream exchange (live: a reload changes it)."""
         return self._settings.timeout_s
 
     def reconfigure(self, settings: UpstreamSettings) -> None:
-        """Apply new timeouts and parameter names (a reload); the session and its pool
-        stay."""
+        """Apply new timeouts, parameter names and TLS files (a reload); the pool stays
+        (connections made under other TLS settings are not shared with new ones)."""
         self._settings = settings.model_copy(update={"base_url": self._settings.base_url})
         self._timeout = timeouts(settings)
         self._urls = {}
+        self._link.reconfigure(self._settings)
 
     @property
     def base_url(self) -> str:
@@ -140,19 +145,37 @@ class UpstreamClient:
     async def check(self) -> None:
         """Readiness check: the upstream answers at all (any status below 500).
 
-        It sends no token: a 401 proves the upstream is there.
+        It sends no token: a 401 proves the upstream is there. It goes through the
+        circuit breaker as any call does: while the circuit is open it fails at once,
+        and once a trial is due it is one (its success closes the circuit).
         """
+        breaker = self.breaker
+        if breaker is not None and not breaker.allow():
+            raise self.circuit_open("readiness check")
         url = URL(self._settings.base_url + "/users", encoded=True)
-        timeout = aiohttp.ClientTimeout(total=min(self._settings.timeout_s, 5.0))
+        timeout = aiohttp.ClientTimeout(
+            total=min(self._settings.timeout_s, 5.0), sock_connect=self._timeout.sock_connect
+        )
         try:
-            async with self._session.get(url, timeout=timeout, allow_redirects=False) as response:
-                status = response.status
+            response = await self._link.get(url, budget=timeout)
+            status = response.status
+            response.release()
+        except asyncio.CancelledError:
+            if breaker is not None:
+                breaker.abandoned()
+            raise
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamUnavailable(f"readiness check: {_reason(exc)}") from exc
+            detail = f"readiness check: {_reason(exc)}"
+            if breaker is not None:
+                breaker.failed(detail)
+            raise UpstreamUnavailable(detail) from exc
         if status >= 500:
-            raise UpstreamFailed(
-                f"readiness check: upstream status {status}", upstream_status=status
-            )
+            detail = f"readiness check: upstream status {status}"
+            if breaker is not None:
+                breaker.failed(detail)
+            raise UpstreamFailed(detail, upstream_status=status)
+        if breaker is not None:
+            breaker.succeeded()
 
     def url_for(self, query: UpstreamQuery) -> URL:
         """The full upstream URL for ``query``, with the path prefix of ``base_url``."""
@@ -175,19 +198,32 @@ class UpstreamClient:
 
         Returns the 2xx answer; raises an UpstreamError for anything else.
         """
+        breaker = self.breaker
+        if breaker is not None and not breaker.allow():
+            raise self.circuit_open(f"GET {query.route.template}")
         started = time.perf_counter()
         outcome = "error"
         try:
             reply = await self._fetch(query, authorization, request_id)
             outcome = str(reply.status)
             self.health.succeeded()
+            if breaker is not None:
+                breaker.succeeded()
             return reply
         except UpstreamError as exc:
             outcome = _outcome(exc)
             if _is_outage(exc):
                 self.health.failed(exc.detail)
+                if breaker is not None:
+                    breaker.failed(exc.detail)
             else:
                 self.health.succeeded()
+                if breaker is not None:
+                    breaker.succeeded()  # an answer about this request: the upstream is up
+            raise
+        except asyncio.CancelledError:
+            if breaker is not None:
+                breaker.abandoned()
             raise
         finally:
             elapsed = time.perf_counter() - started
@@ -205,9 +241,11 @@ class UpstreamClient:
         headers = {"Authorization": authorization, "X-Request-ID": request_id}
         started = time.perf_counter()
         what = f"GET {query.route.template}"
+        metrics = self._metrics
+        retried = None if metrics is None else metrics.upstream_retries.labels(query.route.name).inc
         try:
-            async with self._session.get(
-                url, headers=headers, timeout=self._timeout, allow_redirects=False
+            async with await self._link.get(
+                url, headers=headers, budget=self._timeout, on_retry=retried
             ) as response:
                 status = response.status
                 if not 200 <= status < 300:
@@ -218,9 +256,23 @@ class UpstreamClient:
                 f"{what}: the upstream did not answer within {self._settings.timeout_s:g} s"
                 f" (connect timeout {self._settings.connect_timeout_s:g} s)"
             ) from exc
+        except aiohttp.ClientConnectorCertificateError as exc:
+            error = exc.certificate_error
+            why = error.verify_message if isinstance(error, ssl.SSLCertVerificationError) else ""
+            raise UpstreamUnavailable(
+                f"{what}: the upstream's TLS certificate was not trusted ({why or error})"
+            ) from exc
+        except aiohttp.ClientConnectorSSLError as exc:
+            raise UpstreamUnavailable(
+                f"{what}: the TLS handshake with the upstream failed ({_reason(exc)})"
+            ) from exc
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamUnavailable(
                 f"{what}: cannot connect to the upstream ({_reason(exc)})"
+            ) from exc
+        except ConnectionLost as exc:
+            raise UpstreamUnavailable(
+                f"{what}: the upstream closed the connection before answering ({exc.reason})"
             ) from exc
         except aiohttp.ClientPayloadError as exc:
             raise UpstreamUnavailable(

@@ -9,10 +9,11 @@ import logging
 
 import pytest
 
-from gateway.cache.breaker import CircuitBreaker, CircuitState, GuardedCache, OutcomeWindow
+from gateway.cache.breaker import GuardedCache
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
 from gateway.cache.memory import MemoryBackend
 from gateway.errors import CacheUnavailable
+from gateway.ops.circuit import CircuitBreaker, CircuitState, OutcomeWindow
 from gateway.ops.health import CacheOutcomes, Tally
 
 OPEN, CLOSED, HALF_OPEN = CircuitState.OPEN, CircuitState.CLOSED, CircuitState.HALF_OPEN

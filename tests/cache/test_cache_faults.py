@@ -17,9 +17,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import OutOfMemoryError
 
-from gateway.cache.breaker import CircuitState
 from gateway.demo import RequestLog
 from gateway.http.admin import CACHE
+from gateway.ops.circuit import CircuitState
 
 from ..conftest import AUTH, GatewayFactory, base_url, redis_cache
 from ..redis_server import RedisServer

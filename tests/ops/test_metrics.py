@@ -401,6 +401,7 @@ def test_flushed_tallies_expose_what_one_call_per_request_would() -> None:
     results = Counter("gateway_cache_results_total", "", ["route", "result"], registry=direct)
     Gauge("gateway_requests_in_flight", "", registry=direct).set(0)
     Gauge("gateway_fleet_configurations", "", registry=direct).set(0)
+    Gauge("gateway_upstream_circuit_state", "", registry=direct).set(0)
     for route, status, cache, seconds in answers:
         requests.labels(route, str(status), cache).inc()
         durations.labels(route, cache).observe(seconds)

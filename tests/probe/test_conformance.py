@@ -26,7 +26,8 @@ from gateway.normalise.coercions import CanonicalError
 from gateway.normalise.schema import NormaliseContext
 from gateway.probe.conformance import Failure, ProbeReport, check_body, run_probe
 from gateway.probe.report import to_json, to_text
-from gateway.upstream.client import UpstreamClient, create_session
+from gateway.upstream.client import UpstreamClient
+from gateway.upstream.link import UpstreamLink
 from tests.conftest import AUTH, TOKEN, base_url
 
 ROOT = Path(__file__).parent.parent.parent
@@ -43,8 +44,8 @@ BREAKAGES = web.AppKey("breakages", dict[str, Breakage])
 
 async def probe(url: str, token: str = TOKEN) -> ProbeReport:
     settings = UpstreamSettings(base_url=url)
-    async with create_session(settings) as session:
-        return await run_probe(UpstreamClient(session, settings), token)
+    async with UpstreamLink(settings) as link:
+        return await run_probe(UpstreamClient(link, settings), token)
 
 
 def break_expenses(body: dict[str, Any]) -> None:

@@ -12,13 +12,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpServer
 
-from gateway.cache.breaker import CircuitState
 from gateway.cache.entry import generation_key
 from gateway.cache.memory import MemoryBackend
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.errors import CacheUnavailable
 from gateway.http.admin import CACHE
 from gateway.http.records import PIPELINE
+from gateway.ops.circuit import CircuitState
 
 from ..conftest import (
     AUTH,

@@ -196,12 +196,13 @@ async def test_one_session_serves_every_request(gateway: Client) -> None:
     from gateway.http.records import PIPELINE
 
     pipeline = gateway.app[PIPELINE]
-    first = pipeline._upstream._session
+    link = pipeline.upstream._link
+    first = link._session
     for _ in range(3):
         assert (await gateway.get("/users", headers=AUTH)).status == 200
-    assert pipeline._upstream._session is first
-    assert first.connector is not None
-    assert first.connector.limit == 100
+    assert link._session is first
+    assert first.connector is link.pool
+    assert link.pool.limit == 100
 
 
 async def test_a_compressed_body_is_limited_by_its_decoded_size(
