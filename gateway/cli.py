@@ -12,10 +12,11 @@ import argparse
 import asyncio
 import json
 import logging
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gateway import __version__
 from gateway.config.settings import Settings, load_settings, redacted
@@ -57,6 +58,16 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TOKEN",
         help="an accepted bearer token (repeatable; default: demo-token)",
     )
+    demo.add_argument(
+        "--tls-cert", type=Path, metavar="PEM", help="serve HTTPS with this certificate"
+    )
+    demo.add_argument("--tls-key", type=Path, metavar="PEM", help="the private key of --tls-cert")
+    demo.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        metavar="PEM",
+        help="require of every caller a client certificate this CA issued (mutual TLS)",
+    )
 
     check = commands.add_parser("check-config", help="validate and print the configuration")
     _config_option(check)
@@ -96,6 +107,27 @@ async def _probe(settings: Settings, token: str) -> ProbeReport:
         return await run_probe(UpstreamClient(link, settings.upstream), token)
 
 
+def _demo_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The reference upstream's TLS context from its flags (exit 2 when they do not load)."""
+    from gateway.demo.server import tls_context
+
+    if args.tls_cert is None and args.tls_key is None:
+        if args.tls_client_ca is not None:
+            _usage_error("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if args.tls_cert is None or args.tls_key is None:
+        _usage_error("--tls-cert and --tls-key go together")
+    try:
+        return tls_context(args.tls_cert, args.tls_key, args.tls_client_ca)
+    except (OSError, ssl.SSLError) as exc:
+        _usage_error(f"the TLS files do not load: {exc}")
+
+
+def _usage_error(message: str) -> NoReturn:
+    print(f"records-gateway demo-upstream: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_CONFIG)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the console script and of ``python -m gateway``."""
     args = _parser().parse_args(argv)
@@ -123,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             latency_ms=args.latency_ms,
             seed=args.seed,
             tokens=frozenset(args.tokens or ["demo-token"]),
+            tls=_demo_tls(args),
         )
         return
 

@@ -2,14 +2,18 @@
 
 ``start_demo_server`` is for code that owns an event loop (tests, benchmarks, the
 gateway's demo mode); ``run_demo_upstream`` blocks the process serving until SIGINT
-or SIGTERM (the ``records-gateway demo-upstream`` command).
+or SIGTERM (the ``records-gateway demo-upstream`` command). Either serves HTTPS with a
+context from :func:`tls_context` (a certificate and key, and optionally the CA whose
+client certificates it requires: an upstream that asks for mutual TLS).
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import ssl
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
@@ -36,6 +40,17 @@ class DemoServer:
         await self.close()
 
 
+def tls_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A server TLS context: ``cert`` and ``key``; with ``client_ca``, a client
+    certificate that CA issued is required of every caller."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(cert), str(key))
+    if client_ca is not None:
+        context.load_verify_locations(cafile=str(client_ca))
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 async def start_demo_server(
     *,
     host: str = "127.0.0.1",
@@ -43,19 +58,22 @@ async def start_demo_server(
     tokens: frozenset[str] = DEFAULT_TOKENS,
     latency_ms: float = 0.0,
     seed: int = 42,
+    tls: ssl.SSLContext | None = None,
 ) -> DemoServer:
-    """Serve ``create_demo_app(...)`` on ``host:port`` (0: a free port) until closed."""
+    """Serve ``create_demo_app(...)`` on ``host:port`` (0: a free port) until closed;
+    over HTTPS with ``tls``."""
     app = create_demo_app(tokens=tokens, latency_ms=latency_ms, seed=seed)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=tls)
         await site.start()
         bound_host, bound_port = runner.addresses[0][:2]
     except BaseException:
         await runner.cleanup()
         raise
-    return DemoServer(runner, f"http://{_url_host(bound_host)}:{bound_port}")
+    scheme = "http" if tls is None else "https"
+    return DemoServer(runner, f"{scheme}://{_url_host(bound_host)}:{bound_port}")
 
 
 def run_demo_upstream(
@@ -65,13 +83,19 @@ def run_demo_upstream(
     latency_ms: float = 0.0,
     seed: int = 42,
     tokens: frozenset[str] = DEFAULT_TOKENS,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Serve the reference upstream in the foreground until SIGINT or SIGTERM."""
-    asyncio.run(_serve_until_signalled(host, port, latency_ms, seed, tokens))
+    asyncio.run(_serve_until_signalled(host, port, latency_ms, seed, tokens, tls))
 
 
 async def _serve_until_signalled(
-    host: str, port: int, latency_ms: float, seed: int, tokens: frozenset[str]
+    host: str,
+    port: int,
+    latency_ms: float,
+    seed: int,
+    tokens: frozenset[str],
+    tls: ssl.SSLContext | None,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -79,7 +103,7 @@ async def _serve_until_signalled(
         loop.add_signal_handler(signum, stop.set)
     try:
         server = await start_demo_server(
-            host=host, port=port, tokens=tokens, latency_ms=latency_ms, seed=seed
+            host=host, port=port, tokens=tokens, latency_ms=latency_ms, seed=seed, tls=tls
         )
         try:
             print(f"reference upstream listening on {server.url}", flush=True)

@@ -212,22 +212,18 @@ async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[
     )
     link = UpstreamLink(settings.upstream)
     up = settings.upstream
-    upstream = UpstreamClient(
-        link,
-        up,
-        breaker=CircuitBreaker(
-            failures=up.breaker_failures,
-            reset_s=up.breaker_reset_s,
-            window_s=up.breaker_window_s,
-            failure_share=up.breaker_failure_share,
-            min_calls=up.breaker_min_calls,
-            streak_window_s=up.breaker_window_s,
-            name="upstream",
-            skipping="answering from the cache only, without calling the upstream",
-            on_change=lambda state: metrics_.upstream_circuit_changed(state.value),
-        ),
-        metrics=metrics_,
+    upstream_breaker = CircuitBreaker(
+        failures=up.breaker_failures,
+        reset_s=up.breaker_reset_s,
+        window_s=up.breaker_window_s,
+        failure_share=up.breaker_failure_share,
+        min_calls=up.breaker_min_calls,
+        streak_window_s=up.breaker_window_s,
+        name="upstream",
+        skipping="answering from the cache only, without calling the upstream",
+        on_change=lambda state: metrics_.upstream_circuit_changed(state.value),
     )
+    upstream = UpstreamClient(link, up, breaker=upstream_breaker, metrics=metrics_)
     pipeline = RecordPipeline(
         upstream=upstream,
         normaliser=Normaliser(app[COERCIONS]),
@@ -245,6 +241,7 @@ async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[
         cache_check=None if settings.cache.backend == "none" else cache.check,
         interval_s=settings.health.check_interval_s,
         fleet=None if fleet is None else fleet.report,
+        upstream_circuit=lambda: upstream_breaker.state.value,
     )
 
     def apply(new: Settings) -> None:

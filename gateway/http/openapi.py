@@ -110,8 +110,9 @@ def _headers() -> dict[str, dict[str, Any]]:
             "schema": {"type": "string", "examples": ['Bearer realm="records-gateway"']},
         },
         "Retry-After": {
-            "description": "The upstream's Retry-After (seconds or an HTTP date), when it"
-            " sent one.",
+            "description": "On a 429, the upstream's Retry-After (seconds or an HTTP date),"
+            " when it sent one; on a 503, the seconds until the gateway tries the upstream"
+            " again.",
             "schema": {"type": "string"},
         },
     }
@@ -173,6 +174,15 @@ _PROBLEMS = (
         " unexpected status (upstream-failed), or sent a body that breaks the API"
         " contract (upstream-contract).",
         ("upstream-unavailable", "upstream-failed", "upstream-contract"),
+    ),
+    _ProblemResponse(
+        503,
+        "UpstreamUnavailable",
+        "The upstream failed repeatedly and its circuit breaker is open: the gateway"
+        " answers without calling it, and this request had no stale answer to serve."
+        " `Retry-After` says when the gateway tries the upstream again.",
+        ("upstream-unavailable",),
+        ("Retry-After",),
     ),
     _ProblemResponse(
         504,
@@ -363,6 +373,11 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
             "status": {"enum": ["ok", "degraded", "down", "disabled"]},
             "lastError": {"type": ["string", "null"]},
             "source": {"enum": ["traffic", "check"]},
+            "circuit": {
+                "description": "The component's circuit breaker: open, the gateway does not"
+                " call it (the upstream: stale answers and 503s; the cache: skipped)",
+                "enum": ["closed", "open", "half-open"],
+            },
         },
     }
     readiness = {

@@ -122,10 +122,14 @@ class Readiness:
         interval_s: float,
         monotonic: Callable[[], float] = time.monotonic,
         fleet: Callable[[], dict[str, Any]] | None = None,
+        upstream_circuit: Callable[[], str] | None = None,
     ) -> None:
         """``fleet``: the fleet component (``gateway.cache.fleet.Fleet.report``), when
-        instances share a cache; a fleet that disagrees degrades the gateway."""
+        instances share a cache; a fleet that disagrees degrades the gateway.
+        ``upstream_circuit``: the state of the upstream's circuit breaker (closed, open,
+        half-open), reported with the upstream."""
         self._fleet = fleet
+        self._upstream_circuit = upstream_circuit
         self._upstream = upstream
         self._upstream_check = _Check(upstream_check, interval_s, monotonic)
         self._cache_state = cache_state
@@ -165,9 +169,17 @@ class Readiness:
         return code, {"status": overall, "components": components}
 
     async def _upstream_component(self, now: float) -> dict[str, Any]:
+        component = await self._upstream_outcome(now)
+        if self._upstream_circuit is not None:
+            component["circuit"] = self._upstream_circuit()
+        return component
+
+    async def _upstream_outcome(self, now: float) -> dict[str, Any]:
         age = self._upstream.age()
         status = self._upstream.status()
         if status is None or age is None or age > self._interval_s:
+            # (while the upstream's circuit is open the check fails at once, without
+            # calling it; once a trial is due, the check may be that trial)
             error = await self._upstream_check.result(now)
             if error is None:
                 return {"status": OK, "lastError": self._upstream.last_error, "source": "check"}

@@ -396,6 +396,7 @@ def test_every_route_is_a_path_with_exactly_its_parameters() -> None:
             "429",
             "500",
             "502",
+            "503",
             "504",
         }
 
