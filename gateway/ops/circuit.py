@@ -13,6 +13,7 @@ State changes are logged once each, not once per call.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import math
@@ -128,8 +129,17 @@ class CircuitBreaker:
         self._last_failed_at = -math.inf
         self._opened_at = 0.0
         self._trial_running = False
+        self._opening: asyncio.Future[None] | None = None
         self.state = CircuitState.CLOSED
         self.last_error: str | None = None
+
+    def opening(self) -> asyncio.Future[None]:
+        """A future done when the circuit next opens: what a caller waiting on a call
+        it could do without (it holds a stale answer) waits on beside the call."""
+        opening = self._opening
+        if opening is None or opening.done():
+            opening = self._opening = asyncio.get_running_loop().create_future()
+        return opening
 
     @property
     def reset_s(self) -> float:
@@ -213,6 +223,11 @@ class CircuitBreaker:
 
     def _change(self, state: CircuitState, error: str | None) -> None:
         previous, self.state = self.state, state
+        opening = self._opening
+        if state is _OPEN and opening is not None:
+            self._opening = None
+            if not opening.done():
+                opening.set_result(None)
         if self._on_change is not None:
             self._on_change(state)
         if state is _OPEN:

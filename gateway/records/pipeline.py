@@ -23,8 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gateway.cache.backend import OWN_LEASE
 from gateway.cache.breaker import GuardedCache
@@ -280,6 +281,11 @@ class RecordPipeline:
         try:
             if ended is not None and flight.joins(ended[0]):
                 fetched, joined = ended[1], True  # a fill that ended while this read ran
+            elif stale is not None and upstream.breaker is not None:
+                fetched, joined = await self._unless_circuit_opens(
+                    inflight.run(flight, key.text, lambda: self._fill(job, generations, stale)),
+                    f"GET {query.route.template}",
+                )
             else:
                 fetched, joined = await inflight.run(
                     flight, key.text, lambda: self._fill(job, generations, stale)
@@ -313,6 +319,26 @@ class RecordPipeline:
                 fetched.entry, MISS, detail, age=fetched.entry.age(self._clock()), left=left
             )
         return _served(fetched.entry, MISS, detail, left=ttl)
+
+    async def _unless_circuit_opens(
+        self, fill: Coroutine[Any, Any, tuple[_Fetched, bool]], what: str
+    ) -> tuple[_Fetched, bool]:
+        """The outcome of ``fill``, for a request holding a stale answer: raises
+        UpstreamCircuitOpen as soon as the upstream's circuit opens, instead of waiting
+        for a call the circuit says will fail (the fill goes on for whoever shares it)."""
+        breaker = self._upstream.breaker
+        assert breaker is not None
+        task = asyncio.ensure_future(fill)
+        opening = breaker.opening()
+        try:
+            await asyncio.wait((task, opening), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task.done():
+            return task.result()
+        task.add_done_callback(_outcome_taken)
+        raise self._upstream.circuit_open(what)
 
     def _circuit_stale(self, stale: CacheEntry) -> Reply:
         """``stale`` served in place of an upstream whose circuit is open."""
@@ -466,6 +492,13 @@ def hit_status(left_s: int) -> str:
     """The Cache-Status detail of a hit with ``left_s`` seconds of freshness left
     (negative once stale)."""
     return f"hit; ttl={left_s}"
+
+
+def _outcome_taken(task: asyncio.Future[Any]) -> None:
+    """Take the outcome of a fill nobody waits for any more (its failure was logged
+    where it happened; asyncio would report it again as never retrieved)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _is_failure(exc: UpstreamError) -> bool:

@@ -29,6 +29,7 @@ class FaultyUpstream:
 
     def __init__(self) -> None:
         self.mode = "ok"
+        self.modes: dict[str, str] = {}  # by path: overrides ``mode``
         self.calls: list[str] = []
 
     def app(self) -> web.Application:
@@ -39,9 +40,10 @@ class FaultyUpstream:
             request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
         ) -> web.StreamResponse:
             self.calls.append(request.path_qs)
-            if self.mode == "hang":
+            mode = self.modes.get(request.path, self.mode)
+            if mode == "hang":
                 await asyncio.sleep(3600)
-            if self.mode == "503":
+            if mode == "503":
                 return web.Response(status=503, text="down for maintenance")
             return await handler(request)
 
@@ -102,11 +104,12 @@ async def test_a_hanging_upstream_opens_the_circuit_and_stale_entries_come_back_
     upstream.mode = "hang"
     before = len(upstream.calls)
 
-    # two requests wait for the upstream's timeout, and are served stale after it
+    # two requests wait for the upstream's timeout, and are served stale after it (or
+    # as the circuit opens, whichever they see first)
     first = await asyncio.gather(*(get(client, path) for path in pages[:2]))
     for status, headers, _body in first:
         assert (status, headers["X-Cache"]) == (200, "STALE")
-        assert "fwd=stale" in headers["Cache-Status"]
+        assert "fwd=stale" in headers["Cache-Status"] or "circuit-open" in headers["Cache-Status"]
     assert len(upstream.calls) == before + 2
 
     # the circuit is open: every other stale entry comes back without an upstream call
@@ -130,6 +133,34 @@ async def test_a_hanging_upstream_opens_the_circuit_and_stale_entries_come_back_
     assert problem["status"] == 503
     assert "did not answer within 0.5 s" in problem["detail"]
     assert len(upstream.calls) == before + 2
+
+
+async def test_requests_waiting_with_a_stale_answer_get_it_as_soon_as_the_circuit_opens(
+    faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory, clock: FakeClock
+) -> None:
+    upstream, url = faulty
+    client = await gateway_factory(
+        url,
+        clock,
+        cache=cache(),
+        upstream={"timeout_s": 60, "breaker_failures": 1, "breaker_reset_s": 600},
+    )
+    pages = [f"/users?page={page}" for page in range(1, 4)]
+    for path in pages:
+        assert (await get(client, path))[0] == 200
+    clock.advance(10)
+    upstream.modes["/users"] = "hang"
+    waiting = [asyncio.ensure_future(get(client, path)) for path in pages]
+    while len(upstream.calls) < 6:
+        await asyncio.sleep(0.01)  # the three calls hang upstream
+    assert not any(request.done() for request in waiting)
+    upstream.modes["/clients"] = "503"
+    assert (await get(client, "/clients"))[0] == 502  # the failure that opens the circuit
+    async with asyncio.timeout(30):  # (a guard against a hang: the timeout is 60 s)
+        answers = await asyncio.gather(*waiting)
+    for status, headers, _ in answers:
+        assert (status, headers["X-Cache"]) == (200, "STALE")
+        assert headers["Cache-Status"].endswith("detail=upstream-circuit-open")
 
 
 async def test_while_the_upstream_hangs_it_sees_at_most_one_request_per_reset_interval(
