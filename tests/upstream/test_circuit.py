@@ -311,3 +311,31 @@ async def test_the_readiness_check_is_the_trial_that_closes_the_circuit(
     assert body["components"]["upstream"]["circuit"] == "closed"
     assert upstream.calls[-1] == "/users", "the check's own call"
     assert (await get(client, "/users"))[0] == 200
+
+
+async def test_an_upstream_that_refuses_connections_opens_the_circuit_and_stale_entries_come_back(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory, clock: FakeClock
+) -> None:
+    upstream = FaultyUpstream()
+    server = await aiohttp_server(upstream.app())
+    client = await gateway_factory(
+        base_url(server),
+        clock,
+        cache=cache(),
+        upstream={"breaker_failures": 2, "breaker_reset_s": 600},
+    )
+    pages = [f"/users?page={page}" for page in range(1, 6)]
+    for path in pages:
+        assert (await get(client, path))[0] == 200
+    await server.close()  # the port refuses connections from now on
+    clock.advance(10)
+    details = [(await get(client, path))[1]["Cache-Status"] for path in pages]
+    # the first failure: the stale entry instead of the error; the second opens the
+    # circuit (its caller gets the stale entry either way); then no more calls
+    assert details[0].startswith("records-gateway; fwd=stale")
+    assert "connection refused" not in details[0].lower()
+    assert all(detail.endswith("detail=upstream-circuit-open") for detail in details[2:])
+    status, headers, _ = await get(client, "/users?page=99")
+    assert (status, headers["Retry-After"]) == (503, "600")
+    metrics = circuit_metrics(await (await client.get("/metrics")).text())
+    assert metrics == {"state": 2, "open": 1}
