@@ -47,20 +47,21 @@ def cache_component(
     }
 
 
-def all_ok(**cache: Any) -> dict[str, Any]:
-    """The report of a gateway whose parts are fine, as checks (not traffic) say."""
+def all_ok(*, upstream_circuit: bool = True, **cache: Any) -> dict[str, Any]:
+    """The report of a gateway whose parts are fine, as checks (not traffic) say (a
+    Readiness made without the upstream's circuit reports none)."""
+    upstream: dict[str, Any] = {"status": "ok", "lastError": None, "source": "check"}
+    if upstream_circuit:
+        upstream["circuit"] = "closed"
     return {
         "status": "ok",
-        "components": {
-            "upstream": {"status": "ok", "lastError": None, "source": "check"},
-            "cache": cache_component(**cache),
-        },
+        "components": {"upstream": upstream, "cache": cache_component(**cache)},
     }
 
 
 ALL_OK = all_ok()
 # the fakes' cache check records no probe
-FAKES_OK = all_ok(probes=(0, 0))
+FAKES_OK = all_ok(probes=(0, 0), upstream_circuit=False)
 
 
 async def circuit_states(client: Client) -> list[float]:
@@ -127,6 +128,7 @@ async def test_readyz_while_redis_is_stopped_then_back(
         "status": "ok",
         "lastError": None,
         "source": "check",
+        "circuit": "closed",
     }
     cache = report["components"]["cache"]
     # no traffic, and the probe (a real write and read, not a PING) failed: down
@@ -284,6 +286,7 @@ async def test_readyz_reports_an_upstream_5xx_as_down(
         "status": "down",
         "lastError": "readiness check: upstream status 503",
         "source": "check",
+        "circuit": "closed",  # one failure: the circuit opens after five
     }
 
 
@@ -331,6 +334,7 @@ async def test_probes_make_no_upstream_call_after_recent_good_traffic(
             "status": "ok",
             "lastError": None,
             "source": "traffic",
+            "circuit": "closed",
         }
     assert len(upstream_log) == 0
 
