@@ -129,6 +129,10 @@ class CircuitBreaker:
         self._last_failed_at = -math.inf
         self._opened_at = 0.0
         self._trial_running = False
+        # the number of the current period: it moves on when the circuit opens and
+        # when a trial begins, so that an outcome reported with an older ticket (a call
+        # admitted before) is told from the trial's
+        self._period = 0
         self._opening: asyncio.Future[None] | None = None
         self.state = CircuitState.CLOSED
         self.last_error: str | None = None
@@ -151,6 +155,19 @@ class CircuitBreaker:
             return 0.0
         return max(0.0, self._opened_at + self._reset_s - self.monotonic())
 
+    @property
+    def quiet(self) -> bool:
+        """Closed, and the latest call did not fail: what a caller checks before
+        spending a second attempt on a call (never against a failing dependency)."""
+        return self.state is _CLOSED and self._in_a_row == 0
+
+    def admit(self) -> int | None:
+        """:meth:`allow` with a ticket to report the call's outcome with (None: not
+        allowed). An outcome whose ticket is not the current period's is ignored: a
+        call admitted before the circuit opened, which ends during a trial, neither
+        ends the trial nor closes or reopens the circuit."""
+        return self._period if self.allow() else None
+
     def trial_due(self) -> bool:
         """Whether :meth:`allow` would let a trial through now (the circuit is not
         closed, and no trial is running), without starting one."""
@@ -169,9 +186,17 @@ class CircuitBreaker:
         if self._trial_running:
             return False
         self._trial_running = True
+        self._period += 1
         return True
 
-    def succeeded(self) -> None:
+    def succeeded(self, ticket: int | None = None, *, conclusive: bool = True) -> None:
+        """A call passed. ``ticket``: the one :meth:`admit` gave it (None: count it
+        whenever it was admitted). A trial that passes without ``conclusive`` (one
+        that proves the dependency answers, not that it works: a readiness check
+        without credentials) closes the circuit on probation: the next failure opens
+        it again."""
+        if ticket is not None and ticket != self._period:
+            return
         state = self.state
         if state is _CLOSED:
             self._in_a_row = 0
@@ -182,11 +207,18 @@ class CircuitBreaker:
                 self._open(self.last_error)
         elif state is _HALF_OPEN:
             self._trial_running = False
-            self._in_a_row = 0
             self._window.clear()  # failures from before the outage must not reopen it
+            if conclusive:
+                self._in_a_row = 0
+            else:
+                self._in_a_row = self._threshold - 1
+                self._last_failed_at = self.monotonic()
             self._change(_CLOSED, None)
 
-    def failed(self, error: str) -> None:
+    def failed(self, error: str, ticket: int | None = None) -> None:
+        """A call failed with ``error`` (``ticket`` as for :meth:`succeeded`)."""
+        if ticket is not None and ticket != self._period:
+            return
         self.last_error = error
         state = self.state
         if state is _CLOSED:
@@ -204,9 +236,11 @@ class CircuitBreaker:
             self._trial_running = False
             self._open(error)
 
-    def abandoned(self) -> None:
+    def abandoned(self, ticket: int | None = None) -> None:
         """A call :meth:`allow` let through will not report (it was cancelled): in
         half-open, another call may be the trial."""
+        if ticket is not None and ticket != self._period:
+            return
         if self.state is _HALF_OPEN:
             self._trial_running = False
 
@@ -219,6 +253,7 @@ class CircuitBreaker:
 
     def _open(self, error: str | None) -> None:
         self._opened_at = self.monotonic()
+        self._period += 1
         self._change(_OPEN, error)
 
     def _change(self, state: CircuitState, error: str | None) -> None:
@@ -231,7 +266,11 @@ class CircuitBreaker:
         if self._on_change is not None:
             self._on_change(state)
         if state is _OPEN:
-            self._log.warning(
+            # a warning when it opens; a failed trial that opens it again is info (an
+            # outage logs two lines per reset interval, not two warnings)
+            level = logging.WARNING if previous is _CLOSED else logging.INFO
+            self._log.log(
+                level,
                 "%s circuit open: %s for %gs",
                 self.name,
                 self._skipping,

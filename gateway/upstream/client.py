@@ -45,6 +45,7 @@ from gateway.upstream.health import UpstreamHealth
 from gateway.upstream.link import ConnectionLost, UpstreamLink, timeouts
 
 _CLOSED = CircuitState.CLOSED
+_OPEN = CircuitState.OPEN
 _PASSED_THROUGH = {401, 403, 404, 429}
 _READ_CHUNK = 64 * 1024
 _URLS_KEPT = 64
@@ -116,14 +117,30 @@ class UpstreamClient:
         return breaker is None or breaker.state is _CLOSED or breaker.trial_due()
 
     def circuit_open(self, what: str) -> UpstreamCircuitOpen:
-        """The error of a call the open circuit holds back (``what``: the call)."""
-        assert self.breaker is not None
-        retry_after = max(1, math.ceil(self.breaker.retry_after_s()))
+        """The error of a call the open circuit holds back (``what``: the call). Its
+        detail says nothing of the failures that opened it: those were other callers'
+        requests (their details are in the log, and in /readyz's lastError)."""
+        breaker = self.breaker
+        assert breaker is not None
+        # while a trial runs (half-open), it may take up to the upstream timeout
+        wait = breaker.retry_after_s() if breaker.state is _OPEN else breaker.reset_s
+        retry_after = max(1, math.ceil(wait))
         return UpstreamCircuitOpen(
-            f"{what}: the upstream failed repeatedly (latest: {self.breaker.last_error});"
-            f" the gateway does not call it again for {retry_after} s",
+            f"{what}: the upstream failed repeatedly (timeouts, 5xx or lost connections);"
+            f" the gateway does not call it for about {retry_after} s",
             retry_after_s=retry_after,
         )
+
+    def _admit(self, what: str) -> int | None:
+        """The breaker's ticket for a call (None without a breaker); raises
+        UpstreamCircuitOpen when the circuit holds the call back."""
+        breaker = self.breaker
+        if breaker is None:
+            return None
+        ticket = breaker.admit()
+        if ticket is None:
+            raise self.circuit_open(what)
+        return ticket
 
     @property
     def timeout_s(self) -> float:
@@ -147,35 +164,42 @@ class UpstreamClient:
 
         It sends no token: a 401 proves the upstream is there. It goes through the
         circuit breaker as any call does: while the circuit is open it fails at once,
-        and once a trial is due it is one (its success closes the circuit).
+        and once a trial is due it may be the trial. Its success proves less than a
+        caller's 200 (an authenticating proxy may answer 401 for a backend that is
+        down), so it closes the circuit on probation: the next failure reopens it.
         """
         breaker = self.breaker
-        if breaker is not None and not breaker.allow():
-            raise self.circuit_open("readiness check")
+        ticket = self._admit("readiness check")
         url = URL(self._settings.base_url + "/users", encoded=True)
         timeout = aiohttp.ClientTimeout(
             total=min(self._settings.timeout_s, 5.0), sock_connect=self._timeout.sock_connect
         )
         try:
-            response = await self._link.get(url, budget=timeout)
+            response = await self._link.get(url, budget=timeout, retry=self._retrying())
             status = response.status
             response.release()
         except asyncio.CancelledError:
             if breaker is not None:
-                breaker.abandoned()
+                breaker.abandoned(ticket)
             raise
         except (TimeoutError, aiohttp.ClientError) as exc:
             detail = f"readiness check: {_reason(exc)}"
             if breaker is not None:
-                breaker.failed(detail)
+                breaker.failed(detail, ticket)
             raise UpstreamUnavailable(detail) from exc
         if status >= 500:
             detail = f"readiness check: upstream status {status}"
             if breaker is not None:
-                breaker.failed(detail)
+                breaker.failed(detail, ticket)
             raise UpstreamFailed(detail, upstream_status=status)
         if breaker is not None:
-            breaker.succeeded()
+            breaker.succeeded(ticket, conclusive=False)
+
+    def _retrying(self) -> bool:
+        """Whether a call may be sent again after the keep-alive race: only while the
+        upstream is healthy (never a trial's, never while failures come in a row, so
+        that a failing upstream is never asked twice for one call)."""
+        return self.breaker is None or self.breaker.quiet
 
     def url_for(self, query: UpstreamQuery) -> URL:
         """The full upstream URL for ``query``, with the path prefix of ``base_url``."""
@@ -199,8 +223,7 @@ class UpstreamClient:
         Returns the 2xx answer; raises an UpstreamError for anything else.
         """
         breaker = self.breaker
-        if breaker is not None and not breaker.allow():
-            raise self.circuit_open(f"GET {query.route.template}")
+        ticket = self._admit(f"GET {query.route.template}")
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -208,22 +231,23 @@ class UpstreamClient:
             outcome = str(reply.status)
             self.health.succeeded()
             if breaker is not None:
-                breaker.succeeded()
+                breaker.succeeded(ticket)
             return reply
         except UpstreamError as exc:
             outcome = _outcome(exc)
             if _is_outage(exc):
                 self.health.failed(exc.detail)
                 if breaker is not None:
-                    breaker.failed(exc.detail)
+                    breaker.failed(exc.detail, ticket)
             else:
                 self.health.succeeded()
                 if breaker is not None:
-                    breaker.succeeded()  # an answer about this request: the upstream is up
+                    # an answer about this request: the upstream is up
+                    breaker.succeeded(ticket)
             raise
         except asyncio.CancelledError:
             if breaker is not None:
-                breaker.abandoned()
+                breaker.abandoned(ticket)
             raise
         finally:
             elapsed = time.perf_counter() - started
@@ -245,7 +269,11 @@ class UpstreamClient:
         retried = None if metrics is None else metrics.upstream_retries.labels(query.route.name).inc
         try:
             async with await self._link.get(
-                url, headers=headers, budget=self._timeout, on_retry=retried
+                url,
+                headers=headers,
+                budget=self._timeout,
+                retry=self._retrying(),
+                on_retry=retried,
             ) as response:
                 status = response.status
                 if not 200 <= status < 300:

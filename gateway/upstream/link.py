@@ -155,11 +155,13 @@ class UpstreamLink:
         *,
         headers: dict[str, str] | None = None,
         budget: aiohttp.ClientTimeout,
+        retry: bool = True,
         on_retry: Callable[[], None] | None = None,
     ) -> aiohttp.ClientResponse:
         """GET ``url`` within ``budget``: the response once its head is in (to be released by the
         caller: ``async with``), after at most one retry on a new connection of a
-        pooled connection lost before its answer (``on_retry`` is told).
+        pooled connection lost before its answer, when ``retry`` allows (``on_retry``
+        is told).
 
         Raises aiohttp's errors, and ConnectionLost when the connection was lost
         before the answer (and not retried, or the retry's was lost too)."""
@@ -169,7 +171,7 @@ class UpstreamLink:
                 url, headers=headers, timeout=budget, allow_redirects=False, ssl=self._ssl
             )
         except ConnectionLost as exc:
-            if not exc.retryable:
+            if not (retry and exc.retryable):
                 raise
             if on_retry is not None:
                 on_retry()

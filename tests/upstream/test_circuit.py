@@ -131,7 +131,8 @@ async def test_a_hanging_upstream_opens_the_circuit_and_stale_entries_come_back_
     problem = await (await client.get("/users?page=99", headers=AUTH)).json(content_type=None)
     assert problem["type"] == "urn:records-gateway:problem:upstream-unavailable"
     assert problem["status"] == 503
-    assert "did not answer within 0.5 s" in problem["detail"]
+    assert "failed repeatedly" in problem["detail"]
+    assert "page=" not in problem["detail"], "nothing of other callers' requests"
     assert len(upstream.calls) == before + 2
 
 
@@ -289,7 +290,7 @@ async def test_readiness_reports_the_open_circuit_without_calling_the_upstream(
     body = await response.json()
     assert body["components"]["upstream"]["status"] == "down"
     assert body["components"]["upstream"]["circuit"] == "open"
-    assert "the gateway does not call it again" in body["components"]["upstream"]["lastError"]
+    assert "the gateway does not call it for about" in body["components"]["upstream"]["lastError"]
     assert len(upstream.calls) == calls
 
 

@@ -39,7 +39,10 @@ class RawUpstream:
       without ``Connection: close``;
     - "drop-all": closes every connection as its first request arrives;
     - "hang": reads requests and never answers;
-    - "503": answers 503 on a kept-alive connection.
+    - "ok": answers every request, and keeps the connection;
+    - "503": answers 503 on a kept-alive connection;
+    - "cut-short": answers a connection's first request; to a second one, sends a
+      status line and closes the connection.
     """
 
     def __init__(self, mode: str) -> None:
@@ -65,6 +68,10 @@ class RawUpstream:
                     return
                 if mode == "hang":
                     await asyncio.sleep(3600)
+                if mode == "cut-short" and answered:
+                    writer.write(b"HTTP/1.1 200 OK\r\n")
+                    await writer.drain()
+                    return
                 writer.write(FAILURE if mode == "503" else ANSWER)
                 await writer.drain()
                 answered += 1
@@ -156,3 +163,43 @@ async def test_an_answer_is_not_retried(
         assert raw_upstream.requests == sent
     assert raw_upstream.connections == 1, "the answered connection stays in the pool"
     assert await retries(client) == 0
+
+
+async def test_an_answer_cut_short_is_not_retried(
+    raw_upstream: RawUpstream, gateway_factory: GatewayFactory
+) -> None:
+    raw_upstream.mode = "cut-short"
+    client = await gateway_factory(raw_upstream.url, cache={"backend": "none"})
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    response = await client.get("/users", headers=AUTH)  # the pooled connection
+    assert response.status == 502
+    assert raw_upstream.requests == 2, "the upstream began to answer: not sent again"
+    assert await retries(client) == 0
+
+
+async def test_an_upstream_that_drops_every_request_is_never_asked_twice_once_it_fails(
+    raw_upstream: RawUpstream, gateway_factory: GatewayFactory
+) -> None:
+    raw_upstream.mode = "ok"
+    client = await gateway_factory(
+        raw_upstream.url, cache={"backend": "none"}, upstream={"breaker_reset_s": 0.2}
+    )
+    responses = await asyncio.gather(*(client.get("/users", headers=AUTH) for _ in range(8)))
+    assert {response.status for response in responses} == {200}
+    assert raw_upstream.connections >= 5  # pooled now
+
+    raw_upstream.mode = "drop-all"
+    before = raw_upstream.requests
+    statuses = [(await client.get("/users", headers=AUTH)).status for _ in range(6)]
+    assert statuses == [502] * 5 + [503]
+    # the first failure was the keep-alive race as far as the gateway could tell, and
+    # was sent again once; the next ones came in a row, and were not
+    assert raw_upstream.requests - before == 6
+    assert await retries(client) == 1
+
+    # after the reset time the trial goes out once, and is not sent again
+    await asyncio.sleep(0.25)
+    before = raw_upstream.requests
+    assert (await client.get("/users", headers=AUTH)).status == 502
+    assert raw_upstream.requests - before == 1
+    assert await retries(client) == 1
