@@ -43,6 +43,12 @@ LIVE_KEYS = (
     "limits.max_limit",
     "health.check_interval_s",
 )
+_UPSTREAM_TLS_KEYS = (
+    "upstream.ca_file",
+    "upstream.client_cert_file",
+    "upstream.client_key_file",
+    "upstream.tls_verify",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +133,12 @@ class LiveConfig:
         before = _flatten(self.settings.model_dump())
         after = _flatten(new.model_dump())
         changed = sorted(key for key in after if before.get(key) != after[key])
-        applied = [key for key in changed if key in LIVE_KEYS]
-        needs_restart = [key for key in changed if key not in LIVE_KEYS]
+        # the TLS files go with the upstream they were checked against: with a new
+        # base_url (which needs a restart) they wait for that restart too
+        moved = new.upstream.base_url != self.settings.upstream.base_url
+        held = _UPSTREAM_TLS_KEYS if moved else ()
+        applied = [key for key in changed if key in LIVE_KEYS and key not in held]
+        needs_restart = [key for key in changed if key not in LIVE_KEYS or key in held]
         if needs_restart:
             log.warning(
                 "config reload: these changes need a restart and were not applied",
@@ -145,8 +155,12 @@ class LiveConfig:
         return ReloadResult(ok=True, applied=applied, needs_restart=needs_restart)
 
     def _live_part(self, new: Settings) -> Settings:
-        """The running settings with only the live keys taken from ``new``."""
+        """The running settings with only the live keys taken from ``new`` (the
+        upstream's TLS keys only while its base_url stays)."""
         current = self.settings
+        tls = (
+            current.upstream if new.upstream.base_url != current.upstream.base_url else new.upstream
+        )
         return current.model_copy(
             update={
                 "cache": current.cache.model_copy(
@@ -165,10 +179,10 @@ class LiveConfig:
                     update={
                         "timeout_s": new.upstream.timeout_s,
                         "connect_timeout_s": new.upstream.connect_timeout_s,
-                        "ca_file": new.upstream.ca_file,
-                        "client_cert_file": new.upstream.client_cert_file,
-                        "client_key_file": new.upstream.client_key_file,
-                        "tls_verify": new.upstream.tls_verify,
+                        "ca_file": tls.ca_file,
+                        "client_cert_file": tls.client_cert_file,
+                        "client_key_file": tls.client_key_file,
+                        "tls_verify": tls.tls_verify,
                     }
                 ),
                 "limits": new.limits,

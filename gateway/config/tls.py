@@ -62,7 +62,13 @@ def _load_client_certificate(context: ssl.SSLContext, cert: Path, key: Path | No
             f"client_cert_file: {cert} does not load as a PEM certificate ({_why(exc)})"
         ) from None
     try:
-        context.load_cert_chain(str(cert), None if key is None else str(key))
+        context.load_cert_chain(str(cert), None if key is None else str(key), _no_pass_phrase)
+    except _EncryptedKey:
+        raise ValueError(
+            f"{'client_cert_file' if key is None else 'client_key_file'}: the private key in"
+            f" {key or cert} is encrypted; give it unencrypted, readable by the gateway"
+            " only (nobody is there to type a pass phrase)"
+        ) from None
     except (OSError, ssl.SSLError) as exc:
         if key is None:
             raise ValueError(
@@ -72,6 +78,15 @@ def _load_client_certificate(context: ssl.SSLContext, cert: Path, key: Path | No
         raise ValueError(
             f"client_key_file: {key} does not load as the private key of {cert} ({_why(exc)})"
         ) from None
+
+
+class _EncryptedKey(Exception):
+    """A private key asked for its pass phrase."""
+
+
+def _no_pass_phrase() -> str:
+    # without this callback OpenSSL would prompt on the terminal and block the process
+    raise _EncryptedKey
 
 
 def _why(exc: OSError) -> str:

@@ -44,7 +44,7 @@ def tls_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSL
     """A server TLS context: ``cert`` and ``key``; with ``client_ca``, a client
     certificate that CA issued is required of every caller."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(str(cert), str(key))
+    context.load_cert_chain(str(cert), str(key), _no_pass_phrase)
     if client_ca is not None:
         context.load_verify_locations(cafile=str(client_ca))
         context.verify_mode = ssl.CERT_REQUIRED
@@ -114,6 +114,11 @@ async def _serve_until_signalled(
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
     print("reference upstream stopped", file=sys.stderr, flush=True)
+
+
+def _no_pass_phrase() -> str:
+    # an encrypted key fails to load instead of OpenSSL prompting on the terminal
+    raise ssl.SSLError("the private key is encrypted; give it unencrypted")
 
 
 def _url_host(host: str) -> str:

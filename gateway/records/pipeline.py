@@ -258,7 +258,11 @@ class RecordPipeline:
             overdue = -left
             if overdue < policy.stale_while_revalidate_s:
                 self._refresh(job, lookup.generations)
-                return _served(entry, STALE, hit_status(-int(overdue) or -1), age=age)
+                status = hit_status(-int(overdue) or -1)
+                breaker = self._upstream.breaker
+                if breaker is not None and breaker.state is not _CLOSED:
+                    status = f"{status}; detail={CIRCUIT_OPEN}"
+                return _served(entry, STALE, status, age=age)
             if overdue < policy.stale_if_error_s:
                 stale = entry
 

@@ -195,6 +195,18 @@ class UpstreamClient:
         if breaker is not None:
             breaker.succeeded(ticket, conclusive=False)
 
+    def _tls_hint(self) -> str:
+        """What a connection closed before any answer may mean over TLS: an upstream
+        that asks for a client certificate closes the connection of a client without
+        one (TLS 1.3 says so only after the handshake)."""
+        settings = self._settings
+        if settings.base_url.startswith("https://") and settings.client_cert_file is None:
+            return (
+                "; if the upstream asks for a client certificate, set"
+                " upstream.client_cert_file and upstream.client_key_file"
+            )
+        return ""
+
     def _retrying(self) -> bool:
         """Whether a call may be sent again after the keep-alive race: only while the
         upstream is healthy (never a trial's, never while failures come in a row, so
@@ -295,12 +307,14 @@ class UpstreamClient:
                 f"{what}: the TLS handshake with the upstream failed ({_reason(exc)})"
             ) from exc
         except aiohttp.ClientConnectorError as exc:
+            hint = self._tls_hint() if isinstance(exc.os_error, ConnectionResetError) else ""
             raise UpstreamUnavailable(
-                f"{what}: cannot connect to the upstream ({_reason(exc)})"
+                f"{what}: cannot connect to the upstream ({_reason(exc)}){hint}"
             ) from exc
         except ConnectionLost as exc:
             raise UpstreamUnavailable(
-                f"{what}: the upstream closed the connection before answering ({exc.reason})"
+                f"{what}: the upstream closed the connection before answering"
+                f" ({exc.reason}){self._tls_hint()}"
             ) from exc
         except aiohttp.ClientPayloadError as exc:
             raise UpstreamUnavailable(
@@ -382,6 +396,10 @@ def _is_outage(exc: UpstreamError) -> bool:
 
 
 def _reason(exc: BaseException) -> str:
+    """What went wrong, without the request's URL (aiohttp's response errors quote it,
+    and a detail may reach /readyz and the log)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         return exc.os_error.strerror or type(exc.os_error).__name__
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return exc.message or type(exc).__name__
     return str(exc) or type(exc).__name__

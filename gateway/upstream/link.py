@@ -17,6 +17,7 @@ telling; so each session's middleware turns those disconnects into
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import ssl
 import time
@@ -106,18 +107,23 @@ class UpstreamLink:
 
     def __init__(self, settings: UpstreamSettings) -> None:
         self._settings = settings
+        self._tls_files = _tls_files(settings)
         self._ssl: ssl.SSLContext | bool = settings.ssl_context() or True
         self._warn_unverified(settings)
+        # upstream.max_connections bounds both: a tenth of it (at least one) is kept
+        # for retries, whose connections are never pooled
+        retries, pooled = retry_connections(settings.max_connections)
         self.pool = PoolConnector(
-            limit=settings.max_connections,
-            limit_per_host=settings.max_connections,
+            limit=pooled,
+            limit_per_host=pooled,
             ttl_dns_cache=60,
             enable_cleanup_closed=True,
         )
         self._session = _session(self.pool, _disconnects(self.pool), settings)
         fresh = aiohttp.TCPConnector(
             force_close=True,
-            limit=settings.max_connections,
+            limit=retries,
+            limit_per_host=retries,
             ttl_dns_cache=60,
             enable_cleanup_closed=True,
         )
@@ -125,10 +131,17 @@ class UpstreamLink:
 
     def reconfigure(self, settings: UpstreamSettings) -> None:
         """Take new TLS files (read again now: a certificate renewed in place) and
-        timeouts; a file that no longer loads keeps the context in use, with an error
-        logged (the reload validated it a moment ago)."""
+        timeouts. A new context only when a TLS setting or a file's bytes changed: the
+        pool's connections belong to their context, and a reload that changes nothing
+        must not make the pool connect again. A file that no longer loads keeps the
+        context in use, with an error logged (the reload validated it a moment ago)."""
+        files = _tls_files(settings)
+        if files == self._tls_files:
+            self._settings = settings
+            return  # the same settings and bytes: the context, and its pool, stay
         try:
             self._ssl = settings.ssl_context() or True
+            self._tls_files = files
         except ValueError as exc:
             log.error(
                 "upstream TLS: the files do not load; the current ones stay",
@@ -193,6 +206,28 @@ class UpstreamLink:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+def retry_connections(max_connections: int) -> tuple[int, int]:
+    """How ``upstream.max_connections`` is shared: (retries, pooled), one of each at
+    least, and together no more than it from 2 on."""
+    retries = max(1, max_connections // 10)
+    return retries, max(1, max_connections - retries)
+
+
+def _tls_files(settings: UpstreamSettings) -> tuple[object, ...]:
+    """The TLS settings with the bytes of their files now (a file that cannot be read
+    counts as changed: the new context's load says why)."""
+    contents: list[object] = [settings.tls_verify]
+    for path in (settings.ca_file, settings.client_cert_file, settings.client_key_file):
+        if path is None:
+            contents.append(None)
+            continue
+        try:
+            contents.append((path, hashlib.sha256(path.read_bytes()).digest()))
+        except OSError:
+            contents.append((path, object()))
+    return tuple(contents)
 
 
 def _session(

@@ -340,3 +340,25 @@ async def test_an_upstream_that_refuses_connections_opens_the_circuit_and_stale_
     assert (status, headers["Retry-After"]) == (503, "600")
     metrics = circuit_metrics(await (await client.get("/metrics")).text())
     assert metrics == {"state": 2, "open": 1}
+
+
+async def test_an_entry_within_stale_while_revalidate_says_the_circuit_is_open(
+    faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory, clock: FakeClock
+) -> None:
+    upstream, url = faulty
+    client = await gateway_factory(
+        url,
+        clock,
+        cache=cache(stale_while_revalidate_s=60),
+        upstream={"breaker_failures": 1, "breaker_reset_s": 600},
+    )
+    assert (await get(client, "/users?page=1"))[0] == 200
+    upstream.mode = "503"
+    assert (await get(client, "/users?page=2"))[0] == 502  # opens the circuit
+    calls = len(upstream.calls)
+    clock.advance(10)  # within stale_while_revalidate_s
+    status, headers, _ = await get(client, "/users?page=1")
+    assert (status, headers["X-Cache"]) == (200, "STALE")
+    assert headers["Cache-Status"] == ("records-gateway; hit; ttl=-5; detail=upstream-circuit-open")
+    await asyncio.sleep(0.05)
+    assert len(upstream.calls) == calls, "no background refresh while the circuit is open"

@@ -202,7 +202,10 @@ async def test_one_session_serves_every_request(gateway: Client) -> None:
         assert (await gateway.get("/users", headers=AUTH)).status == 200
     assert link._session is first
     assert first.connector is link.pool
-    assert link.pool.limit == 100
+    # upstream.max_connections (100): ninety pooled, ten for retries on new connections
+    assert link.pool.limit == 90
+    assert link._fresh.connector is not None
+    assert link._fresh.connector.limit == 10
 
 
 async def test_a_compressed_body_is_limited_by_its_decoded_size(

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 import trustme
+from cryptography.hazmat.primitives import serialization
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
@@ -27,6 +28,7 @@ from gateway.config.settings import load_settings
 from gateway.demo.server import DemoServer, start_demo_server, tls_context
 from gateway.errors import ConfigError
 from gateway.http.app import create_app
+from gateway.http.records import PIPELINE
 
 from ..conftest import AUTH, TOKEN, gateway_client, make_settings
 from ..test_cli import free_port, run_cli
@@ -48,6 +50,7 @@ class Pki:
     client_cert: Path
     client_key: Path
     other_ca: Path
+    encrypted_key: Path
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +68,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         directory / "client.pem",
         directory / "client.key",
         directory / "other-ca.pem",
+        directory / "client-encrypted.key",
     )
     ca.cert_pem.write_to_path(str(files.ca))
     server.cert_chain_pems[0].write_to_path(str(files.server_cert))
@@ -73,6 +77,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     client.cert_chain_pems[0].write_to_path(str(files.client_cert))
     client.private_key_pem.write_to_path(str(files.client_key))
     other_ca.cert_pem.write_to_path(str(files.other_ca))
+    key = serialization.load_pem_private_key(client.private_key_pem.bytes(), password=None)
+    files.encrypted_key.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"pass phrase"),
+        )
+    )
     return files
 
 
@@ -141,6 +153,7 @@ async def test_an_upstream_that_requires_a_client_certificate_gets_one(
     status, body = await users(without)
     assert status == 502
     assert body["type"] == "urn:records-gateway:problem:upstream-unavailable"
+    assert "set upstream.client_cert_file and upstream.client_key_file" in body["detail"]
 
 
 async def test_tls_verify_false_reaches_any_certificate_and_warns_at_start(
@@ -165,6 +178,10 @@ async def test_tls_verify_false_reaches_any_certificate_and_warns_at_start(
         ({"client_cert_file": "garbage", "client_key_file": "client_key"}, "client_cert_file"),
         ({"client_cert_file": "client_cert", "client_key_file": "missing"}, "client_key_file"),
         ({"client_cert_file": "client_cert", "client_key_file": "server_key"}, "client_key_file"),
+        (
+            {"client_cert_file": "client_cert", "client_key_file": "encrypted_key"},
+            "client_key_file",
+        ),
         ({"client_cert_file": "client_cert"}, "upstream.client_cert_file"),
         ({"client_key_file": "client_key"}, "upstream.client_key_file"),
     ],
@@ -216,6 +233,11 @@ async def test_a_reload_reads_the_ca_file_again(
     source = ConfigSource(config)
     client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
     assert (await users(client))[0] == 200
+    link = client.app[PIPELINE].upstream._link
+    context = link._ssl
+    response = await client.post("/admin/reload", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert response.status == 200
+    assert link._ssl is context, "nothing changed: the context and its pooled connections stay"
 
     # the same path, another CA's certificate in it: trusted after the reload only
     ca_file.write_bytes(pki.other_ca.read_bytes())
@@ -278,3 +300,23 @@ async def test_demo_upstream_serves_https_and_asks_for_client_certificates(pki: 
         if process.returncode is None:
             process.terminate()
         await process.wait()
+
+
+async def test_tls_keys_wait_for_the_restart_a_new_base_url_needs(
+    aiohttp_client: AiohttpClient, https_upstream: DemoServer, pki: Pki, tmp_path: Path
+) -> None:
+    config = tmp_path / "gateway.toml"
+    tail = f'[cache]\nbackend = "none"\n[admin]\ntoken = "{ADMIN}"\n'
+    config.write_text(
+        f'[upstream]\nbase_url = "{https_upstream.url}"\nca_file = "{pki.ca}"\n' + tail
+    )
+    source = ConfigSource(config)
+    client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+    assert (await users(client))[0] == 200
+
+    config.write_text('[upstream]\nbase_url = "http://127.0.0.1:1"\n' + tail)
+    response = await client.post("/admin/reload", headers={"Authorization": f"Bearer {ADMIN}"})
+    result = await response.json()
+    assert result["applied"] == []
+    assert result["needsRestart"] == ["upstream.base_url", "upstream.ca_file"]
+    assert (await users(client))[0] == 200, "still the upstream it runs with, trusted as before"
