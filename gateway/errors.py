@@ -8,7 +8,7 @@ problem responses.
     ├── CacheUnavailable             the cache backend failed or timed out (never
     │                                reaches a caller: the request goes upstream)
     ├── RequestError                 the caller's request is at fault (4xx)
-    │   ├── InvalidParameters        400, lists every bad parameter
+    │   ├── InvalidParameters        400, lists the bad parameters (at most 20)
     │   └── AuthenticationRequired   401, no usable bearer token
     └── UpstreamError                the upstream did not give a usable answer
         ├── UpstreamUnavailable      refused, reset, DNS failure, TLS (502)
@@ -49,11 +49,24 @@ class RequestError(GatewayError):
 
 
 class InvalidParameters(RequestError):
-    """One or more request parameters are invalid."""
+    """One or more request parameters are invalid: the first ``LISTED`` problems in
+    ``problems`` and how many more there were in ``left_out``.
 
-    def __init__(self, problems: list[ParameterProblem]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(f"{p.parameter}: {p.message}" for p in problems))
+    A caller may send thousands of bad parameters in one request; what it gets back
+    (and what the gateway holds of them) stays the same small size whatever it sends.
+    """
+
+    LISTED = 20
+
+    def __init__(self, problems: list[ParameterProblem], *, left_out: int = 0) -> None:
+        self.problems = problems[: self.LISTED]
+        self.left_out = left_out + len(problems) - len(self.problems)
+        super().__init__("; ".join(f"{p.parameter}: {p.message}" for p in self.problems))
+
+    @property
+    def count(self) -> int:
+        """How many problems the request has, listed or not."""
+        return len(self.problems) + self.left_out
 
 
 class AuthenticationRequired(RequestError):

@@ -142,7 +142,9 @@ class UpstreamSettings(_Section):
 
 
 class LimitsSettings(_Section):
-    max_limit: int = Field(default=100, ge=1, le=10_000)
+    # the reference upstream serves at most 1000 items a page: a larger limit would be
+    # its 400, the caller's 502
+    max_limit: int = Field(default=100, ge=1, le=1000)
 
 
 class CacheTTLs(_Section):

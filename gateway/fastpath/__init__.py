@@ -1,6 +1,6 @@
 """Answering fresh hits from a connection's bytes, before aiohttp parses them, and
-answering what aiohttp's parser rejects as problems: the only code of the gateway that
-touches aiohttp's internals.
+answering as problems what aiohttp answers by itself (a request its parser rejects, one
+with no path): the only code of the gateway that touches aiohttp's internals.
 
 ``server.make_runner`` checks at start that every internal it relies on is there, with
 the shape it expects (``internals``); if one is not, it logs one warning naming it

@@ -12,8 +12,13 @@ response object. Its headers are ``gateway.http.replies.reply_headers`` of that 
 as bytes, and it is counted and logged by ``Edge.answered``, as every other answer is.
 
 Every other head goes to aiohttp whole, in order; once one has, the whole heads behind
-it go to aiohttp too, in one piece (its parser keeps its own bound on the requests it
-queues), so answers keep the order of requests. A head not complete yet is held in a
+it go to aiohttp too, so answers keep the order of requests. Each goes in a
+``data_received`` call of its own: aiohttp's parser drops the messages it made in a call
+whose bytes end with a malformed one, so requests pipelined ahead of a malformed head
+would get no answer. Heads are handed over only while aiohttp's queue of requests has
+room; the rest wait here, as they would in its parser, until it drains. With caching
+off nothing is a hit, but the heads are handed over one by one all the same.
+A head not complete yet is held in a
 :class:`~gateway.fastpath.request_head.PendingHead`, which checks each byte once, under
 aiohttp's own limits for this connection. Anything that is not a head of ours to frame
 hands the connection to aiohttp for good: heads that may announce a body or an
@@ -30,12 +35,14 @@ from __future__ import annotations
 import inspect
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from typing import Any, NamedTuple
 
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.web_protocol import RequestHandler
+from yarl import URL
 
 from gateway.cache.entry import CacheEntry, CacheKey
 from gateway.fastpath.fingerprints import ConnectionFingerprints
@@ -44,6 +51,7 @@ from gateway.fastpath.request_head import PendingHead, read_head
 from gateway.http.edge import UNMATCHED, X_REQUEST_ID, Edge
 from gateway.http.records import RecordHandlers
 from gateway.http.replies import reply_headers
+from gateway.http.unrouted import Unrouted
 from gateway.records.credentials import is_bearer
 from gateway.records.pipeline import RecordPipeline, hit_reply, hit_seconds
 
@@ -54,6 +62,7 @@ REMEMBERED_HEAD_MAX = 2048
 _BODY_FIELDS = (b"content-length:", b"transfer-encoding:", b"upgrade:")
 _OK = b"HTTP/1.1 200 OK\r\n"
 _SERVER = f"Server: {SERVER_SOFTWARE}\r\n".encode("latin-1")
+_NO_TARGET = URL.build(path="", encoded=True)
 
 
 class HitTarget(NamedTuple):
@@ -186,6 +195,7 @@ class GatewayConnection(RequestHandler):
     what aiohttp's parser rejects (see the module's docstring)."""
 
     __slots__ = (
+        "_backlog",
         "_fields_max",
         "_gateway_edge",
         "_hits",
@@ -202,6 +212,9 @@ class GatewayConnection(RequestHandler):
         self._hits: Hits | None = hits
         self._gateway_edge = hits.edge
         self._pending: PendingHead | None = None
+        # whole heads (and what follows them) not handed to aiohttp yet: its queue of
+        # requests was full, and it stopped reading the socket until it drains
+        self._backlog = b""
         # a head is held under the limits aiohttp's parser applies to this connection,
         # and read here only within half of them, so that nothing read here is what
         # the parser would refuse
@@ -214,14 +227,18 @@ class GatewayConnection(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         hits = self._hits
-        # no bytes: aiohttp re-reading what its parser held back while its queue was
-        # full; with caching off (fixed for the process's life) nothing here is a hit
-        if (
-            hits is None
-            or not data
-            or (hits.records.caching_pipeline() is None and not self._pending)
-        ):
+        if hits is None:
             super().data_received(data)
+            return
+        if not data:
+            # aiohttp's queue drained: it re-reads what its parser held back, and the
+            # heads held here go on to it before it reads the socket again
+            super().data_received(data)
+            data, self._backlog = self._backlog, b""
+            if not data:
+                return
+        elif self._backlog:  # read before aiohttp stopped reading the socket
+            self._backlog += data
             return
         pending = self._pending
         if pending is not None:
@@ -236,32 +253,34 @@ class GatewayConnection(RequestHandler):
         self._heads(hits, data)
 
     def _heads(self, hits: Hits, data: bytes) -> None:
-        """Answer or hand over the whole heads in ``data`` (which starts a request), and
-        hold what is left of it."""
+        """Answer or hand over, one by one, the whole heads in ``data`` (which starts a
+        request), and hold what is left of it."""
+        # with caching off (fixed for the process's life) nothing here is a hit
+        caching = hits.records.caching_pipeline() is not None
         start = 0
         while True:
             end = data.find(b"\r\n\r\n", start) + 4
             if end == 3:  # no whole head (left)
                 break
-            if not self._aiohttp_idle():
-                # aiohttp has this connection's earlier requests in hand: every whole
-                # head that follows is for it too, in one piece
-                end = data.rfind(b"\r\n\r\n") + 4
-                if not self._handed_over(data, start, end):
-                    return
-                start = end
-                break
-            head = data[start:end] if start or end != len(data) else data
-            try:
-                answer = self._answer(hits, head)
-            except Exception:
-                # a fault here must not cost the caller its answer: aiohttp's way
-                # answers the request (with its own problem if the fault is there too)
-                log.exception("fast path: a hit failed; aiohttp answers the request")
-                self._last_head, self._last_target = b"", None
-                answer = None
+            answer = None
+            # while aiohttp has this connection's earlier requests in hand, every head
+            # that follows is for it too
+            if caching and self._aiohttp_idle():
+                head = data[start:end] if start or end != len(data) else data
+                try:
+                    answer = self._answer(hits, head)
+                except Exception:
+                    # a fault here must not cost the caller its answer: aiohttp's way
+                    # answers the request (with its own problem if the fault is there too)
+                    log.exception("fast path: a hit failed; aiohttp answers the request")
+                    self._last_head, self._last_target = b"", None
             if answer is not None:
                 self._answered(answer)
+            elif self._buffer_paused and len(self._messages) >= self._max_msg_queue_size:
+                # aiohttp holds as many requests as it queues, and stopped reading the
+                # socket: the rest waits here until it drains (data_received(b""))
+                self._backlog = data[start:]
+                return
             elif not self._handed_over(data, start, end):
                 return
             start = end
@@ -278,23 +297,22 @@ class GatewayConnection(RequestHandler):
         super().data_received(data)
 
     def _handed_over(self, data: bytes, start: int, end: int) -> bool:
-        """The whole heads ``data[start:end]`` handed to aiohttp; whether the
-        connection stays ours to read (else everything after them went to aiohttp,
-        and the connection is aiohttp's alone from now on).
+        """The whole head ``data[start:end]`` handed to aiohttp; whether the connection
+        stays ours to read (else everything after it went to aiohttp, and the
+        connection is aiohttp's alone from now on).
 
-        It does not when the heads may announce a body (what follows is not a head
-        of ours to find), or when aiohttp's parser did not make one message of each
-        head (empty lines, an HTTP/2 preface whose rest it waits for, a queue of
-        requests full enough that it holds some back): its parser is then mid-way,
-        and only it can tell where the next request starts."""
-        heads = data[start:end]
-        if _frames_a_body(heads):
+        It does not when the head may announce a body (what follows is not a head of
+        ours to find), or when aiohttp's parser did not make one message of it (empty
+        lines, an HTTP/2 preface whose rest it waits for, a queue of requests full
+        enough that it holds some back): its parser is then mid-way, and only it can
+        tell where the next request starts."""
+        head = data[start:end]
+        if _frames_a_body(head):
             self._hand_over_for_good(data[start:])
             return False
         counted = self._request_count
-        super().data_received(heads)
-        made = self._request_count - counted
-        if made == heads.count(b"\r\n\r\n") or self._force_close or self._close:
+        super().data_received(head)
+        if self._request_count - counted == 1 or self._force_close or self._close:
             return True
         self._hits = None
         if end < len(data):
@@ -380,13 +398,20 @@ class GatewayConnection(RequestHandler):
 
 class FastPathServer(web.Server):
     """The application's aiohttp server whose connections are :class:`GatewayConnection`;
-    it tells the fast path when a connection closes (it forgets what it remembered)."""
+    it tells the fast path when a connection closes (it forgets what it remembered),
+    and answers a request whose target has no path (``CONNECT host:443``) with the
+    gateway's own resource of unrouted requests: aiohttp's router offers such a
+    request to no resource, and runs its own ``Expect`` handler on it (whose answer
+    is plain text, or a 500). A message aiohttp's parser made without a target
+    (``CONNECT`` with none) is given an empty one: aiohttp would fail the connection's
+    task making its request, leaving the caller with neither an answer nor a closed
+    connection."""
 
-    def __init__(self, made: web.Server, records: RecordHandlers) -> None:
+    def __init__(self, made: web.Server, records: RecordHandlers, unrouted: Unrouted) -> None:
         # the handler, request factory and options of the server aiohttp made for the app
         super().__init__(
-            made.request_handler,
-            request_factory=made.request_factory,
+            _pathless_to(unrouted, made.request_handler),
+            request_factory=_with_a_url(made.request_factory),
             handler_cancellation=made.handler_cancellation,
             **made._kwargs,
         )
@@ -401,6 +426,32 @@ class FastPathServer(web.Server):
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         self.hits.fingerprints.forget(handler)
         super().connection_lost(handler, exc)
+
+
+def _pathless_to(
+    unrouted: Unrouted, handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
+    """``handler`` (the application's), but a request with no path at all is answered
+    by ``unrouted`` as the router would have, had it offered the request there."""
+
+    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+        if request.rel_url.path_safe or not isinstance(request, web.Request):
+            return await handler(request)
+        return await unrouted.answer(request)
+
+    return handle
+
+
+def _with_a_url(factory: Callable[..., web.BaseRequest]) -> Callable[..., web.BaseRequest]:
+    """aiohttp's request ``factory``, with an empty target and URL (no path) for a
+    message its parser left without them."""
+
+    def make(message: Any, *args: Any) -> web.BaseRequest:
+        if message.url is None:
+            message = message._replace(path="", url=_NO_TARGET)
+        return factory(message, *args)
+
+    return make
 
 
 def _frames_a_body(head: bytes) -> bool:

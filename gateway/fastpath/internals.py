@@ -12,12 +12,14 @@ import inspect
 from collections.abc import Iterable
 
 from aiohttp import web
+from aiohttp.http_parser import RawRequestMessage
 from aiohttp.web_protocol import RequestHandler
 
 # attributes every connection handler has (in its __slots__, set by its __init__)
 CONNECTION_SLOTS = (
     "_waiter",
     "_messages",
+    "_max_msg_queue_size",
     "_buffer_paused",
     "_force_close",
     "_close",
@@ -47,6 +49,8 @@ SERVER_ATTRIBUTES = (
     "request_factory",
     "handler_cancellation",
 )
+# what the fast path reads and replaces of a message of aiohttp's HTTP parser
+MESSAGE_ATTRIBUTES = ("path", "url", "_replace")
 # the server's constructor options the fast path passes, and the method it overrides
 SERVER_OPTIONS = ("handler", "request_factory", "handler_cancellation")
 SERVER_METHODS = {"connection_lost": ("self", "handler", "exc")}
@@ -61,11 +65,16 @@ def _slots(cls: type) -> set[str]:
 
 
 def missing(
-    connection: type = RequestHandler, runner: type = web.AppRunner, server: type = web.Server
+    connection: type = RequestHandler,
+    runner: type = web.AppRunner,
+    server: type = web.Server,
+    message: type = RawRequestMessage,
 ) -> list[str]:
-    """What of the internals above ``connection``, ``runner`` and ``server`` lack, by
-    name (empty when everything is there with the expected shape)."""
-    absent: list[str] = []
+    """What of the internals above ``connection``, ``runner``, ``server`` and
+    ``message`` lack, by name (empty when everything is there with the expected shape)."""
+    absent: list[str] = [
+        f"{message.__name__}.{name}" for name in MESSAGE_ATTRIBUTES if not hasattr(message, name)
+    ]
     slots = _slots(connection)
     absent += [f"{connection.__name__}.{name}" for name in CONNECTION_SLOTS if name not in slots]
     for name, parameters in CONNECTION_METHODS.items():

@@ -14,6 +14,7 @@ from gateway.fastpath import internals
 from gateway.fastpath.connection import FastPathServer
 from gateway.http.admin import LIVE
 from gateway.http.records import RECORDS
+from gateway.http.unrouted import UNROUTED
 
 log = logging.getLogger("gateway.fastpath")
 
@@ -27,7 +28,7 @@ class FastPathRunner(web.AppRunner):
         if absent:
             _step_aside(absent)
             return made
-        return FastPathServer(made, self.app[RECORDS])
+        return FastPathServer(made, self.app[RECORDS], self.app[UNROUTED])
 
 
 @functools.cache

@@ -24,7 +24,7 @@ from gateway.cache.memory import MemoryBackend, NullBackend
 from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint
 from gateway.config.settings import CacheSettings, Settings
 from gateway.http.admin import ADMIN_ROUTES, CACHE, LIVE
-from gateway.http.edge import Edge, Handler, method_not_allowed, not_found
+from gateway.http.edge import Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
 from gateway.http.records import PIPELINE, RECORDS, RecordHandlers
 from gateway.http.service import (
@@ -36,6 +36,7 @@ from gateway.http.service import (
     openapi_json,
     readyz,
 )
+from gateway.http.unrouted import UNROUTED, Unrouted, pathless_middleware
 from gateway.normalise.normaliser import CoercionCounts, Normaliser
 from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.health import Readiness
@@ -85,7 +86,13 @@ def create_app(
         for path, name, handlers in ADMIN_ROUTES:
             wrapped = {method: edge.wrap(handler, name) for method, handler in handlers.items()}
             add_routes(app, edge, path, wrapped, name)
-    app.router.add_route("*", "/{path:.*}", edge.wrap(not_found))
+    unrouted = Unrouted(edge)
+    app.router.register_resource(unrouted)
+    app[UNROUTED] = unrouted
+    if not settings.server.fast_path:
+        # the fast path answers targets without a path itself; plain aiohttp needs this
+        # middleware for them (and every request then passes through it)
+        app.middlewares.append(pathless_middleware(unrouted))
     app.cleanup_ctx.append(functools.partial(_pipeline_ctx, clock=clock))
     app.cleanup_ctx.append(_metrics_flush_ctx)
     return app
@@ -95,17 +102,18 @@ def add_routes(
     app: web.Application, edge: Edge, path: str, handlers: dict[str, Handler], name: str
 ) -> None:
     """``path`` with its handlers, already inside the edge (GET also answers HEAD),
-    and a 405 with ``Allow`` for every other method."""
+    and a 405 with ``Allow`` for every other method; the edge's expect handler on all."""
     # a path parameter is one segment of any characters but "/" (aiohttp's default
     # also refuses braces, which an account name may hold)
     resource = app.router.add_resource(re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path), name=name)
+    expect = edge.expectation(name)
     allowed = set(handlers)
     for method, handler in handlers.items():
-        resource.add_route(method, handler)
+        resource.add_route(method, handler, expect_handler=expect)
         if method == "GET":
-            resource.add_route("HEAD", handler)
+            resource.add_route("HEAD", handler, expect_handler=expect)
             allowed.add("HEAD")
-    resource.add_route("*", edge.wrap(method_not_allowed(allowed), name))
+    resource.add_route("*", edge.wrap(method_not_allowed(allowed), name), expect_handler=expect)
 
 
 async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:

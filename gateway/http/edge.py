@@ -2,9 +2,13 @@
 and the request metrics.
 
 It wraps each handler (``Edge.wrap``) instead of being an aiohttp middleware, because
-aiohttp calls a handler directly when an application has no middleware. Unknown paths
-and other methods reach handlers of their own (``not_found``, ``method_not_allowed``),
-so they get the same problem responses.
+aiohttp calls a handler directly when an application has no middleware (served as
+plain aiohttp, one does stand in front: ``gateway.http.unrouted``). Unknown paths
+and other methods reach handlers of their own (``not_found``, ``method_not_allowed``,
+and ``gateway.http.unrouted`` for what no route takes), so they get the same problem
+responses. What aiohttp runs before any handler, the ``Expect`` field's handler, is
+the edge's too (``Edge.expectation``), on every route. A request line that is not
+HTTP/1.1 or HTTP/1.0 is answered 505 before any handler runs, and its connection closed.
 
 :meth:`Edge.answered` is the one place where an answered request is counted and
 logged: the wrapped handlers call it, and so does the fast path (``gateway.fastpath``)
@@ -21,12 +25,18 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from aiohttp import web
+from aiohttp import HttpVersion10, HttpVersion11, web
 from multidict import istr
 
 from gateway.config.live import LiveConfig
 from gateway.errors import GatewayError, UpstreamContractError
-from gateway.http.problems import internal_problem, problem_for_error, problem_for_http
+from gateway.http.problems import (
+    expectation_failed,
+    internal_problem,
+    problem_for_error,
+    problem_for_http,
+    version_not_supported,
+)
 from gateway.ops.metrics import Metrics
 from gateway.ops.trace import CURRENT_TRACE, RequestTrace
 
@@ -34,10 +44,15 @@ log = logging.getLogger("gateway.http")
 access_log = logging.getLogger("gateway.access")
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 X_REQUEST_ID = istr("X-Request-ID")  # an istr: looked up without case folding
+EXPECT = istr("Expect")
+SPOKEN_VERSIONS = (HttpVersion11, HttpVersion10)
+_CONTINUE = "100-continue"
+_INTERIM_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 UNMATCHED = "other"  # the metrics label of paths the gateway does not have
 REQUEST_ID = web.RequestKey("request_id", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ExpectHandler = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 
 
 class RequestIds:
@@ -90,7 +105,11 @@ class Edge:
             metrics.busy += 1
             response: web.StreamResponse
             try:
-                response = await _answer(handler, request, request_id, route)
+                if request.version in SPOKEN_VERSIONS:
+                    response = await _answer(handler, request, request_id, route)
+                else:
+                    response = version_not_supported(request, request_id)
+                    response.force_close()
                 response.headers[X_REQUEST_ID] = request_id
             finally:
                 metrics.busy -= 1
@@ -109,6 +128,40 @@ class Edge:
 
         handle.__name__ = getattr(handler, "__name__", "handle")
         return handle
+
+    def expectation(self, route: str = UNMATCHED) -> ExpectHandler:
+        """The expect handler of ``route``'s resource. aiohttp runs it before the route's
+        handler (and before any middleware) when a request has an ``Expect`` field.
+
+        ``100-continue`` is met: an HTTP/1.1 request gets the interim ``100 Continue``,
+        as from aiohttp's own handler (HTTP/1.0 has none, RFC 9110 10.1.1). Any other
+        expectation is answered 417 here, as a problem counted and logged like every
+        answer (aiohttp's own answer is plain text, and a 500 when the field is not
+        UTF-8). A request line of another version is left to the handler's 505."""
+
+        async def expect(request: web.Request) -> web.StreamResponse | None:
+            version = request.version
+            if version not in SPOKEN_VERSIONS:
+                return None
+            if _only_continue(request.headers.getall(EXPECT, ())):
+                if version == HttpVersion11:
+                    writer = request.writer
+                    await writer.write(_INTERIM_CONTINUE)
+                    # the answer itself has not begun (aiohttp's own handler does the same)
+                    writer.output_size = 0
+                return None
+            started = time.perf_counter()
+            request_id = self.request_id(request.headers.get(X_REQUEST_ID))
+            response = expectation_failed(request, request_id)
+            response.headers[X_REQUEST_ID] = request_id
+            if request.body_exists:
+                # whether its body follows is the caller's guess: no next request can be
+                # told apart from it
+                response.force_close()
+            self.answered(request.method, route, 417, "none", started, request_id)
+            return response
+
+        return expect
 
     def answered(
         self,
@@ -169,6 +222,16 @@ async def _answer(
     except Exception:
         log.exception("unhandled error", extra={"request_id": request_id, "route": route})
         return internal_problem(request, request_id)
+
+
+def _only_continue(fields: Iterable[str]) -> bool:
+    """Whether the ``Expect`` fields ask for nothing but ``100-continue`` (empty list
+    members are no expectation, RFC 9110 5.6.1)."""
+    return all(
+        member.strip(" \t").lower() in ("", _CONTINUE)
+        for field in fields
+        for member in field.split(",")
+    )
 
 
 async def not_found(request: web.Request) -> web.StreamResponse:

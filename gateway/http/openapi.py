@@ -21,6 +21,7 @@ from pydantic.json_schema import models_json_schema
 
 from gateway import __version__
 from gateway.config.settings import Settings
+from gateway.errors import InvalidParameters
 from gateway.http.edge import REQUEST_ID_PATTERN
 from gateway.http.openapi_parameters import parameter_components
 from gateway.http.problems import PROBLEM_JSON, PROBLEM_TYPE_BASE
@@ -140,7 +141,8 @@ _PROBLEMS = (
     _ProblemResponse(
         400,
         "InvalidParameters",
-        "A bad, unknown or repeated parameter; `errors` lists every one. Nothing was"
+        "A bad, unknown or repeated parameter; `errors` lists them (the first"
+        f" {InvalidParameters.LISTED}; `omittedErrors` counts the others). Nothing was"
         " sent upstream.",
         ("invalid-parameters",),
     ),
@@ -154,6 +156,12 @@ _PROBLEMS = (
     ),
     _ProblemResponse(403, "Forbidden", "The upstream refused access.", ("upstream-forbidden",)),
     _ProblemResponse(404, "NotFound", "The upstream has no such record.", ("not-found",)),
+    _ProblemResponse(
+        417,
+        "ExpectationFailed",
+        "An `Expect` field asks for more than `100-continue`. Nothing was sent upstream.",
+        ("expectation-failed",),
+    ),
     _ProblemResponse(
         429,
         "RateLimited",
@@ -189,6 +197,13 @@ _PROBLEMS = (
         "GatewayTimeout",
         "The upstream did not answer within upstream.timeout_s.",
         ("upstream-timeout",),
+    ),
+    _ProblemResponse(
+        505,
+        "HTTPVersionNotSupported",
+        "The request line's version is neither HTTP/1.1 nor HTTP/1.0 (aiohttp answers"
+        " in that version); the connection is closed. Nothing was sent upstream.",
+        ("http-version-not-supported",),
     ),
 )
 
@@ -231,11 +246,24 @@ def _problem_schemas() -> dict[str, dict[str, Any]]:
                     "maximum": 599,
                     "description": "The upstream's status, when it answered.",
                 },
+                "retryAfter": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "Seconds until the gateway tries the upstream again, as"
+                    " its Retry-After says (503 upstream-unavailable only).",
+                },
                 "errors": {
                     "type": "array",
                     "minItems": 1,
+                    "maxItems": InvalidParameters.LISTED,
                     "items": {"$ref": _SCHEMAS + "ParameterError"},
-                    "description": "Every bad parameter (400 only).",
+                    "description": "The bad parameters, in the order of the request (400 only).",
+                },
+                "omittedErrors": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "How many more bad parameters there are than `errors`"
+                    " lists (400 only, when there are more).",
                 },
             },
         },

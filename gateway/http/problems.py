@@ -24,6 +24,7 @@ from gateway.records.pipeline import CACHE_NAME, CIRCUIT_OPEN
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:records-gateway:problem:"
 _MAX_INSTANCE = 1024
+_MAX_NAME = 100  # characters of a caller's parameter name quoted in a problem
 
 
 def problem_response(
@@ -59,17 +60,7 @@ def problem_response(
 def problem_for_error(request: web.Request, exc: GatewayError, request_id: str) -> web.Response:
     """The problem response for one of the gateway's own errors."""
     if isinstance(exc, InvalidParameters):
-        return problem_response(
-            request,
-            status=400,
-            slug="invalid-parameters",
-            title="Invalid request parameters",
-            detail=f"{len(exc.problems)} request parameter(s) are invalid; see errors",
-            request_id=request_id,
-            extra={
-                "errors": [{"parameter": p.parameter, "message": p.message} for p in exc.problems]
-            },
-        )
+        return _invalid_parameters(request, exc, request_id)
     if isinstance(exc, AuthenticationRequired):
         return problem_response(
             request,
@@ -90,6 +81,36 @@ def problem_for_error(request: web.Request, exc: GatewayError, request_id: str) 
         detail="the gateway failed to handle this request; the request id is in the logs",
         request_id=request_id,
     )
+
+
+def _invalid_parameters(
+    request: web.Request, exc: InvalidParameters, request_id: str
+) -> web.Response:
+    """The 400 listing the request's bad parameters: at most ``InvalidParameters.LISTED``
+    of them, each name cut to ``_MAX_NAME`` characters, and ``omittedErrors`` saying how
+    many more there were, so that its size is bounded whatever the caller sent."""
+    detail = f"{exc.count} request parameter(s) are invalid; see errors"
+    extra: dict[str, Any] = {
+        "errors": [
+            {"parameter": _cut(p.parameter, _MAX_NAME), "message": p.message} for p in exc.problems
+        ]
+    }
+    if exc.left_out:
+        detail += f" (the first {len(exc.problems)}; {exc.left_out} more not listed)"
+        extra["omittedErrors"] = exc.left_out
+    return problem_response(
+        request,
+        status=400,
+        slug="invalid-parameters",
+        title="Invalid request parameters",
+        detail=detail,
+        request_id=request_id,
+        extra=extra,
+    )
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _upstream_problem(request: web.Request, exc: UpstreamError, request_id: str) -> web.Response:
@@ -185,5 +206,31 @@ def internal_problem(request: web.BaseRequest, request_id: str) -> web.Response:
         slug="internal",
         title="Internal error",
         detail="the gateway failed to handle this request; the request id is in its logs",
+        request_id=request_id,
+    )
+
+
+def expectation_failed(request: web.BaseRequest, request_id: str) -> web.Response:
+    """The 417 of a request whose ``Expect`` asks for more than ``100-continue``; it
+    does not quote the field (it may hold any bytes)."""
+    return problem_response(
+        request,
+        status=417,
+        slug="expectation-failed",
+        title="Expectation Failed",
+        detail="the gateway meets no expectation but Expect: 100-continue",
+        request_id=request_id,
+    )
+
+
+def version_not_supported(request: web.BaseRequest, request_id: str) -> web.Response:
+    """The 505 of a request line whose version is neither HTTP/1.1 nor HTTP/1.0."""
+    major, minor = request.version
+    return problem_response(
+        request,
+        status=505,
+        slug="http-version-not-supported",
+        title="HTTP Version Not Supported",
+        detail=f"the gateway speaks HTTP/1.1 and HTTP/1.0, not HTTP/{major}.{minor}",
         request_id=request_id,
     )

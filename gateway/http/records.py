@@ -18,7 +18,7 @@ from gateway.http.replies import reply_response
 from gateway.ops.trace import current_trace
 from gateway.records.credentials import parse_authorization
 from gateway.records.pipeline import NO_DIRECTIVES, Directives, RecordPipeline
-from gateway.records.routes import ROUTES, QueryMemo, RecordQuery, RouteSpec
+from gateway.records.routes import ROUTES, QueryMemo, RecordQuery, RouteSpec, check_segment
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -82,7 +82,11 @@ class RecordHandlers:
             trace = current_trace()
             if trace is not None:
                 trace.token_fingerprint = fingerprint
-            path_value = request.match_info[route.path_param] if route.path_param else None
+            path_value = None
+            if route.path_param:
+                # the id as sent: aiohttp's router keeps an escape it cannot decode
+                check_segment(route.path_param, request.rel_url.raw_path.rpartition("/")[2])
+                path_value = request.match_info[route.path_param]
             query = memo.parse(
                 route,
                 path_value,

@@ -14,15 +14,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Context, Decimal, InvalidOperation
-from urllib.parse import quote
+from urllib.parse import quote, unquote_to_bytes
 
 from gateway.errors import InvalidParameters, ParameterProblem
 
 MAX_TEXT_LENGTH = 200
-MAX_PAGE = 1_000_000_000
+# the reference upstream's own bound (nine digits): a larger page it refuses with 400,
+# which would reach the caller as a 502
+MAX_PAGE = 999_999_999
 DEFAULT_PAGE = 1
 DEFAULT_LIMIT = 10
 _DIGITS = re.compile(r"[0-9]{1,10}")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 NUMBER_PATTERN = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 _MAX_AMOUNT_DIGITS = 40
@@ -103,13 +106,44 @@ def encode_segment(value: str) -> str:
 
 
 class _Collector:
-    """Gathers every problem of one request, so that the 400 lists them all."""
+    """Gathers the problems of one request, so that the 400 lists them together: the
+    first ``InvalidParameters.LISTED``, and how many more (a request may have thousands
+    of bad parameters; the gateway keeps no more of them than it lists)."""
 
     def __init__(self) -> None:
         self.problems: list[ParameterProblem] = []
+        self.left_out = 0
 
     def add(self, parameter: str, message: str) -> None:
-        self.problems.append(ParameterProblem(parameter, message))
+        if len(self.problems) < InvalidParameters.LISTED:
+            self.problems.append(ParameterProblem(parameter, message))
+        else:
+            self.left_out += 1
+
+    def raise_any(self) -> None:
+        if self.problems:
+            raise InvalidParameters(self.problems, left_out=self.left_out)
+
+
+def check_segment(name: str, raw: str) -> None:
+    """Raise InvalidParameters when ``raw``, a path segment as sent (not decoded), has a
+    ``%`` that starts no escape or escapes that are not UTF-8.
+
+    aiohttp's router leaves such a segment as it is (``%zz``, ``%ff``): forwarded, it
+    would be read as the id ``%zz``, the one ``%25zz`` names, not what the caller sent.
+    """
+    if "%" not in raw:
+        return
+    if _BAD_ESCAPE.search(raw) is not None:
+        message = "has a % that starts no percent-escape (write a % itself as %25)"
+    else:
+        try:
+            unquote_to_bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            message = "is not valid UTF-8 once percent-decoded"
+        else:
+            return
+    raise InvalidParameters([ParameterProblem(name, message)])
 
 
 def _has_control(value: str) -> bool:
@@ -246,8 +280,7 @@ def parse_record_query(
     if "dateFrom" in dates and "dateTo" in dates and dates["dateFrom"] > dates["dateTo"]:
         problems.add("dateFrom", "must not be after dateTo")
 
-    if problems.problems:
-        raise InvalidParameters(problems.problems)
+    problems.raise_any()
     ordered = tuple((name, values[name]) for name in route.query_params if name in values)
     return RecordQuery(route=route, path_value=canonical_path, params=ordered)
 

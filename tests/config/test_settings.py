@@ -63,6 +63,10 @@ def test_file_then_environment_then_overrides(
         ('[upstream]\nbase_url = "ftp://x"\n', "upstream.base_url: must be an absolute http"),
         ("[server]\nport = 70000\n", "server.port: Input should be less than or equal to 65535"),
         ("[limits]\nmax_limit = 'many'\n", "limits.max_limit: Input should be a valid integer"),
+        (
+            "[limits]\nmax_limit = 1001\n",
+            "limits.max_limit: Input should be less than or equal to 1000",
+        ),
         ("[upstream]\nbase_ur = 'x'\n", "upstream.base_ur: unknown key"),
         ("[caches]\n", "caches: unknown key"),
         ("[server\n", "not valid TOML"),

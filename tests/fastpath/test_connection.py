@@ -263,6 +263,79 @@ async def test_requests_pipelined_behind_a_close_are_not_answered(
         assert rest == b"", closing
 
 
+MALFORMED = b"GET /users HTTP/1.1\r\nBad Header\r\n\r\n"
+
+
+@pytest.mark.parametrize("backend", ["memory", "none"])
+@pytest.mark.parametrize("ahead", [2, 40], ids=["a-few", "past-aiohttp-s-queue"])
+async def test_requests_pipelined_ahead_of_a_malformed_one_are_all_answered_before_its_400(
+    aiohttp_client: AiohttpClient,
+    upstream: TestServer,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+    ahead: int,
+) -> None:
+    """A miss (aiohttp busy with it), requests behind it (hits where the cache holds
+    them), then a head aiohttp's parser refuses, all in one write: every request ahead
+    of it is answered, in order, then the 400 problem, then the connection closes.
+    (Plain aiohttp's parser drops the requests it read in the same piece as the
+    malformed one: the 400 alone.)"""
+    filter_parser_log(monkeypatch)
+    client, port = await served_fast(aiohttp_client, base_url(upstream), cache={"backend": backend})
+    await client.get(LIST, headers=AUTH)
+    data = request_bytes("/expenses?limit=7", X_Request_ID="r-miss")
+    data += b"".join(request_bytes(LIST, X_Request_ID=f"r-{n}") for n in range(ahead))
+    answers, rest = await send_and_read_all(port, data + MALFORMED, ahead + 2)
+    *ahead_of_it, refused = answers
+    assert [a.headers["x-request-id"] for a in ahead_of_it] == ["r-miss"] + [
+        f"r-{n}" for n in range(ahead)
+    ]
+    assert {a.status_line for a in ahead_of_it} == {"HTTP/1.1 200 OK"}
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    assert orjson.loads(refused.body)["type"] == "urn:records-gateway:problem:malformed-request"
+    assert refused.headers["x-request-id"]
+    assert rest == b"", "closed after the 400"
+
+
+@pytest.mark.parametrize("value", [b"foo", b"\xff"])
+async def test_a_target_with_no_path_and_an_expectation_is_a_417_problem(
+    upstream: TestServer, caplog: pytest.LogCaptureFixture, value: bytes
+) -> None:
+    """``CONNECT host:port``, which aiohttp's router offers to no resource, with an
+    Expect the gateway does not meet: the 417 problem every route gives (aiohttp's own
+    handler would answer plain text, and a 500 with a traceback for a field that is not
+    UTF-8). Served as plain aiohttp, this is the one case the gateway cannot answer
+    itself (README)."""
+    app = create_app(make_settings(base_url(upstream), server=FAST))
+    raw = b"CONNECT example.com:443 HTTP/1.1\r\nHost: g\r\nX-Request-ID: connect-1\r\n"
+    status_line, headers, body = await exchange_raw(app, raw + b"Expect: " + value + b"\r\n\r\n")
+    assert status_line == "HTTP/1.1 417 Expectation Failed"
+    assert headers["X-Request-ID"] == "connect-1"
+    assert headers["Content-Type"] == "application/problem+json"
+    assert orjson.loads(body)["type"] == "urn:records-gateway:problem:expectation-failed"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"CONNECT  \r\nHost: g\r\n\r\n", b"CONNECT  \r\n\r\n"],
+    ids=["with-fields", "bare"],
+)
+async def test_a_connect_with_no_target_is_answered(
+    upstream: TestServer, caplog: pytest.LogCaptureFixture, raw: bytes
+) -> None:
+    """aiohttp's parser makes a message without a URL of it, on which aiohttp's own
+    request factory fails the connection's task: no answer, and the connection left
+    open. With the fast path: a problem (the line has no version: HTTP/0.9's 505), and
+    the connection closed."""
+    app = create_app(make_settings(base_url(upstream), server=FAST))
+    status_line, headers, body = await exchange_raw(app, raw)
+    assert status_line == "HTTP/0.9 505 HTTP Version Not Supported"
+    assert headers["Content-Type"] == "application/problem+json"
+    assert orjson.loads(body)["requestId"] == headers["X-Request-ID"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 async def exchange_raw(app: web.Application, raw: bytes) -> tuple[str, dict[str, str], bytes]:
     """Send ``raw`` to ``app`` served as the gateway serves it; read until it closes."""
     client: Client = TestClient(GatewayTestServer(app))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aiohttp import ClientResponse, web
+from aiohttp import ClientResponse, ClientSession, HttpVersion, web
 from aiohttp.test_utils import TestClient, TestServer, unused_port
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
@@ -282,6 +282,24 @@ async def test_problems_from_the_reference_upstream_match_the_document(
         assert response.headers["WWW-Authenticate"] == 'Bearer realm="records-gateway"'
 
 
+async def test_edge_problems_match_the_document(gateway: Gateway, contract: Contract) -> None:
+    """The 417 of an Expect the gateway does not meet, the 505 of a version it does not
+    speak, and a 400 that lists 20 bad parameters of more."""
+    expecting = await gateway.get("/users", headers={**AUTH, "Expect": "foo"})
+    assert expecting.status == 417
+    body = await contract.check("/users", expecting)
+    assert body["type"] == _PROBLEM + "expectation-failed"
+    async with ClientSession(version=HttpVersion(2, 0)) as session:  # its request line
+        versioned = await session.get(gateway.make_url("/users"), headers=AUTH)
+        assert versioned.status == 505
+        body = await contract.check("/users", versioned)
+    assert body["type"] == _PROBLEM + "http-version-not-supported"
+    many = await gateway.get("/users?" + "&".join(f"x{n}=1" for n in range(30)), headers=AUTH)
+    assert many.status == 400
+    body = await contract.check("/users", many)
+    assert (len(body["errors"]), body["omittedErrors"]) == (20, 10)
+
+
 def _template_of(path: str) -> str:
     bare = path.split("?", 1)[0]
     if bare.startswith("/expenses/"):
@@ -393,11 +411,13 @@ def test_every_route_is_a_path_with_exactly_its_parameters() -> None:
             "401",
             "403",
             "404",
+            "417",
             "429",
             "500",
             "502",
             "503",
             "504",
+            "505",
         }
 
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 import subprocess
 import sys
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
+import orjson
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
+from pytest_aiohttp import AiohttpClient
 from yarl import URL
 
 from gateway.demo import RequestLog
+from gateway.http.app import create_app
+from gateway.process.worker import MAX_HEADER_BYTES
 
-from ..conftest import AUTH, TOKEN
+from ..conftest import AUTH, TOKEN, GatewayTestServer, base_url, make_settings
 
 Client = TestClient[web.Request, web.Application]
 EXPENSE_ID = "b1a6b1f1-620e-49d3-bb33-f3d8269cd696"
@@ -173,7 +177,7 @@ async def test_validation_errors_list_every_parameter_and_call_nothing(
     assert {e["parameter"]: e["message"] for e in body["errors"]} == {
         "sort": "unknown query parameter; allowed: page, limit, dateFrom, dateTo, amount,"
         " concept, account, status, type, user",
-        "page": "must be an integer from 1 to 1000000000",
+        "page": "must be an integer from 1 to 999999999",
         "limit": "must be an integer from 1 to 100",
         "dateFrom": "is not a real calendar date",
         "type": "must be CASH or BANK",
@@ -311,6 +315,63 @@ async def test_an_invalid_percent_escape_is_a_400_not_a_replacement_character(
         ("limit", "10"),
         ("concept", "20%de"),
     )
+
+
+@pytest.mark.parametrize(
+    ("segment", "message"),
+    [
+        ("%zz", "has a % that starts no percent-escape (write a % itself as %25)"),
+        ("Caja%", "has a % that starts no percent-escape (write a % itself as %25)"),
+        ("a%2", "has a % that starts no percent-escape (write a % itself as %25)"),
+        ("%ff", "is not valid UTF-8 once percent-decoded"),
+        ("a%ffb", "is not valid UTF-8 once percent-decoded"),
+        ("Bogot%C3", "is not valid UTF-8 once percent-decoded"),
+        ("%ed%a0%80", "is not valid UTF-8 once percent-decoded"),
+    ],
+)
+async def test_an_account_id_with_an_invalid_percent_escape_is_a_400_that_calls_nothing(
+    gateway: Client, upstream_log: RequestLog, segment: str, message: str
+) -> None:
+    """aiohttp's router keeps such an escape as it is: forwarded, ``%zz`` would ask for
+    the account the caller spells ``%25zz``."""
+    status, body, _ = await get_json(gateway, f"/accounts/{segment}")
+    assert status == 400
+    assert body["errors"] == [{"parameter": "accountId", "message": message}]
+    assert len(upstream_log) == 0
+    status, body, _ = await get_json(gateway, "/accounts/%25zz")  # "%zz" itself
+    assert (status, body["title"]) == (404, "Record not found")
+    assert [r.raw_path for r in upstream_log.entries] == ["/accounts/%25zz"]
+
+
+async def test_the_list_of_invalid_parameters_is_bounded_whatever_the_caller_sends(
+    aiohttp_client: AiohttpClient, upstream: TestServer
+) -> None:
+    """10,000 bad parameters (in a request line the served gateway's 32 KiB allow): the
+    first 20 are listed, names cut to 100 characters, and ``omittedErrors`` counts the
+    rest; the answer stays a few kilobytes."""
+    app = create_app(make_settings(base_url(upstream)))
+    server = GatewayTestServer(app)
+    await server.start_server(max_line_size=MAX_HEADER_BYTES, max_field_size=MAX_HEADER_BYTES)
+    client = cast(Client, await aiohttp_client(server))
+    long_name = "n" * 500
+    query = "&".join([f"{long_name}=1", "page=0", *["a"] * 9_998])
+    status, body, headers = await get_json(client, f"/users?{query}")
+    assert status == 400
+    assert headers["Content-Type"] == "application/problem+json"
+    assert len(body["errors"]) == 20
+    assert body["errors"][0] == {
+        "parameter": "n" * 99 + "…",
+        "message": "unknown query parameter; allowed: page, limit",
+    }
+    assert {error["parameter"] for error in body["errors"][1:]} == {"a"}  # in their order
+    assert body["omittedErrors"] == 10_000 - 20
+    assert body["detail"] == (
+        "10000 request parameter(s) are invalid; see errors (the first 20; 9980 more not listed)"
+    )
+    assert len(orjson.dumps(body)) < 4_096 + len(body["instance"])
+    status, body, _ = await get_json(client, "/users?page=0&limit=0")
+    assert "omittedErrors" not in body
+    assert body["detail"] == "2 request parameter(s) are invalid; see errors"
 
 
 def test_a_gateway_without_redis_never_imports_redis_py() -> None:

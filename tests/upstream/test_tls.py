@@ -17,9 +17,9 @@ from typing import Any
 import aiohttp
 import pytest
 import trustme
-from cryptography.hazmat.primitives import serialization
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from cryptography.hazmat.primitives import serialization
 from pytest_aiohttp import AiohttpClient
 
 from gateway.cli import _probe

@@ -1,0 +1,67 @@
+"""What no route of the gateway takes: every other path, and targets without a path.
+
+aiohttp's router offers a request only to the resources registered under its path and
+the path's parents; when none takes it, aiohttp answers 404 itself, in plain text,
+after running its own ``Expect`` handler (plain text again, and a 500 for a field
+that is not UTF-8). So the gateway registers :class:`Unrouted` last, under ``/``, the
+parent of every path: a resource that takes whatever the routes left, whatever its
+path (a line feed in it, ``*``, an absolute-form target without a slash), with the
+edge's expect handler and 404 problem.
+
+A target with no path at all (``CONNECT host:443``, ``GET x:``) is offered to no
+resource. The fast path answers such a request itself before aiohttp's application
+sees it (:meth:`Unrouted.answer`); as plain aiohttp (``server.fast_path = false``),
+:func:`pathless_middleware` answers it with the same problem, after aiohttp's own
+``Expect`` handler.
+"""
+
+from __future__ import annotations
+
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler as AiohttpHandler
+from aiohttp.typedefs import Middleware
+
+from gateway.http.edge import EXPECT, Edge, not_found
+
+
+class Unrouted(web.PlainResource):
+    """The resource of every request the gateway's routes do not take (register it
+    last): the edge's 404 problem, with the edge's expect handler."""
+
+    def __init__(self, edge: Edge) -> None:
+        # registered under "/", so the router offers it every path once the path's
+        # own resources and its parents' have refused it
+        super().__init__("/")
+        self.handler = edge.wrap(not_found)
+        self.expect = edge.expectation()
+        self._route = self.add_route(hdrs.METH_ANY, self.handler, expect_handler=self.expect)
+
+    async def resolve(self, request: web.Request) -> tuple[web.UrlMappingMatchInfo, set[str]]:
+        """Every request offered here is taken."""
+        return web.UrlMappingMatchInfo({}, self._route), set()
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
+        """The answer to ``request`` had aiohttp's router offered it here: for a target
+        without a path, which it offers nowhere."""
+        if request.headers.get(EXPECT):
+            expected = await self.expect(request)
+            if expected is not None:
+                return expected
+        return await self.handler(request)
+
+
+UNROUTED = web.AppKey("unrouted", Unrouted)
+
+
+def pathless_middleware(unrouted: Unrouted) -> Middleware:
+    """The middleware of a gateway served as plain aiohttp: a request aiohttp's router
+    matched to nothing (a target without a path) gets the edge's 404 problem. Every
+    other request is passed on at once."""
+
+    @web.middleware
+    async def pathless(request: web.Request, handler: AiohttpHandler) -> web.StreamResponse:
+        if request.match_info.http_exception is None:
+            return await handler(request)
+        return await unrouted.handler(request)
+
+    return pathless
