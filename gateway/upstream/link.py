@@ -3,12 +3,15 @@ configured, and one safe retry of a request whose pooled connection the upstream
 already closed.
 
 The keep-alive race: the upstream closes a connection it holds idle just as the
-gateway sends a request on it, and the request fails before any byte of an answer.
-Nothing reached the upstream's application, so the GET is retried, once, on a *new*
+gateway sends a request on it, and the request fails before any answer. A GET is
+idempotent (RFC 9110 lets a client send it again), so it is retried, once, on a *new*
 connection (a second session whose connections are never kept: another pooled one may
-be closed as well). It is never retried after a timeout, after the upstream began to
-answer, or when the connection was new (an upstream that accepts and drops
-connections is failing, and a retry would only double the load on it).
+be closed as well), with what is left of its time. It is retried when the pooled
+connection was closed before any byte of an answer, or reset before the answer's head
+was complete (aiohttp does not say how much of a head it had read before a reset);
+never after a timeout, after a head cut short by a close, or when the connection was
+new (an upstream that accepts and drops connections is failing, and a retry would
+only double the load on it). The client asks for no retry while the upstream fails.
 
 aiohttp would retry by itself, on any connection, after any disconnect, and without
 telling; so each session's middleware turns those disconnects into
