@@ -144,10 +144,11 @@ def gateway_factory(aiohttp_client: AiohttpClient) -> GatewayFactory:
     """Start a gateway on a loopback port in front of ``upstream_url``."""
 
     async def start(
-        upstream_url: str, clock: Any = None, **sections: dict[str, Any]
+        upstream_url: str, clock: Any = None, monotonic: Any = None, **sections: dict[str, Any]
     ) -> TestClient[web.Request, web.Application]:
         settings = make_settings(upstream_url, **sections)
-        app = create_app(settings) if clock is None else create_app(settings, clock=clock)
+        times: dict[str, Any] = {"clock": clock, "monotonic": monotonic}
+        app = create_app(settings, **{name: t for name, t in times.items() if t is not None})
         return await gateway_client(aiohttp_client, app)
 
     return start

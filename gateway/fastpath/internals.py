@@ -39,6 +39,9 @@ CONNECTION_METHODS = {
     "data_received": ("self", "data"),
     "handle_error": ("self", "request", "status", "exc", "message"),
     "_process_keepalive": ("self",),
+    # when its queue of requests drains, it calls data_received(b"") from here: what
+    # hands the connection's held heads on (connection.GatewayConnection._backlog)
+    "_resume_reading_if_drained": ("self",),
 }
 # what the runner and the server the fast path makes rely on
 RUNNER_METHODS = ("_make_server",)

@@ -12,7 +12,8 @@ import contextlib
 import functools
 import logging
 import re
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
@@ -59,11 +60,13 @@ def create_app(
     *,
     clock: Clock = system_clock,
     source: ConfigSource | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> web.Application:
     """Build the gateway application for ``settings``.
 
     ``source`` is where a reload reads the settings again (the file and the flags);
-    without it a reload re-reads the environment only.
+    without it a reload re-reads the environment only. ``clock`` is the wall time of
+    cache entries; ``monotonic`` the time of the upstream's circuit breaker.
     """
     app = web.Application()
     coercions = CoercionCounts()
@@ -93,7 +96,7 @@ def create_app(
         # the fast path answers targets without a path itself; plain aiohttp needs this
         # middleware for them (and every request then passes through it)
         app.middlewares.append(pathless_middleware(unrouted))
-    app.cleanup_ctx.append(functools.partial(_pipeline_ctx, clock=clock))
+    app.cleanup_ctx.append(functools.partial(_pipeline_ctx, clock=clock, monotonic=monotonic))
     app.cleanup_ctx.append(_metrics_flush_ctx)
     return app
 
@@ -193,7 +196,9 @@ def _key_secret(settings: CacheSettings) -> bytes:
     return MemoryBackend.new_secret()
 
 
-async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[None]:
+async def _pipeline_ctx(
+    app: web.Application, *, clock: Clock, monotonic: Callable[[], float]
+) -> AsyncIterator[None]:
     """The upstream session and the cache backend for the life of the app."""
     live = app[LIVE]
     settings = live.settings
@@ -229,6 +234,7 @@ async def _pipeline_ctx(app: web.Application, *, clock: Clock) -> AsyncIterator[
         streak_window_s=up.breaker_window_s,
         name="upstream",
         skipping="answering from the cache only, without calling the upstream",
+        monotonic=monotonic,
         on_change=lambda state: metrics_.upstream_circuit_changed(state.value),
     )
     upstream = UpstreamClient(link, up, breaker=upstream_breaker, metrics=metrics_)

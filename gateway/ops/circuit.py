@@ -199,6 +199,8 @@ class CircuitBreaker:
             return
         state = self.state
         if state is _CLOSED:
+            if not conclusive:
+                return  # proves nothing of a closed circuit: no streak broken, no count
             self._in_a_row = 0
             window = self._window
             window.add(self.monotonic(), False)

@@ -282,7 +282,8 @@ class Metrics:
         self.upstream_retries = Counter(
             "gateway_upstream_retries_total",
             "Upstream requests sent again on a new connection because the pooled one"
-            " they went out on was closed before any byte of the answer",
+            " they went out on was closed before any byte of the answer, or reset before"
+            " its head was complete",
             ["route"],
             registry=r,
         )

@@ -35,10 +35,7 @@ from gateway.config.settings import CacheSettings
 from gateway.errors import (
     UpstreamCircuitOpen,
     UpstreamError,
-    UpstreamFailed,
     UpstreamRejected,
-    UpstreamTimeout,
-    UpstreamUnavailable,
 )
 from gateway.normalise.normaliser import Normaliser
 from gateway.ops.circuit import CircuitState
@@ -47,7 +44,7 @@ from gateway.records.coalesce import Coalescer
 from gateway.records.credentials import Credentials
 from gateway.records.keys import Keyer
 from gateway.records.routes import RecordQuery
-from gateway.upstream.client import UpstreamClient
+from gateway.upstream.client import UpstreamClient, is_outage
 
 log = logging.getLogger("gateway.pipeline")
 _CLOSED = CircuitState.CLOSED
@@ -297,7 +294,7 @@ class RecordPipeline:
         except UpstreamError as exc:
             if stale is not None and isinstance(exc, UpstreamCircuitOpen):
                 return self._circuit_stale(stale)
-            if stale is not None and _is_failure(exc):
+            if stale is not None and is_outage(exc):
                 log.info(
                     "serving stale entry instead of an upstream failure",
                     extra={"route": query.route.template, "error": exc.detail},
@@ -503,13 +500,6 @@ def _outcome_taken(task: asyncio.Future[Any]) -> None:
     where it happened; asyncio would report it again as never retrieved)."""
     if not task.cancelled():
         task.exception()
-
-
-def _is_failure(exc: UpstreamError) -> bool:
-    """An upstream failure that a stale entry may stand in for: 5xx, timeout, unreachable."""
-    if isinstance(exc, UpstreamTimeout | UpstreamUnavailable):
-        return True
-    return isinstance(exc, UpstreamFailed) and (exc.upstream_status or 500) >= 500
 
 
 def _served(

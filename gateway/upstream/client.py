@@ -16,7 +16,6 @@ meanwhile; nothing waits for an upstream that is down.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import ssl
 import time
@@ -42,7 +41,7 @@ from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.metrics import Metrics
 from gateway.ops.trace import current_trace
 from gateway.upstream.health import UpstreamHealth
-from gateway.upstream.link import ConnectionLost, UpstreamLink, timeouts
+from gateway.upstream.link import ConnectionLost, UpstreamLink, reason_of, timeouts
 
 _CLOSED = CircuitState.CLOSED
 _OPEN = CircuitState.OPEN
@@ -178,15 +177,15 @@ class UpstreamClient:
             response = await self._link.get(url, budget=timeout, retry=self._retrying())
             status = response.status
             response.release()
-        except asyncio.CancelledError:
-            if breaker is not None:
-                breaker.abandoned(ticket)
-            raise
         except (TimeoutError, aiohttp.ClientError) as exc:
-            detail = f"readiness check: {_reason(exc)}"
+            detail = f"readiness check: {reason_of(exc)}"
             if breaker is not None:
                 breaker.failed(detail, ticket)
             raise UpstreamUnavailable(detail) from exc
+        except BaseException:
+            if breaker is not None:
+                breaker.abandoned(ticket)  # as in fetch
+            raise
         if status >= 500:
             detail = f"readiness check: upstream status {status}"
             if breaker is not None:
@@ -247,7 +246,7 @@ class UpstreamClient:
             return reply
         except UpstreamError as exc:
             outcome = _outcome(exc)
-            if _is_outage(exc):
+            if is_outage(exc):
                 self.health.failed(exc.detail)
                 if breaker is not None:
                     breaker.failed(exc.detail, ticket)
@@ -257,7 +256,9 @@ class UpstreamClient:
                     # an answer about this request: the upstream is up
                     breaker.succeeded(ticket)
             raise
-        except asyncio.CancelledError:
+        except BaseException:
+            # cancelled, or a fault nobody expected: the call reports nothing, and in
+            # half-open another call may be the trial (the circuit is never stuck)
             if breaker is not None:
                 breaker.abandoned(ticket)
             raise
@@ -304,12 +305,12 @@ class UpstreamClient:
             ) from exc
         except aiohttp.ClientConnectorSSLError as exc:
             raise UpstreamUnavailable(
-                f"{what}: the TLS handshake with the upstream failed ({_reason(exc)})"
+                f"{what}: the TLS handshake with the upstream failed ({reason_of(exc)})"
             ) from exc
         except aiohttp.ClientConnectorError as exc:
             hint = self._tls_hint() if isinstance(exc.os_error, ConnectionResetError) else ""
             raise UpstreamUnavailable(
-                f"{what}: cannot connect to the upstream ({_reason(exc)}){hint}"
+                f"{what}: cannot connect to the upstream ({reason_of(exc)}){hint}"
             ) from exc
         except ConnectionLost as exc:
             raise UpstreamUnavailable(
@@ -318,11 +319,11 @@ class UpstreamClient:
             ) from exc
         except aiohttp.ClientPayloadError as exc:
             raise UpstreamUnavailable(
-                f"{what}: the upstream's answer was cut off ({_reason(exc)})"
+                f"{what}: the upstream's answer was cut off ({reason_of(exc)})"
             ) from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(
-                f"{what}: the connection to the upstream failed ({_reason(exc)})"
+                f"{what}: the connection to the upstream failed ({reason_of(exc)})"
             ) from exc
         return UpstreamReply(status=status, body=body, elapsed_s=time.perf_counter() - started)
 
@@ -388,18 +389,8 @@ def _outcome(exc: UpstreamError) -> str:
     return "invalid-body"
 
 
-def _is_outage(exc: UpstreamError) -> bool:
+def is_outage(exc: UpstreamError) -> bool:
     """Whether the upstream itself is failing (not merely refusing one request)."""
     if isinstance(exc, UpstreamTimeout | UpstreamUnavailable):
         return True
     return isinstance(exc, UpstreamFailed) and (exc.upstream_status or 500) >= 500
-
-
-def _reason(exc: BaseException) -> str:
-    """What went wrong, without the request's URL (aiohttp's response errors quote it,
-    and a detail may reach /readyz and the log)."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return exc.os_error.strerror or type(exc.os_error).__name__
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return exc.message or type(exc).__name__
-    return str(exc) or type(exc).__name__

@@ -97,7 +97,10 @@ def _disconnects(connector: PoolConnector | None) -> aiohttp.ClientMiddlewareTyp
                 exc.message, str
             )
             pooled = connector is not None and connector.was_pooled(req)
-            raise ConnectionLost(_reason(exc), retryable=pooled and not began) from exc
+            # (what was read of a head cut short is not quoted: it may hold the
+            # upstream's cookies, and the detail reaches callers and /readyz)
+            reason = "after part of its answer's head" if began else reason_of(exc)
+            raise ConnectionLost(reason, retryable=pooled and not began) from exc
         finally:
             if connector is not None:
                 connector.was_pooled(req)
@@ -260,5 +263,14 @@ def timeouts(settings: UpstreamSettings) -> aiohttp.ClientTimeout:
     )
 
 
-def _reason(exc: BaseException) -> str:
+def reason_of(exc: BaseException) -> str:
+    """What went wrong, in words a detail can carry: never the request's URL (aiohttp's
+    response errors quote it) nor what the upstream sent (a disconnect's error holds
+    the head read so far)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return exc.os_error.strerror or type(exc.os_error).__name__
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "Server disconnected"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return exc.message or type(exc).__name__
     return str(exc) or type(exc).__name__

@@ -78,6 +78,7 @@ def test_a_trial_that_only_proves_the_upstream_answers_closes_on_probation() -> 
     circuit.succeeded(circuit.admit(), conclusive=False)
     assert circuit.state is CLOSED
     assert not circuit.quiet
+    circuit.succeeded(circuit.admit(), conclusive=False)  # the next check ends nothing
     circuit.failed("503", circuit.admit())  # one failure is enough to reopen it
     assert circuit.state is OPEN
 
@@ -112,3 +113,12 @@ def test_the_first_opening_warns_and_failed_trials_do_not(
         circuit.failed("503", circuit.admit())
     levels = [(r.levelname, getattr(r, "to", None)) for r in caplog.records]
     assert levels == [("WARNING", "open")] + [("INFO", "half-open"), ("INFO", "open")] * 3
+
+
+def test_an_inconclusive_success_breaks_no_streak_of_failures() -> None:
+    circuit = upstream_breaker(Monotonic(), failures=3)
+    circuit.failed("503", circuit.admit())
+    circuit.failed("503", circuit.admit())
+    circuit.succeeded(circuit.admit(), conclusive=False)  # a check's 401 from a proxy
+    circuit.failed("503", circuit.admit())
+    assert circuit.state is OPEN

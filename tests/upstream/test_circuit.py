@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -168,12 +167,13 @@ async def test_while_the_upstream_hangs_it_sees_at_most_one_request_per_reset_in
     faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory, clock: FakeClock
 ) -> None:
     upstream, url = faulty
-    reset_s = 0.2
+    ticks = FakeClock()  # the breaker's time, moved by hand
     client = await gateway_factory(
         url,
         clock,
+        ticks,
         cache=cache(),
-        upstream={"timeout_s": 0.3, "breaker_failures": 1, "breaker_reset_s": reset_s},
+        upstream={"timeout_s": 0.3, "breaker_failures": 1, "breaker_reset_s": 5},
     )
     pages = [f"/users?page={page}" for page in range(1, 6)]
     for path in pages:
@@ -183,22 +183,20 @@ async def test_while_the_upstream_hangs_it_sees_at_most_one_request_per_reset_in
     status, headers, _ = await get(client, pages[0])  # waits the timeout; opens the circuit
     assert (status, headers["X-Cache"]) == (200, "STALE")
 
-    opened = len(upstream.calls)
-    started = time.monotonic()
-    answers = 0
-    while time.monotonic() - started < 1.5:
-        for path in pages:
-            status, headers, _ = await get(client, path)
-            # never a caller waiting on the hanging upstream: each answer is the stale
-            # entry, given without calling it (the trials run in the background)
-            assert (status, headers["X-Cache"]) == (200, "STALE")
-            assert headers["Cache-Status"].endswith("detail=upstream-circuit-open")
-            answers += 1
-        await asyncio.sleep(0.01)
-    elapsed = time.monotonic() - started
-    trials = len(upstream.calls) - opened
-    assert answers > len(pages)
-    assert 1 <= trials <= elapsed / reset_s + 1
+    trials = []
+    for _interval in range(4):
+        before = len(upstream.calls)
+        for _ in range(3):
+            for path in pages:
+                status, headers, _ = await get(client, path)
+                # never a caller waiting on the hanging upstream: each answer is the
+                # stale entry, given without calling it (a trial runs in the background)
+                assert (status, headers["X-Cache"]) == (200, "STALE")
+                assert headers["Cache-Status"].endswith("detail=upstream-circuit-open")
+        await asyncio.sleep(0.4)  # a trial under way times out (0.3 s) meanwhile
+        trials.append(len(upstream.calls) - before)
+        ticks.advance(5)  # the next reset interval
+    assert trials == [0, 1, 1, 1]
 
 
 async def test_a_failing_upstream_is_left_alone_then_tried_once_and_closed_again(
@@ -207,9 +205,8 @@ async def test_a_failing_upstream_is_left_alone_then_tried_once_and_closed_again
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     upstream, url = faulty
-    client = await gateway_factory(
-        url, cache={"backend": "none"}, upstream={"breaker_reset_s": 0.3}
-    )
+    ticks = FakeClock()
+    client = await gateway_factory(url, None, ticks, cache={"backend": "none"})
     caplog.set_level(logging.INFO, logger="gateway.upstream")
     upstream.mode = "503"
     statuses = [(await get(client, "/users"))[0] for _ in range(5)]
@@ -219,14 +216,16 @@ async def test_a_failing_upstream_is_left_alone_then_tried_once_and_closed_again
     for _ in range(20):
         status, headers, _ = await get(client, "/users")
         assert status == 503
-        assert headers["Retry-After"] == "1"
+        assert headers["Retry-After"] == "5"
+    problem = await (await client.get("/users", headers=AUTH)).json(content_type=None)
+    assert problem["retryAfter"] == 5
     assert len(upstream.calls) == 5, "an open circuit calls nobody"
     metrics = circuit_metrics(await (await client.get("/metrics")).text())
     assert metrics["state"] == 2
     assert metrics["open"] == 1
 
     upstream.mode = "ok"
-    await asyncio.sleep(0.35)
+    ticks.advance(5)
     assert (await get(client, "/users"))[0] == 200  # the trial
     assert (await get(client, "/users"))[0] == 200
     assert len(upstream.calls) == 7
@@ -259,15 +258,19 @@ async def test_failures_far_apart_are_not_a_streak(
     faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory
 ) -> None:
     upstream, url = faulty
+    ticks = FakeClock()
     client = await gateway_factory(
         url,
+        None,
+        ticks,
         cache={"backend": "none"},
-        upstream={"breaker_failures": 2, "breaker_window_s": 0.2},
+        upstream={"breaker_failures": 2, "breaker_window_s": 10},
     )
     upstream.mode = "503"
     assert (await get(client, "/users"))[0] == 502
-    await asyncio.sleep(0.25)
+    ticks.advance(11)
     assert (await get(client, "/users"))[0] == 502, "a failure past the window starts anew"
+    ticks.advance(9)
     assert (await get(client, "/users"))[0] == 502  # the second in a row: opens it
     assert (await get(client, "/users"))[0] == 503
     assert len(upstream.calls) == 3
@@ -294,24 +297,38 @@ async def test_readiness_reports_the_open_circuit_without_calling_the_upstream(
     assert len(upstream.calls) == calls
 
 
-async def test_the_readiness_check_is_the_trial_that_closes_the_circuit(
+async def test_the_readiness_check_is_the_trial_that_closes_the_circuit_on_probation(
     faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory
 ) -> None:
     upstream, url = faulty
+    ticks = FakeClock()
     client = await gateway_factory(
         url,
+        None,
+        ticks,
         cache={"backend": "memory"},
-        upstream={"breaker_failures": 1, "breaker_reset_s": 0.2},
+        upstream={"breaker_failures": 3, "breaker_reset_s": 5},
         health={"check_interval_s": 0},
     )
     upstream.mode = "503"
-    assert (await get(client, "/users"))[0] == 502
+    for _ in range(3):
+        assert (await get(client, "/users"))[0] == 502
     upstream.mode = "ok"
-    await asyncio.sleep(0.25)
+    ticks.advance(5)
     body = await (await client.get("/readyz")).json()
     assert body["components"]["upstream"]["circuit"] == "closed"
-    assert upstream.calls[-1] == "/users", "the check's own call"
-    assert (await get(client, "/users"))[0] == 200
+    assert upstream.calls[-1] == "/users", "the check's own call, without a token"
+    # on probation: the check's 401 proves the upstream answers, not that it works, so
+    # the next failure opens the circuit again at once
+    upstream.mode = "503"
+    assert (await get(client, "/users?page=2"))[0] == 502
+    assert (await get(client, "/users?page=3"))[0] == 503
+    upstream.mode = "ok"
+    ticks.advance(5)
+    assert (await get(client, "/users?page=3"))[0] == 200  # a caller's trial: a fresh start
+    upstream.mode = "503"
+    assert (await get(client, "/users?page=4"))[0] == 502
+    assert (await get(client, "/users?page=5"))[0] == 502, "three in a row again to open it"
 
 
 async def test_an_upstream_that_refuses_connections_opens_the_circuit_and_stale_entries_come_back(

@@ -8,6 +8,9 @@ happens to each connection (aiohttp's own server would not drop a request unansw
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,7 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..conftest import AUTH, GatewayFactory
+from ..conftest import AUTH, FakeClock, GatewayFactory
 
 Client = TestClient[web.Request, web.Application]
 BODY = (Path(__file__).parent.parent / "fixtures" / "users.upstream.json").read_bytes()
@@ -36,13 +39,15 @@ class RawUpstream:
       a second request arrives on it, without answering (the keep-alive race, every
       time);
     - "close-after-answer": closes every connection right after its first answer,
-      without ``Connection: close``;
+      without ``Connection: close``: when the next request arrives on it (the gateway
+      sent it before the close reached it), or after half a second idle;
+    - "reset-reused": as "drop-reused", with a reset (RST) instead of a close;
     - "drop-all": closes every connection as its first request arrives;
     - "hang": reads requests and never answers;
     - "ok": answers every request, and keeps the connection;
     - "503": answers 503 on a kept-alive connection;
-    - "cut-short": answers a connection's first request; to a second one, sends a
-      status line and closes the connection.
+    - "cut-short": answers a connection's first request; to a second one, sends part
+      of a head (a status line and a cookie) and closes the connection.
     """
 
     def __init__(self, mode: str) -> None:
@@ -66,16 +71,26 @@ class RawUpstream:
                 if mode == "drop-all" or (mode == "drop-reused" and answered):
                     self.dropped += 1
                     return
+                if mode == "reset-reused" and answered:
+                    self.dropped += 1
+                    sock = writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    writer.transport.abort()
+                    return
                 if mode == "hang":
                     await asyncio.sleep(3600)
                 if mode == "cut-short" and answered:
-                    writer.write(b"HTTP/1.1 200 OK\r\n")
+                    writer.write(b"HTTP/1.1 200 OK\r\nSet-Cookie: session=upstream-secret\r\n")
                     await writer.drain()
                     return
                 writer.write(FAILURE if mode == "503" else ANSWER)
                 await writer.drain()
                 answered += 1
                 if mode == "close-after-answer":
+                    with contextlib.suppress(TimeoutError, asyncio.IncompleteReadError):
+                        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 0.5)
+                        self.requests += 1
+                        self.dropped += 1
                     return
         finally:
             writer.close()
@@ -123,7 +138,21 @@ async def test_an_upstream_that_closes_every_kept_alive_connection_costs_no_call
     for _ in range(10):
         responses = await asyncio.gather(*(client.get("/users", headers=AUTH) for _ in range(20)))
         assert [response.status for response in responses] == [200] * 20
-    assert raw_upstream.requests == 200 + await retries(client)
+    # requests went out on connections the upstream was closing, and were sent again
+    assert raw_upstream.dropped > 0
+    assert raw_upstream.requests == 200 + raw_upstream.dropped
+    assert await retries(client) == raw_upstream.dropped
+
+
+async def test_a_pooled_connection_reset_before_the_answer_is_retried_on_a_new_one(
+    raw_upstream: RawUpstream, gateway_factory: GatewayFactory
+) -> None:
+    raw_upstream.mode = "reset-reused"
+    client = await gateway_factory(raw_upstream.url, cache={"backend": "none"})
+    for _ in range(6):
+        assert (await client.get("/users", headers=AUTH)).status == 200
+    assert raw_upstream.dropped >= 2
+    assert await retries(client) == raw_upstream.dropped
 
 
 async def test_a_new_connection_closed_before_the_answer_is_not_retried(
@@ -174,6 +203,11 @@ async def test_an_answer_cut_short_is_not_retried(
     response = await client.get("/users", headers=AUTH)  # the pooled connection
     assert response.status == 502
     assert raw_upstream.requests == 2, "the upstream began to answer: not sent again"
+    detail = (await response.json(content_type=None))["detail"]
+    assert "after part of its answer's head" in detail
+    assert "upstream-secret" not in detail, "what the upstream sent is not quoted"
+    readiness = await (await client.get("/readyz")).text()
+    assert "upstream-secret" not in readiness
     assert await retries(client) == 0
 
 
@@ -181,9 +215,8 @@ async def test_an_upstream_that_drops_every_request_is_never_asked_twice_once_it
     raw_upstream: RawUpstream, gateway_factory: GatewayFactory
 ) -> None:
     raw_upstream.mode = "ok"
-    client = await gateway_factory(
-        raw_upstream.url, cache={"backend": "none"}, upstream={"breaker_reset_s": 0.2}
-    )
+    ticks = FakeClock()
+    client = await gateway_factory(raw_upstream.url, None, ticks, cache={"backend": "none"})
     responses = await asyncio.gather(*(client.get("/users", headers=AUTH) for _ in range(8)))
     assert {response.status for response in responses} == {200}
     assert raw_upstream.connections >= 5  # pooled now
@@ -198,7 +231,7 @@ async def test_an_upstream_that_drops_every_request_is_never_asked_twice_once_it
     assert await retries(client) == 1
 
     # after the reset time the trial goes out once, and is not sent again
-    await asyncio.sleep(0.25)
+    ticks.advance(5)
     before = raw_upstream.requests
     assert (await client.get("/users", headers=AUTH)).status == 502
     assert raw_upstream.requests - before == 1

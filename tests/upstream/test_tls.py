@@ -137,6 +137,28 @@ async def test_an_unknown_ca_is_a_502_that_says_the_certificate_was_not_trusted(
         assert TOKEN not in str(body)
 
 
+async def test_ca_file_replaces_the_system_trust_store_rather_than_adding_to_it(
+    aiohttp_client: AiohttpClient,
+    https_upstream: DemoServer,
+    pki: Pki,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a "system" trust store (OpenSSL's default paths) that trusts the upstream's CA
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki.ca))
+    system = ssl.create_default_context()
+    url = https_upstream.url + "/users"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, headers=AUTH, ssl=system) as got,
+    ):
+        assert got.status == 200, "the system store trusts the upstream"
+    # with ca_file naming another CA, the system's store is not consulted
+    client = await start(aiohttp_client, https_upstream.url, ca_file=str(pki.other_ca))
+    status, body = await users(client)
+    assert status == 502
+    assert "not trusted" in body["detail"]
+
+
 async def test_an_upstream_that_requires_a_client_certificate_gets_one(
     aiohttp_client: AiohttpClient, mtls_upstream: DemoServer, pki: Pki
 ) -> None:
@@ -271,6 +293,9 @@ async def test_the_probe_uses_the_same_tls_settings(https_upstream: DemoServer, 
     untrusted = load_settings(None, {"upstream": {"base_url": https_upstream.url}})
     report = await _probe(untrusted, TOKEN)
     assert report.exit_code != 0
+    users_route = report.route("users")
+    assert users_route.detail is not None
+    assert "the upstream's TLS certificate was not trusted" in users_route.detail
 
 
 async def test_demo_upstream_serves_https_and_asks_for_client_certificates(pki: Pki) -> None:
