@@ -59,7 +59,8 @@ log = logging.getLogger("gateway.http")
 # the longest head a connection remembers with what it resolved to (a few usual
 # headers and a JWT of a kilobyte or so fit): the most it keeps of its caller's
 REMEMBERED_HEAD_MAX = 2048
-_BODY_FIELDS = (b"content-length:", b"transfer-encoding:", b"upgrade:")
+# at the start of a header line (a query or another field's value may hold the words)
+_BODY_FIELDS = (b"\r\ncontent-length:", b"\r\ntransfer-encoding:", b"\r\nupgrade:")
 _OK = b"HTTP/1.1 200 OK\r\n"
 _SERVER = f"Server: {SERVER_SOFTWARE}\r\n".encode("latin-1")
 _NO_TARGET = URL.build(path="", encoded=True)
@@ -456,6 +457,7 @@ def _with_a_url(factory: Callable[..., web.BaseRequest]) -> Callable[..., web.Ba
 
 def _frames_a_body(head: bytes) -> bool:
     """Whether ``head`` may announce a body or a protocol switch: what follows it is
-    then not a head of ours to find (matched loosely: a false yes only costs speed)."""
+    then not a head of ours to find (a field named so, whatever its value: a false yes
+    only costs speed and the connection's later heads going to aiohttp as they come)."""
     lowered = head.lower()
     return any(field in lowered for field in _BODY_FIELDS)

@@ -146,7 +146,14 @@ class Edge:
             if _only_continue(request.headers.getall(EXPECT, ())):
                 if version == HttpVersion11:
                     writer = request.writer
-                    await writer.write(_INTERIM_CONTINUE)
+                    try:
+                        await writer.write(_INTERIM_CONTINUE)
+                    except ConnectionError:
+                        # the caller is gone: nobody to answer, and nothing to log at
+                        # error level (aiohttp's own handler lets this escape)
+                        gone = web.Response(status=400)
+                        gone.force_close()
+                        return gone
                     # the answer itself has not begun (aiohttp's own handler does the same)
                     writer.output_size = 0
                 return None

@@ -297,6 +297,23 @@ async def test_requests_pipelined_ahead_of_a_malformed_one_are_all_answered_befo
     assert rest == b"", "closed after the 400"
 
 
+async def test_words_that_name_body_fields_elsewhere_in_a_head_keep_the_pipeline_answered(
+    aiohttp_client: AiohttpClient, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query or a field whose text holds ``upgrade:`` or ``content-length:`` does not
+    announce a body: the requests ahead of a malformed one are still all answered."""
+    filter_parser_log(monkeypatch)
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    await client.get(LIST, headers=AUTH)
+    data = request_bytes("/expenses?concept=upgrade:x", X_Request_ID="r-query")
+    data += request_bytes(LIST, X_Request_ID="r-field", X_Upgrade="1", X_Note="content-length: 3")
+    data += request_bytes(LIST, X_Request_ID="r-hit")
+    answers, rest = await send_and_read_all(port, data + MALFORMED, 4)
+    assert [a.headers.get("x-request-id") for a in answers[:3]] == ["r-query", "r-field", "r-hit"]
+    assert answers[3].status_line == "HTTP/1.0 400 Bad Request"
+    assert rest == b""
+
+
 @pytest.mark.parametrize("value", [b"foo", b"\xff"])
 async def test_a_target_with_no_path_and_an_expectation_is_a_417_problem(
     upstream: TestServer, caplog: pytest.LogCaptureFixture, value: bytes

@@ -124,6 +124,25 @@ async def test_100_continue_is_met_on_http_1_1_and_passed_over_on_http_1_0(
     assert rest == b""
 
 
+async def test_a_caller_gone_before_its_100_continue_is_not_an_error_in_the_log(
+    gateway_factory: GatewayFactory, upstream: TestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A caller that asks for 100-continue (with a body announced) and closes at once:
+    the interim answer cannot be written, and nothing is logged at error level (else
+    anyone could fill the error log)."""
+    caplog.set_level(logging.INFO)
+    client = await gateway_factory(base_url(upstream))
+    port = client.port
+    assert port is not None
+    for _ in range(20):
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head("/users", b"Expect: 100-continue", b"Content-Length: 5"))
+        writer.transport.abort()
+    await asyncio.sleep(0.3)  # (the gateway reads the requests and meets the closed sockets)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert (await client.get("/users", headers={"Authorization": f"Bearer {TOKEN}"})).status == 200
+
+
 @pytest.mark.parametrize("version", ["0.9", "2.0"])
 @pytest.mark.parametrize("target", ["/users", "/nowhere"])
 async def test_a_request_line_of_another_version_is_a_505_problem_and_the_connection_closes(
