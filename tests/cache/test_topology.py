@@ -518,6 +518,12 @@ async def test_subscriptions_follow_the_channels_slot_to_another_node(
 
     async def confirmed() -> Any:
         response = await clients[0].delete("/admin/cache?route=users", headers=ADMIN)
+        if response.status == 503:
+            # the outcome unknown (the slot's node still settling, on a loaded machine):
+            # sending the purge again is always safe, and what the loop does
+            body = await response.json(content_type=None)
+            assert body["type"].endswith("purge-outcome-unknown")
+            return None
         assert response.status == 200
         return (await response.json())["instances"]
 
