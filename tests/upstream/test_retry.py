@@ -56,9 +56,11 @@ class RawUpstream:
         self.dropped = 0  # of them, the ones whose connection was closed unanswered
         self.connections = 0
         self.url = ""
+        self.writers: list[asyncio.StreamWriter] = []
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        self.writers.append(writer)
         answered = 0
         try:
             while True:
@@ -103,6 +105,10 @@ async def raw_upstream() -> AsyncIterator[RawUpstream]:
     upstream.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     async with server:
         yield upstream
+        # from Python 3.12 the server's close waits for its connections: a hanging
+        # one is cut here
+        for writer in upstream.writers:
+            writer.transport.abort()
         server.close()
 
 
