@@ -14,6 +14,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -23,7 +24,7 @@ from gateway.cache.clock import Clock, system_clock
 from gateway.cache.fleet import Fleet
 from gateway.cache.memory import MemoryBackend, NullBackend
 from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint
-from gateway.config.settings import CacheSettings, Settings
+from gateway.config.settings import CacheSettings, Settings, UpstreamSettings
 from gateway.http.admin import ADMIN_ROUTES, CACHE, LIVE
 from gateway.http.edge import Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
@@ -190,6 +191,19 @@ def _fleet_of(
     return fleet
 
 
+def _breaker(settings: CacheSettings | UpstreamSettings, **options: Any) -> CircuitBreaker:
+    """The circuit breaker of a section's ``breaker_*`` keys (the cache's and the
+    upstream's are named alike)."""
+    return CircuitBreaker(
+        failures=settings.breaker_failures,
+        reset_s=settings.breaker_reset_s,
+        window_s=settings.breaker_window_s,
+        failure_share=settings.breaker_failure_share,
+        min_calls=settings.breaker_min_calls,
+        **options,
+    )
+
+
 def _key_secret(settings: CacheSettings) -> bytes:
     if settings.key_secret is not None:
         return settings.key_secret.get_secret_value().encode()
@@ -213,31 +227,22 @@ async def _pipeline_ctx(
     metrics_.circuit_changed(backend.name, CircuitState.CLOSED.value)
     cache = GuardedCache(
         backend,
-        CircuitBreaker(
-            failures=settings.cache.breaker_failures,
-            reset_s=settings.cache.breaker_reset_s,
-            window_s=settings.cache.breaker_window_s,
-            failure_share=settings.cache.breaker_failure_share,
-            min_calls=settings.cache.breaker_min_calls,
+        _breaker(
+            settings.cache,
             on_change=lambda state: metrics_.circuit_changed(backend.name, state.value),
         ),
         on_error=metrics_.cache_errors.labels(backend.name).inc,
     )
     link = UpstreamLink(settings.upstream)
-    up = settings.upstream
-    upstream_breaker = CircuitBreaker(
-        failures=up.breaker_failures,
-        reset_s=up.breaker_reset_s,
-        window_s=up.breaker_window_s,
-        failure_share=up.breaker_failure_share,
-        min_calls=up.breaker_min_calls,
-        streak_window_s=up.breaker_window_s,
+    upstream_breaker = _breaker(
+        settings.upstream,
+        streak_window_s=settings.upstream.breaker_window_s,
         name="upstream",
         skipping="answering from the cache only, without calling the upstream",
         monotonic=monotonic,
         on_change=lambda state: metrics_.upstream_circuit_changed(state.value),
     )
-    upstream = UpstreamClient(link, up, breaker=upstream_breaker, metrics=metrics_)
+    upstream = UpstreamClient(link, settings.upstream, breaker=upstream_breaker, metrics=metrics_)
     pipeline = RecordPipeline(
         upstream=upstream,
         normaliser=Normaliser(app[COERCIONS]),

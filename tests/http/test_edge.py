@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 
 from ..conftest import TOKEN, GatewayFactory, base_url
 from ..ops.test_metrics import Scrape
-from .test_wire import exchange, read_answer, send_and_read_all, upstream_calls
+from .test_wire import continued, exchange, send_and_read_all, upstream_calls
 
 PROBLEM = "urn:records-gateway:problem:"
 
@@ -107,13 +107,7 @@ async def test_100_continue_is_met_on_http_1_1_and_passed_over_on_http_1_0(
     client = await gateway_factory(base_url(upstream))
     port = client.port
     assert port is not None
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(head("/users", b"Expect: " + value))
-    async with asyncio.timeout(10):
-        interim = await reader.readuntil(b"\r\n\r\n")
-        answer = await read_answer(reader)
-    writer.close()
-    await writer.wait_closed()
+    interim, answer = await continued(port, head("/users", b"Expect: " + value))
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
     assert answer.status_line == "HTTP/1.1 200 OK"
     (old,), rest = await send_and_read_all(

@@ -104,6 +104,19 @@ def request_bytes(path: str, *, method: str = "GET", version: str = "1.1", **hea
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
+async def continued(port: int, request: bytes) -> tuple[bytes, Answer]:
+    """Send ``request`` (with ``Expect: 100-continue``) on a connection of its own; its
+    interim answer's bytes and its answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    async with asyncio.timeout(10):
+        interim = await reader.readuntil(b"\r\n\r\n")
+        answer = await read_answer(reader)
+    writer.close()
+    await writer.wait_closed()
+    return interim, answer
+
+
 async def exchange(port: int, *requests: bytes, head: bool = False) -> list[Answer]:
     """Send ``requests`` in one write on one connection; read an answer to each."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -377,13 +390,7 @@ async def test_a_hit_asked_with_expect_100_continue_gets_aiohttp_s_100_first(
     the hit follows, with the fields of a plain GET's."""
     _, port = served
     (plain,) = await exchange(port, request_bytes(LIST))
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(request_bytes(LIST, Expect="100-continue"))
-    async with asyncio.timeout(10):
-        interim = await reader.readuntil(b"\r\n\r\n")
-        answer = await read_answer(reader)
-    writer.close()
-    await writer.wait_closed()
+    interim, answer = await continued(port, request_bytes(LIST, Expect="100-continue"))
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
     assert answer.status_line == "HTTP/1.1 200 OK"
     assert answer.headers["x-cache"] == "HIT"

@@ -74,6 +74,14 @@ async def get(client: Client, path: str) -> tuple[int, dict[str, str], bytes]:
     return response.status, dict(response.headers), await response.read()
 
 
+async def cached_pages(client: Client, count: int) -> list[str]:
+    """``count`` pages of /users, each fetched once (now in the cache)."""
+    pages = [f"/users?page={page}" for page in range(1, count + 1)]
+    for path in pages:
+        assert (await get(client, path))[0] == 200
+    return pages
+
+
 def circuit_metrics(text: str) -> dict[str, float]:
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
@@ -95,9 +103,7 @@ async def test_a_hanging_upstream_opens_the_circuit_and_stale_entries_come_back_
         cache=cache(),
         upstream={"timeout_s": 0.5, "breaker_failures": 2, "breaker_reset_s": 600},
     )
-    pages = [f"/users?page={page}" for page in range(1, 13)]
-    for path in pages:
-        assert (await get(client, path))[0] == 200
+    pages = await cached_pages(client, 12)
     fresh = {path: (await get(client, path))[2] for path in pages}
     clock.advance(10)  # every entry stale, within stale_if_error_s
     upstream.mode = "hang"
@@ -145,9 +151,7 @@ async def test_requests_waiting_with_a_stale_answer_get_it_as_soon_as_the_circui
         cache=cache(),
         upstream={"timeout_s": 60, "breaker_failures": 1, "breaker_reset_s": 600},
     )
-    pages = [f"/users?page={page}" for page in range(1, 4)]
-    for path in pages:
-        assert (await get(client, path))[0] == 200
+    pages = await cached_pages(client, 3)
     clock.advance(10)
     upstream.modes["/users"] = "hang"
     waiting = [asyncio.ensure_future(get(client, path)) for path in pages]
@@ -175,9 +179,7 @@ async def test_while_the_upstream_hangs_it_sees_at_most_one_request_per_reset_in
         cache=cache(),
         upstream={"timeout_s": 0.3, "breaker_failures": 1, "breaker_reset_s": 5},
     )
-    pages = [f"/users?page={page}" for page in range(1, 6)]
-    for path in pages:
-        assert (await get(client, path))[0] == 200
+    pages = await cached_pages(client, 5)
     clock.advance(10)
     upstream.mode = "hang"
     status, headers, _ = await get(client, pages[0])  # waits the timeout; opens the circuit
@@ -342,9 +344,7 @@ async def test_an_upstream_that_refuses_connections_opens_the_circuit_and_stale_
         cache=cache(),
         upstream={"breaker_failures": 2, "breaker_reset_s": 600},
     )
-    pages = [f"/users?page={page}" for page in range(1, 6)]
-    for path in pages:
-        assert (await get(client, path))[0] == 200
+    pages = await cached_pages(client, 5)
     await server.close()  # the port refuses connections from now on
     clock.advance(10)
     details = [(await get(client, path))[1]["Cache-Status"] for path in pages]
