@@ -4,9 +4,9 @@ answers (a request aiohttp's parser rejects) are problems.
 
 Hits from the bytes: while aiohttp has nothing of this connection's in hand (no
 request queued or being handled, no answer waiting for the socket to drain), each
-whole request head that arrives is read by ``request_head.read_head``; when the record
-handlers validated its query before (``RecordHandlers.known_query``) and the pipeline
-holds a fresh entry for it (``RecordPipeline.fresh``, the same reply a full read would
+whole request head that arrives is read by ``request_head.read_head``; when its query
+is valid (``RecordHandlers.hit_query``: remembered, or validated there and then as the
+route's handler would) and the pipeline holds a fresh entry for it (``RecordPipeline.fresh``, the same reply a full read would
 give), the answer is written at once, with no request object, task, router or
 response object. Its headers are ``gateway.http.replies.reply_headers`` of that reply,
 as bytes, and it is counted and logged by ``Edge.answered``, as every other answer is.
@@ -82,11 +82,18 @@ class WireHeads:
     """The status line and header fields of hit replies as bytes, up to ``Date``: those
     of ``hit_reply(entry, now)``, which depend on the entry's ETag and body length and
     on the whole seconds of its age and freshness left; made once per such set, at most
-    ``size`` kept (bytes only: no entry is held here)."""
+    ``size`` kept, the oldest forgotten first (bytes only: no entry is held here).
 
-    def __init__(self, size: int = 64) -> None:
+    A hot entry is answered many times in each second and its head is made once a
+    second; ``size`` is a few thousand so that the warm ones of a cache of many keys
+    are kept too (a few hundred bytes each)."""
+
+    def __init__(self, size: int = 4096) -> None:
         self._size = size
         self._made: dict[tuple[str, int, int, int], bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._made)
 
     def __call__(self, entry: CacheEntry, now: float) -> bytes:
         key = (entry.etag, len(entry.body), *hit_seconds(entry, now))
@@ -97,9 +104,10 @@ class WireHeads:
         fields = "".join(f"{name}: {value}\r\n" for name, value in reply_headers(reply).items())
         length = f"Content-Length: {len(reply.body)}\r\n"
         made = _OK + (fields + length).encode("latin-1") + _SERVER
-        if len(self._made) >= self._size:
-            self._made.clear()
-        self._made[key] = made
+        heads = self._made
+        if len(heads) >= self._size:
+            del heads[next(iter(heads))]
+        heads[key] = made
         return made
 
 
@@ -141,7 +149,7 @@ class Hits:
         if read is None or read.authorization is None:
             return None
         max_limit = self.records.live.settings.limits.max_limit
-        query = self.records.known_query(read.path, read.query, max_limit)
+        query = self.records.hit_query(read.path, read.query, max_limit)
         if query is None:
             return None
         keyer = pipeline.keyer

@@ -1,9 +1,10 @@
 """The six record routes over HTTP: the caller's token and query validated, the
 pipeline asked, its reply sent with its headers.
 
-:meth:`RecordHandlers.known_query` lets the fast path (``gateway.fastpath``) find a
-query this handler validated before, without a request object; everything else takes
-the handler, which validates and raises every problem.
+:meth:`RecordHandlers.hit_query` gives the fast path (``gateway.fastpath``) the
+validated query of a head without a request object: remembered from before, or
+validated then as the handler would; an invalid one takes the handler, which raises
+every problem.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from yarl import URL
 
 from gateway.config.live import LiveConfig
+from gateway.errors import RequestError
 from gateway.http.edge import REQUEST_ID, Edge
 from gateway.http.replies import reply_response
 from gateway.ops.trace import current_trace
@@ -21,6 +24,12 @@ from gateway.records.pipeline import NO_DIRECTIVES, Directives, RecordPipeline
 from gateway.records.routes import ROUTES, QueryMemo, RecordQuery, RouteSpec, check_segment
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def query_pairs(query_string: str) -> list[tuple[str, str]]:
+    """The decoded pairs of a raw query string, as aiohttp's ``request.query`` gives
+    them for a request whose target carries it (both are yarl's reading of it)."""
+    return list(URL.build(query_string=query_string, encoded=True).query.items())
 
 
 def client_directives(cache_control: str | None, pragma: str | None) -> Directives:
@@ -55,11 +64,14 @@ class RecordHandlers:
         pipeline = self.pipeline
         return pipeline if pipeline is not None and pipeline.caches else None
 
-    def known_query(self, path: str, query_string: str, max_limit: int) -> RecordQuery | None:
-        """The validated query of a GET of ``path`` (as aiohttp's router matches it, with
-        no escape in it) and raw ``query_string``, when its route is a record route and
-        the handler validated the same query before under ``max_limit``; None
-        otherwise. For the fast path: it never validates, so it never raises."""
+    def hit_query(self, path: str, query_string: str, max_limit: int) -> RecordQuery | None:
+        """The validated query of a GET of ``path`` and raw ``query_string``, for the
+        fast path: remembered, or validated now as the route's handler would (the same
+        memo, the same pairs as aiohttp's ``request.query``); None when ``path`` is no
+        record route or the query is invalid (the handler then answers its problem).
+
+        ``path`` is as aiohttp's router matches it, with no escape in it (the fast
+        path reads no other), so the id of an id route is the last segment as sent."""
         route = self._list_routes.get(path)
         path_value: str | None = None
         if route is None:
@@ -67,7 +79,22 @@ class RecordHandlers:
             route = self._id_routes.get(parent) if path_value else None
             if route is None:
                 return None
-        return self._memos[route.name].known(route, path_value, query_string, max_limit)
+        memo = self._memos[route.name]
+        known = memo.known(route, path_value, query_string, max_limit)
+        if known is not None:
+            return known
+        try:
+            if path_value is not None:
+                check_segment(route.path_param or "", path_value)
+            return memo.parse(
+                route,
+                path_value,
+                query_string,
+                lambda: query_pairs(query_string),
+                max_limit=max_limit,
+            )
+        except RequestError:
+            return None
 
     def handler(self, route: RouteSpec) -> RouteHandler:
         """The router's handler of ``route``, inside the edge."""

@@ -290,13 +290,18 @@ class QueryMemo:
 
     Validation is a pure function of the route, the path value, the raw (undecoded)
     query string and ``max_limit``; only valid queries up to ``longest`` characters are
-    remembered, at most ``size`` of them.
+    remembered, at most ``size`` of them (about 1 KB each): past it the oldest is
+    forgotten, so that a set of queries larger than the memo costs a validation (a few
+    microseconds) for the ones forgotten, never a memo emptied at once.
     """
 
-    def __init__(self, size: int = 512, longest: int = 512) -> None:
+    def __init__(self, size: int = 1024, longest: int = 512) -> None:
         self._size = size
         self._longest = longest
         self._known: dict[tuple[str, str | None, str, int], RecordQuery] = {}
+
+    def __len__(self) -> int:
+        return len(self._known)
 
     def known(
         self, route: RouteSpec, path_value: str | None, query_string: str, max_limit: int
@@ -321,7 +326,8 @@ class QueryMemo:
         parsed = parse_record_query(route, path_value, query(), max_limit=max_limit)
         if len(query_string) + len(path_value or "") > self._longest:
             return parsed  # long ones are rare: remembering them would only cost memory
-        if len(self._known) >= self._size:
-            self._known.clear()
-        self._known[memo_key] = parsed
+        known_queries = self._known
+        if len(known_queries) >= self._size:
+            del known_queries[next(iter(known_queries))]
+        known_queries[memo_key] = parsed
         return parsed

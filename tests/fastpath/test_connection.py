@@ -25,13 +25,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient
 
 from gateway.cache.entry import CacheEntry
-from gateway.fastpath.connection import WireHeads
+from gateway.fastpath.connection import FastPathServer, WireHeads
 from gateway.fastpath.server import FastPathRunner, make_runner
 from gateway.http.app import create_app
-from gateway.http.records import PIPELINE
+from gateway.http.records import PIPELINE, RECORDS
 from gateway.http.replies import reply_headers
 from gateway.http.service import METRICS
 from gateway.records.pipeline import hit_reply
+from gateway.records.routes import QueryMemo
 
 from ..conftest import AUTH, FakeClock, GatewayTestServer, base_url, gateway_client, make_settings
 from ..http.test_wire import (
@@ -156,6 +157,67 @@ async def test_hits_from_the_bytes_follow_each_entry_s_age_second_by_second(
     expected(answers[2], expenses, 12, 18)
     assert answers[1].comparable() == answers[3].comparable()
     assert full_reads == [2], "the others were answered from the bytes"
+
+
+async def test_a_hit_on_a_query_never_seen_in_that_form_is_answered_from_the_bytes(
+    aiohttp_client: AiohttpClient, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry stored by one spelling of a query is a hit for every spelling of it
+    (the key is the canonical query), and the fast path validates a spelling it has not
+    seen itself: each is answered from the bytes, with the stored body and ETag; an
+    invalid query still gets the route's own problem."""
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    (stored,) = await exchange(port, request_bytes("/expenses?limit=5&page=2"))
+    assert stored.headers["x-cache"] == "MISS"
+    full_reads = count_full_reads(client.app, monkeypatch)
+    spellings = (
+        "/expenses?page=2&limit=5",
+        "/expenses?limit=05&page=002",
+        "/expenses?page=2&limit=5&",
+    )
+    answers = await exchange(port, *(request_bytes(path) for path in spellings))
+    for answer in answers:
+        assert answer.status_line == "HTTP/1.1 200 OK"
+        assert answer.headers["x-cache"] == "HIT"
+        assert answer.headers["etag"] == stored.headers["etag"]
+        assert answer.body == stored.body
+    assert full_reads == [0], "every spelling was answered from the bytes"
+    (invalid,) = await exchange(port, request_bytes("/expenses?limit=0&page=2"))
+    assert invalid.status_line.startswith("HTTP/1.1 400")
+    assert orjson.loads(invalid.body)["errors"][0]["parameter"] == "limit"
+    assert full_reads == [0], "refused before the pipeline, by the route's handler"
+
+
+async def test_more_distinct_hits_than_the_fast_path_remembers_are_each_answered_right(
+    aiohttp_client: AiohttpClient, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Far more distinct entries than the memo of validated queries and the ready-made
+    heads hold (shrunk here): each hit, asked in a mixed order, is answered from the
+    bytes with its own body and ETag."""
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    records = client.app[RECORDS]
+    monkeypatch.setattr(records, "_memos", {name: QueryMemo(size=3) for name in records._memos})
+    runner = client.server.runner
+    assert runner is not None
+    server = runner.server
+    assert isinstance(server, FastPathServer)
+    server.hits.heads = WireHeads(size=3)
+    paths = [f"/expenses?limit={limit}&page={page}" for limit in (1, 2, 3) for page in (1, 2, 3, 4)]
+    stored = {}
+    for path in paths:
+        (miss,) = await exchange(port, request_bytes(path))
+        assert miss.headers["x-cache"] == "MISS"
+        stored[path] = miss
+    full_reads = count_full_reads(client.app, monkeypatch)
+    mixed = paths[::3] + paths[1::3] + paths[2::3] + paths[::-1]
+    answers = await exchange(port, *(request_bytes(path) for path in mixed))
+    for path, answer in zip(mixed, answers, strict=True):
+        assert answer.headers["x-cache"] == "HIT"
+        assert answer.headers["etag"] == stored[path].headers["etag"]
+        assert answer.body == stored[path].body
+    assert full_reads == [0]
+    assert len(server.hits.heads) == 3
+    assert max(len(memo) for memo in records._memos.values()) == 3
 
 
 def test_wire_heads_are_each_reply_s_fields_as_bytes_up_to_the_date() -> None:

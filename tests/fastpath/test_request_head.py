@@ -19,6 +19,7 @@ from gateway.fastpath.request_head import (
     may_become_head,
     read_head,
 )
+from gateway.http.records import query_pairs
 from gateway.process.worker import MAX_HEADER_BYTES
 
 from ..profiles import examples
@@ -203,3 +204,14 @@ async def test_what_is_read_is_what_aiohttp_reads(head: bytes) -> None:
     read = read_head(head)
     if read is not None:
         assert await aiohttp_reads(head) == read
+        # and the fast path validates the query aiohttp's request.query would give
+        assert query_pairs(read.query) == await aiohttp_query(head)
+
+
+async def aiohttp_query(head: bytes) -> list[tuple[str, str]]:
+    """The query of ``head`` as aiohttp's request gives it (``request.query`` is the
+    query of the URL its parser made, ``request.rel_url``)."""
+    loop = asyncio.get_running_loop()
+    parser = HttpRequestParser(BaseProtocol(loop), loop, 2**16)
+    messages, _, _ = parser.feed_data(head)
+    return list(messages[0][0].url.query.items())
