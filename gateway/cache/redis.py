@@ -1,9 +1,12 @@
 """The Redis cache backend: every call bounded in time, on any of the three topologies.
 
-A read is the entry and the two purge generations it is checked against: one MGET on a
-standalone server or a Sentinel-managed primary; on a cluster, where the entry and the
-generations live in different slots, a GET and an MGET sent at once (one round trip
-of latency). A store is one SET with an expiry; a purge is one SET of a new random
+A read is the entry and the two purge generations it is checked against. Reads made
+in the same turn of the event loop go to Redis together (:class:`ReadBatch`): one MGET
+of every entry and generation they need on a standalone server or a Sentinel-managed
+primary; on a cluster, where the entries and the generations live in different slots,
+the entries by slot and one MGET of the generations, sent at once (one round trip of
+latency). Under load, a read thus costs a share of one command instead of a command
+of its own. A store is one SET with an expiry; a purge is one SET of a new random
 generation; a fill lease is one SET NX PX. Every Redis failure or timeout becomes
 CacheUnavailable, which the pipeline treats as a miss.
 """
@@ -11,6 +14,7 @@ CacheUnavailable, which the pipeline treats as a miss.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -45,6 +49,77 @@ return 0
 _GENERATION_BOUND = 2**64
 
 
+# the most keys one batched read asks for; reads past it go in the next batch
+BATCH_MAX_KEYS = 256
+
+
+class ReadBatch:
+    """The reads of one turn of the event loop, sent to Redis as one command.
+
+    :meth:`read` returns a future of ``[entry, everything generation, route
+    generation]`` as stored; the first read of a turn schedules the batch's send for
+    the end of that turn, so that every read the turn's requests make goes with it.
+    A read that stops waiting (its caller's timeout) leaves the others' batch alone:
+    the batch runs on its own, bounded by ``timeout_s``, and fails as a whole when
+    Redis fails (each waiting read then gets that error)."""
+
+    def __init__(self, client: Commands, *, everything_key: str, timeout_s: float) -> None:
+        self._client = client
+        self._cluster = isinstance(client, RedisCluster)
+        self._everything_key = everything_key
+        self._timeout_s = timeout_s
+        self._waiting: list[tuple[str, str, asyncio.Future[list[Any]]]] = []
+        self._sending: set[asyncio.Task[None]] = set()
+
+    def read(self, entry_key: str, route_key: str) -> asyncio.Future[list[Any]]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        if not self._waiting:
+            loop.call_soon(self._send)
+        self._waiting.append((entry_key, route_key, future))
+        return future
+
+    def _send(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for start in range(0, len(waiting), BATCH_MAX_KEYS):
+            task = asyncio.ensure_future(self._answer(waiting[start : start + BATCH_MAX_KEYS]))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _answer(self, reads: list[tuple[str, str, asyncio.Future[list[Any]]]]) -> None:
+        entries = [entry_key for entry_key, _, _ in reads]
+        generation_keys = list(dict.fromkeys((self._everything_key, *(r for _, r, _ in reads))))
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                if self._cluster:
+                    # the generations share one slot; the entries are spread over many
+                    stored, generations = await asyncio.gather(
+                        self._client.mget_nonatomic(entries),  # type: ignore[union-attr]
+                        self._client.mget(generation_keys),
+                    )
+                else:
+                    values = await self._client.mget([*entries, *generation_keys])
+                    stored, generations = values[: len(entries)], values[len(entries) :]
+        except BaseException as exc:
+            for _, _, future in reads:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else RedisError(exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        current = dict(zip(generation_keys, generations, strict=True))
+        everything = current[self._everything_key]
+        for (_, route_key, future), raw in zip(reads, stored, strict=True):
+            if not future.done():
+                future.set_result([raw, everything, current[route_key]])
+
+    async def close(self) -> None:
+        for task in list(self._sending):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
 def new_generation() -> int:
     """A random generation, never 0 (0 is what an entry stored without a cache has)."""
     return secrets.randbits(63) | 1
@@ -61,6 +136,7 @@ class RedisBackend(QuietBackend):
         self._prefix = prefix
         self._timeout_s = timeout_s
         self._everything_key = generation_key(prefix, None)
+        self._batch = ReadBatch(client, everything_key=self._everything_key, timeout_s=timeout_s)
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         try:
@@ -73,19 +149,17 @@ class RedisBackend(QuietBackend):
         except REDIS_ERRORS as exc:
             raise CacheUnavailable(f"redis {what}: {type(exc).__name__}: {exc}") from exc
 
-    async def _read(self, key: CacheKey, route_key: str) -> list[Any]:
-        """[entry, everything generation, route generation], as stored."""
-        if not self._cluster:
-            values: list[Any] = await self._client.mget(key.text, self._everything_key, route_key)
-            return values
-        raw, generations = await asyncio.gather(
-            self._client.get(key.text), self._client.mget(self._everything_key, route_key)
-        )
-        return [raw, *generations]
-
     async def get(self, key: CacheKey) -> Lookup:
         route_key = generation_key(self._prefix, key.route)
-        raw, everything, route = await self._call("GET", lambda: self._read(key, route_key))
+        try:
+            # bounded by the batch's own timeout, which starts within this turn
+            raw, everything, route = await self._batch.read(key.text, route_key)
+        except TimeoutError as exc:
+            raise CacheUnavailable(
+                f"redis GET: no answer within {self._timeout_s * 1000:g} ms"
+            ) from exc
+        except REDIS_ERRORS as exc:
+            raise CacheUnavailable(f"redis GET: {type(exc).__name__}: {exc}") from exc
         if everything is None or route is None:
             # a generation is missing (never made, deleted, evicted): make it anew; no
             # entry stored before can match a fresh random generation
@@ -149,4 +223,5 @@ class RedisBackend(QuietBackend):
         await self.get(probe)
 
     async def close(self) -> None:
+        await self._batch.close()
         await self._client.aclose()

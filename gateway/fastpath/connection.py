@@ -6,10 +6,16 @@ Hits from the bytes: while aiohttp has nothing of this connection's in hand (no
 request queued or being handled, no answer waiting for the socket to drain), each
 whole request head that arrives is read by ``request_head.read_head``; when its query
 is valid (``RecordHandlers.hit_query``: remembered, or validated there and then as the
-route's handler would) and the pipeline holds a fresh entry for it (``RecordPipeline.fresh``, the same reply a full read would
-give), the answer is written at once, with no request object, task, router or
-response object. Its headers are ``gateway.http.replies.reply_headers`` of that reply,
-as bytes, and it is counted and logged by ``Edge.answered``, as every other answer is.
+route's handler would) and the pipeline has a fresh entry for it, the answer is
+written with no request object, router or response object: at once when this process
+holds the entry (``RecordPipeline.fresh``: the memory backend, the near cache), or
+once it is read from the shared cache (``RecordPipeline.stored_fresh``: Redis, behind
+the breaker, in a batch with the other reads of the same turn of the event loop);
+meanwhile what the caller sends next waits here. Either way it is the same reply a
+full read would give. Its headers are ``gateway.http.replies.reply_headers`` of that
+reply, as bytes, and it is counted and logged by ``Edge.answered``, as every other
+answer is. An entry the shared cache does not have fresh (a miss, a stale entry, the
+cache unusable) sends the request aiohttp's way, which decides.
 
 Every other head goes to aiohttp whole, in order; once one has, the whole heads behind
 it go to aiohttp too, so answers keep the order of requests. Each goes in a
@@ -32,6 +38,8 @@ the token's fingerprint (``fingerprints``), it lives as long as the connection.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -59,6 +67,9 @@ log = logging.getLogger("gateway.http")
 # the longest head a connection remembers with what it resolved to (a few usual
 # headers and a JWT of a kilobyte or so fit): the most it keeps of its caller's
 REMEMBERED_HEAD_MAX = 2048
+# what a connection holds of what its caller sends while an answer is read from the
+# shared cache, before it stops reading the socket until the answer is out
+HELD_MAX = 256 * 1024
 # at the start of a header line (a query or another field's value may hold the words)
 _BODY_FIELDS = (b"\r\ncontent-length:", b"\r\ntransfer-encoding:", b"\r\nupgrade:")
 _OK = b"HTTP/1.1 200 OK\r\n"
@@ -162,20 +173,29 @@ class Hits:
         key = keyer.key_for(query, fingerprint)
         return HitTarget(query.route.name, key, fingerprint, read.request_id, pipeline, max_limit)
 
-    def answer(self, target: HitTarget) -> tuple[bytes, bytes] | None:
-        """The answer (head and body) to the request ``target`` came from, when it is a
-        fresh hit held here and ``target`` still holds; None otherwise."""
-        started = time.perf_counter()
+    def holds(self, target: HitTarget) -> bool:
+        """Whether ``target`` was resolved under the pipeline and limits in force."""
         records = self.records
-        if (
-            records.pipeline is not target.pipeline
-            or target.max_limit != records.live.settings.limits.max_limit
-        ):
+        return (
+            records.pipeline is target.pipeline
+            and target.max_limit == records.live.settings.limits.max_limit
+        )
+
+    def answer(
+        self, target: HitTarget, entry: CacheEntry | None = None, started: float = 0.0
+    ) -> tuple[bytes, bytes] | None:
+        """The answer (head and body) to the request ``target`` came from, when it is a
+        fresh hit (``entry``, read from the shared cache since ``started``, or one held
+        here) and ``target`` still holds; None otherwise."""
+        if not started:
+            started = time.perf_counter()
+        if not self.holds(target):
             return None
         pipeline = target.pipeline
-        entry = pipeline.fresh(target.key)
         if entry is None:
-            return None
+            entry = pipeline.fresh(target.key)
+            if entry is None:
+                return None
         edge = self.edge
         request_id = edge.request_id(target.request_id)
         head = b"".join(
@@ -204,6 +224,7 @@ class GatewayConnection(RequestHandler):
     what aiohttp's parser rejects (see the module's docstring)."""
 
     __slots__ = (
+        "_awaiting",
         "_backlog",
         "_fields_max",
         "_gateway_edge",
@@ -213,7 +234,9 @@ class GatewayConnection(RequestHandler):
         "_last_head",
         "_last_target",
         "_line_max",
+        "_looked_up_paused",
         "_pending",
+        "_read_meanwhile",
     )
 
     def __init__(self, manager: web.Server, hits: Hits, **kwargs: Any) -> None:
@@ -233,11 +256,26 @@ class GatewayConnection(RequestHandler):
         self._fields_max = self._hold_fields // 2
         self._last_head = b""
         self._last_target: HitTarget | None = None
+        # the head whose entry is being read from the shared cache, and what arrived
+        # since (the connection's next requests, answered after it)
+        self._awaiting = b""
+        self._read_meanwhile = b""
+        self._looked_up_paused = False
 
     def data_received(self, data: bytes) -> None:
         hits = self._hits
         if hits is None:
             super().data_received(data)
+            return
+        if self._awaiting:
+            if not data:
+                super().data_received(data)
+                return
+            self._read_meanwhile += data
+            if len(self._read_meanwhile) > HELD_MAX and self.transport is not None:
+                # a caller sending on and on while its answer is read: stop reading
+                self.transport.pause_reading()
+                self._looked_up_paused = True
             return
         if not data:
             # aiohttp's queue drained: it re-reads what its parser held back, and the
@@ -261,17 +299,16 @@ class GatewayConnection(RequestHandler):
                 return
         self._heads(hits, data)
 
-    def _heads(self, hits: Hits, data: bytes) -> None:
-        """Answer or hand over, one by one, the whole heads in ``data`` (which starts a
-        request), and hold what is left of it."""
+    def _heads(self, hits: Hits, data: bytes, start: int = 0) -> None:
+        """Answer or hand over, one by one, the whole heads in ``data[start:]`` (which
+        starts a request), and hold what is left of it."""
         # with caching off (fixed for the process's life) nothing here is a hit
         caching = hits.records.caching_pipeline() is not None
-        start = 0
         while True:
             end = data.find(b"\r\n\r\n", start) + 4
             if end == 3:  # no whole head (left)
                 break
-            answer = None
+            answer: tuple[bytes, bytes] | HitTarget | None = None
             # while aiohttp has this connection's earlier requests in hand, every head
             # that follows is for it too
             if caching and self._aiohttp_idle():
@@ -283,6 +320,11 @@ class GatewayConnection(RequestHandler):
                     # answers the request (with its own problem if the fault is there too)
                     log.exception("fast path: a hit failed; aiohttp answers the request")
                     self._last_head, self._last_target = b"", None
+            if isinstance(answer, HitTarget):
+                # not held here: its entry is read from the shared cache, and the rest
+                # waits for its answer
+                self._look_up(hits, answer, data[start:end], data[end:])
+                return
             if answer is not None:
                 self._answered(answer)
             elif self._buffer_paused and len(self._messages) >= self._max_msg_queue_size:
@@ -300,6 +342,52 @@ class GatewayConnection(RequestHandler):
             self._pending = pending
         else:  # aiohttp refuses (or reads) it now, with its own rules and limits
             self._hand_over_for_good(data[start:])
+
+    def _look_up(self, hits: Hits, target: HitTarget, head: bytes, rest: bytes) -> None:
+        """Read ``target``'s entry from the shared cache, then answer ``head`` (with it
+        when it is a fresh hit, else by aiohttp's way) and go on with ``rest``."""
+        started = time.perf_counter()
+        self._awaiting = head
+        self._read_meanwhile = rest
+        self._keep_alive()  # the caller is not idle: its request is being answered
+        read = self._loop.create_task(target.pipeline.stored_fresh(target.key))
+        read.add_done_callback(functools.partial(self._looked_up, hits, target, started))
+
+    def _looked_up(
+        self,
+        hits: Hits,
+        target: HitTarget,
+        started: float,
+        read: asyncio.Task[CacheEntry | None],
+    ) -> None:
+        head, data = self._awaiting, self._awaiting + self._read_meanwhile
+        self._awaiting = self._read_meanwhile = b""
+        entry = None
+        if not read.cancelled():
+            if read.exception() is not None:
+                log.error(
+                    "fast path: a shared-cache read failed; aiohttp answers the request",
+                    exc_info=read.exception(),
+                )
+            else:
+                entry = read.result()
+        if self.transport is None:
+            return  # the caller is gone
+        if self._looked_up_paused:
+            self._looked_up_paused = False
+            self.transport.resume_reading()
+        answer = None
+        if entry is not None and self._hits is hits and self._aiohttp_idle():
+            try:
+                answer = hits.answer(target, entry, started)
+            except Exception:
+                log.exception("fast path: a hit failed; aiohttp answers the request")
+        if answer is not None:
+            self._answered(answer)
+        elif not self._handed_over(data, 0, len(head)):
+            return
+        if len(data) > len(head):
+            self._heads(hits, data, len(head))
 
     def _hand_over_for_good(self, data: bytes) -> None:
         self._hits = None
@@ -328,8 +416,9 @@ class GatewayConnection(RequestHandler):
             super().data_received(data[end:])
         return False
 
-    def _answer(self, hits: Hits, head: bytes) -> tuple[bytes, bytes] | None:
-        """The answer to ``head`` when it is a plain GET's fresh hit; None otherwise."""
+    def _answer(self, hits: Hits, head: bytes) -> tuple[bytes, bytes] | HitTarget | None:
+        """The answer to ``head`` when it is a plain GET's fresh hit held here; its
+        target when its entry may be in the shared cache instead; None otherwise."""
         if head == self._last_head:
             target = self._last_target
         else:
@@ -337,11 +426,17 @@ class GatewayConnection(RequestHandler):
             # a head not resolved now may be later; a long one is not kept
             if target is not None and len(head) <= REMEMBERED_HEAD_MAX:
                 self._last_head, self._last_target = head, target
-        answer = None if target is None else hits.answer(target)
-        if answer is None and target is self._last_target:
+        if target is None:
+            return None
+        answer = hits.answer(target)
+        if answer is not None:
+            return answer
+        if target.pipeline.shares_entries and hits.holds(target):
+            return target
+        if target is self._last_target:
             # not a fresh hit now, or resolved under settings since reloaded: read again
             self._last_head, self._last_target = b"", None
-        return answer
+        return None
 
     def _aiohttp_idle(self) -> bool:
         """aiohttp waits for this connection's next request, with nothing in hand, and
@@ -374,6 +469,11 @@ class GatewayConnection(RequestHandler):
         sent; the connection's idle time starts again, as after any answer."""
         assert self.transport is not None
         self.transport.writelines(answer)
+        self._keep_alive()
+
+    def _keep_alive(self) -> None:
+        """The connection's idle time starts again (as aiohttp starts it after an
+        answer): its keep-alive timeout counts from now."""
         loop = self._loop
         close_time = loop.time() + self._keepalive_timeout
         self._next_keepalive_close_time = close_time

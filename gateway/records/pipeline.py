@@ -152,6 +152,11 @@ class _Flight(NamedTuple):
 # at first (a fast upstream answers within milliseconds), then at most every 50 ms.
 _FIRST_POLL_S = 0.005
 _POLL_LIMIT_S = 0.05
+# How long a read stored_fresh made stays the read of the request that follows it
+# (a request handed on is read within a turn or two of the event loop; past this it
+# reads again), and how many such reads are kept at most.
+PEEK_KEPT_S = 0.25
+PEEKED_MAX = 1024
 
 
 class RecordPipeline:
@@ -176,6 +181,9 @@ class RecordPipeline:
         self.policy = policy
         self._clock = clock
         self._inflight: Coalescer[_Fetched] = Coalescer()
+        # what stored_fresh read of keys it found no fresh entry for, for the read of
+        # the same request that follows it (see _fresh_read)
+        self._peeked: dict[str, tuple[float, Lookup | None]] = {}
 
     @property
     def keyer(self) -> Keyer:
@@ -215,6 +223,45 @@ class RecordPipeline:
             return None
         return entry
 
+    @property
+    def shares_entries(self) -> bool:
+        """Whether entries this process does not hold may be in a cache it shares
+        (Redis): then :meth:`stored_fresh` is worth asking when :meth:`fresh` has
+        nothing. With the memory backend, what this process holds is all there is."""
+        cache = self._cache
+        return cache is not None and cache.backend.name != "memory"
+
+    async def stored_fresh(self, key: CacheKey) -> CacheEntry | None:
+        """The entry ``read`` would serve as a plain HIT for a request without cache
+        directives, read from the cache when this process does not hold it, as
+        ``read`` reads it (the breaker, the near cache); None when ``read`` must
+        decide (absent, stale, purged, a negative entry, the cache unusable now).
+
+        When it returns None, the request's ``read`` follows at once: it takes this
+        read as its own (within ``PEEK_KEPT_S``) instead of reading the cache again,
+        so that a request makes one cache read whichever way it is answered (two would
+        double Redis's load for misses and skew the breaker's share of failures)."""
+        cache = self._cache
+        if cache is None or not self.policy.ttl_s.get(key.route):
+            return None
+        lookup = await cache.get(key)
+        entry = None if lookup is None else lookup.entry
+        if entry is not None and entry.status == 200 and entry.left(self._clock()) > 0:
+            return entry
+        peeked = self._peeked
+        if len(peeked) >= PEEKED_MAX:
+            del peeked[next(iter(peeked))]
+        peeked[key.text] = (cache.breaker.monotonic(), lookup)
+        return None
+
+    async def _fresh_read(self, cache: GuardedCache, key: CacheKey) -> Lookup | None:
+        """The cache's lookup of ``key``: the one ``stored_fresh`` made for this
+        request a moment ago, or a read now."""
+        peeked = self._peeked.pop(key.text, None) if self._peeked else None
+        if peeked is not None and cache.breaker.monotonic() - peeked[0] <= PEEK_KEPT_S:
+            return peeked[1]
+        return await cache.get(key)
+
     async def read(
         self,
         query: RecordQuery,
@@ -242,7 +289,7 @@ class RecordPipeline:
         inflight = self._inflight
         ticket = inflight.reading(key.text)
         try:
-            lookup = await self._cache.get(key)
+            lookup = await self._fresh_read(self._cache, key)
         finally:
             ended = inflight.done_reading(key.text, ticket)
         stale: CacheEntry | None = None

@@ -1,0 +1,237 @@
+"""A hit whose entry this process does not hold, answered from the bytes once it is read
+from Redis (``GatewayConnection._look_up``, ``RecordPipeline.stored_fresh``), and the
+batched reads under it (``gateway.cache.redis.ReadBatch``), against a real redis-server.
+
+What a caller sees: the hit answered without aiohttp's request handling, the same
+reply aiohttp's way gives, answers in the order of the requests however many wait for
+Redis, one cache read per request whichever way it is answered, and the connection
+left alone by a caller that leaves while its entry is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+import redis.asyncio as redis
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.cache.entry import CacheEntry, CacheKey, Generations, generation_key
+from gateway.cache.redis import BATCH_MAX_KEYS, RedisBackend
+from gateway.errors import CacheUnavailable
+
+from ..conftest import GatewayFactory, base_url, near_cache_live, near_of, redis_cache
+from ..http.test_wire import count_full_reads, exchange, request_bytes, upstream_calls
+from ..redis_server import RedisServer
+
+Client = TestClient[web.Request, web.Application]
+FAST = {"fast_path": True}
+PAGES = [f"/expenses?limit=3&page={page}" for page in range(1, 7)]
+
+
+async def mgets(url: str) -> int:
+    """The MGET commands the redis-server at ``url`` has run so far."""
+    client = redis.Redis.from_url(url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_mget", {}).get("calls", 0))
+
+
+async def fast_gateway(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str, **cache: Any
+) -> tuple[Client, int]:
+    client = await gateway_factory(
+        base_url(upstream), server=FAST, cache=redis_cache(redis_url, **cache)
+    )
+    assert client.port is not None
+    return client, client.port
+
+
+async def test_a_redis_hit_is_answered_from_the_bytes_as_aiohttp_s_way_answers_it(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Near cache off: every hit is a Redis read. The fast path answers it, with the
+    body, ETag and headers a request taken aiohttp's way gets for the same entry."""
+    client, port = await fast_gateway(gateway_factory, upstream, redis_url, near_cache=False)
+    (stored,) = await exchange(port, request_bytes(PAGES[0]))
+    assert stored.headers["x-cache"] == "MISS"
+    full_reads = count_full_reads(client.app, monkeypatch)
+    (fast,) = await exchange(port, request_bytes(PAGES[0]))
+    (full,) = await exchange(port, request_bytes(PAGES[0], Cache_Control="max-age=60"))
+    assert full_reads == [1], "only the request with Cache-Control took aiohttp's way"
+    assert fast.headers["x-cache"] == full.headers["x-cache"] == "HIT"
+    assert fast.body == full.body == stored.body
+    assert fast.headers["etag"] == stored.headers["etag"]
+    assert fast.comparable() == full.comparable()
+
+
+async def test_an_entry_another_instance_stored_is_read_once_then_held(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two instances on one Redis: what one stored, the other's fast path reads from
+    Redis (its near cache did not have it) and keeps in its near cache; the next
+    request is a hit held in the process. Neither goes upstream or aiohttp's way."""
+    _first, first_port = await fast_gateway(gateway_factory, upstream, redis_url)
+    second, second_port = await fast_gateway(gateway_factory, upstream, redis_url)
+    await near_cache_live(second)
+    (stored,) = await exchange(first_port, request_bytes(PAGES[1]))
+    assert stored.headers["x-cache"] == "MISS"
+    calls = upstream_calls(upstream)
+    full_reads = count_full_reads(second.app, monkeypatch)
+    before = await mgets(redis_url)
+    answers = await exchange(second_port, request_bytes(PAGES[1]))
+    assert len(near_of(second)) == 1
+    answers += await exchange(second_port, request_bytes(PAGES[1]))
+    assert await mgets(redis_url) - before == 1, "the second was held in the process"
+    for answer in answers:
+        assert answer.headers["x-cache"] == "HIT"
+        assert answer.body == stored.body
+    assert full_reads == [0]
+    assert upstream_calls(upstream) == calls
+
+
+async def test_pipelined_requests_are_answered_in_order_around_redis_reads_and_a_miss(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One write of many requests: Redis hits, a miss between them, hits again. Each
+    is answered in order with its own entry; only the miss goes upstream and takes
+    aiohttp's way, and the hits after it are its too (aiohttp then has the
+    connection's earlier request in hand)."""
+    client, port = await fast_gateway(gateway_factory, upstream, redis_url, near_cache=False)
+    stored = {path: (await exchange(port, request_bytes(path)))[0] for path in PAGES[:5]}
+    cold = "/expenses?limit=3&page=40"
+    order = [*PAGES[:5], cold, *PAGES[4::-1]] * 3
+    calls = upstream_calls(upstream)
+    full_reads = count_full_reads(client.app, monkeypatch)
+    answers = await exchange(port, *(request_bytes(path) for path in order))
+    assert len(answers) == len(order)
+    for path, answer in zip(order, answers, strict=True):
+        assert answer.status_line == "HTTP/1.1 200 OK"
+        if path == cold:
+            continue
+        assert answer.body == stored[path].body
+        assert answer.headers["etag"] == stored[path].headers["etag"]
+    assert [a.headers["x-cache"] for a in answers[:6]] == ["HIT"] * 5 + ["MISS"]
+    assert upstream_calls(upstream) == calls + 1
+    assert 1 <= full_reads[0] < len(order)
+
+
+async def test_a_miss_reads_the_cache_as_often_whichever_way_it_is_answered(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str, fast_path: bool
+) -> None:
+    """A miss is one read of its entry, then the fill's own read once it holds the
+    lease: two MGETs, with the fast path (whose read aiohttp's way then takes as its
+    own) as without it."""
+    client = await gateway_factory(
+        base_url(upstream), cache=redis_cache(redis_url, near_cache=False)
+    )
+    assert (await client.get(PAGES[2], headers=AUTH_HEADERS)).status == 200  # generations made
+    before = await mgets(redis_url)
+    answer = await client.get(PAGES[3], headers=AUTH_HEADERS)
+    assert (answer.status, answer.headers["X-Cache"]) == (200, "MISS")
+    assert await mgets(redis_url) - before == 2
+
+
+async def test_a_caller_gone_while_its_entry_is_read_leaves_no_error(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A caller that sends a request and closes before Redis answers: nothing is
+    written, nothing is logged as an error, and the gateway goes on serving."""
+    _, port = await fast_gateway(gateway_factory, upstream, redis_url, near_cache=False)
+    (stored,) = await exchange(port, request_bytes(PAGES[0]))
+    for _ in range(20):
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request_bytes(PAGES[0]) * 3)
+        writer.close()
+        await writer.wait_closed()
+    (after,) = await exchange(port, request_bytes(PAGES[0]))
+    assert after.body == stored.body
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+AUTH_HEADERS = {"Authorization": "Bearer demo-token"}
+
+
+async def _stored(backend: RedisBackend, key: CacheKey, body: bytes) -> None:
+    lookup = await backend.get(key)  # makes the generations
+    entry = CacheEntry(body, f'"{body.hex()}"', 0.0, 60, generations=lookup.generations)
+    await backend.set(key, entry, 60)
+
+
+async def test_reads_of_one_turn_go_to_redis_as_one_command(redis_url: str) -> None:
+    """Reads made together are answered by one MGET (per BATCH_MAX_KEYS keys), each
+    with its own entry, a missing one as missing, of whichever route."""
+    client = redis.Redis.from_url(redis_url)
+    backend = RedisBackend(client, prefix="rg:batch", timeout_s=5.0)
+    try:
+        keys = [CacheKey("expenses" if n % 2 else "users", f"rg:batch:e:{n}") for n in range(40)]
+        for key in keys[:30]:
+            await _stored(backend, key, key.text.encode())
+        before = await mgets(redis_url)
+        lookups = await asyncio.gather(*(backend.get(key) for key in keys))
+        assert await mgets(redis_url) - before == 1
+        for key, lookup in zip(keys, lookups, strict=True):
+            stored = int(key.text.rpartition(":")[2]) < 30
+            assert (lookup.entry.body if lookup.entry else None) == (
+                key.text.encode() if stored else None
+            )
+        many = [CacheKey("users", f"rg:batch:m:{n}") for n in range(BATCH_MAX_KEYS + 1)]
+        before = await mgets(redis_url)
+        assert not any(lookup.entry for lookup in await asyncio.gather(*map(backend.get, many)))
+        assert await mgets(redis_url) - before == 2
+    finally:
+        await backend.close()
+
+
+async def test_a_purge_between_two_batches_is_seen_by_the_second(redis_url: str) -> None:
+    """Each batch reads the generations with the entries: an entry read after a purge
+    is a miss, even when the read before it in the same process was a hit."""
+    client = redis.Redis.from_url(redis_url)
+    backend = RedisBackend(client, prefix="rg:purge", timeout_s=5.0)
+    try:
+        key = CacheKey("users", "rg:purge:e:1")
+        await _stored(backend, key, b"body")
+        assert (await backend.get(key)).entry is not None
+        await backend.purge("users")
+        lookup = await backend.get(key)
+        assert lookup.entry is None
+        assert lookup.generations != Generations()
+        assert await client.exists(generation_key("rg:purge", "users"))
+    finally:
+        await backend.close()
+
+
+async def test_a_batch_redis_does_not_answer_fails_every_read_in_it(own_redis: RedisServer) -> None:
+    """A frozen Redis: every read of the batch fails as a cache fault within the
+    backend's timeout (the pipeline treats it as a miss), none hangs."""
+    client = redis.Redis.from_url(own_redis.url)
+    backend = RedisBackend(client, prefix="rg:frozen", timeout_s=0.2)
+    try:
+        key = CacheKey("users", "rg:frozen:e:1")
+        await _stored(backend, key, b"body")
+        own_redis.freeze()
+        outcomes = await asyncio.gather(
+            *(backend.get(CacheKey("users", f"rg:frozen:e:{n}")) for n in range(10)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(outcome, CacheUnavailable) for outcome in outcomes)
+    finally:
+        own_redis.thaw()
+        await backend.close()
