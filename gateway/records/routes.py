@@ -296,7 +296,7 @@ class QueryMemo:
     """
 
     def __init__(self, size: int = 1024, longest: int = 512) -> None:
-        self._size = size
+        self.size = size
         self._longest = longest
         self._known: dict[tuple[str, str | None, str, int], RecordQuery] = {}
 
@@ -327,7 +327,7 @@ class QueryMemo:
         if len(query_string) + len(path_value or "") > self._longest:
             return parsed  # long ones are rare: remembering them would only cost memory
         known_queries = self._known
-        if len(known_queries) >= self._size:
+        if len(known_queries) >= self.size:
             del known_queries[next(iter(known_queries))]
         known_queries[memo_key] = parsed
         return parsed

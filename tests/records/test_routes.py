@@ -14,6 +14,7 @@ from gateway.records.routes import (
     EXPENSES,
     MAX_PAGE,
     USERS,
+    QueryMemo,
     RecordQuery,
     RouteSpec,
     encode_segment,
@@ -216,3 +217,20 @@ def test_an_account_id_that_was_not_valid_utf8_is_refused() -> None:
     assert problems_of(ACCOUNT, [], "caja\ufffd") == {
         "accountId": "is not valid UTF-8 once percent-decoded"
     }
+
+
+def test_the_query_memo_forgets_its_oldest_query_past_its_size() -> None:
+    """The memo of validated queries keeps the last ``size`` (1,024 by default, the
+    README's figure) and forgets the oldest first, never all at once."""
+    assert QueryMemo().size == 1024
+    memo = QueryMemo(size=3)
+    queries = [f"limit={n}" for n in range(1, 6)]
+    for query in queries:
+        pairs = [("limit", query.partition("=")[2])]
+        memo.parse(EXPENSES, None, query, pairs.copy, max_limit=100)
+    assert len(memo) == 3
+    remembered = [q for q in queries if memo.known(EXPENSES, None, q, 100) is not None]
+    assert remembered == queries[2:]
+    known = memo.known(EXPENSES, None, "limit=5", 100)
+    assert known is not None
+    assert dict(known.params)["limit"] == "5"
