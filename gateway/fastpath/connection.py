@@ -8,8 +8,10 @@ whole request head that arrives is read by ``request_head.read_head``; when the 
 handlers validated its query before (``RecordHandlers.known_query``) and the pipeline
 holds a fresh entry for it (``RecordPipeline.fresh``, the same reply a full read would
 give), the answer is written at once, with no request object, task, router or
-response object. Its headers are ``gateway.http.replies.reply_headers`` of that reply,
-as bytes, and it is counted and logged by ``Edge.answered``, as every other answer is.
+response object. A head read here has no ``Accept-Encoding``, so its answer is the
+identity representation (``RecordPipeline.represent``). Its headers are
+``gateway.http.replies.reply_headers`` of that reply, as bytes, and it is counted and
+logged by ``Edge.answered``, as every other answer is.
 
 Every other head goes to aiohttp whole, in order; once one has, the whole heads behind
 it go to aiohttp too, so answers keep the order of requests. Each goes in a
@@ -44,6 +46,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
+from gateway.cache.coding import Representation
 from gateway.cache.entry import CacheEntry, CacheKey
 from gateway.fastpath.fingerprints import ConnectionFingerprints
 from gateway.fastpath.rejections import problem_for_rejected
@@ -80,20 +83,21 @@ class HitTarget(NamedTuple):
 
 class WireHeads:
     """The status line and header fields of hit replies as bytes, up to ``Date``: those
-    of ``hit_reply(entry, now)``, which depend on the entry's ETag and body length and
-    on the whole seconds of its age and freshness left; made once per such set, at most
-    ``size`` kept (bytes only: no entry is held here)."""
+    of ``hit_reply(entry, now, representation)``, which depend on the representation's
+    ETag (which names its coding too) and body length and on the whole seconds of the
+    entry's age and freshness left; made once per such set, at most ``size`` kept
+    (bytes only: no entry is held here)."""
 
     def __init__(self, size: int = 64) -> None:
         self._size = size
         self._made: dict[tuple[str, int, int, int], bytes] = {}
 
-    def __call__(self, entry: CacheEntry, now: float) -> bytes:
-        key = (entry.etag, len(entry.body), *hit_seconds(entry, now))
+    def __call__(self, entry: CacheEntry, now: float, representation: Representation) -> bytes:
+        key = (representation.etag, len(representation.body), *hit_seconds(entry, now))
         made = self._made.get(key)
         if made is not None:
             return made
-        reply = hit_reply(entry, now)
+        reply = hit_reply(entry, now, representation)
         fields = "".join(f"{name}: {value}\r\n" for name, value in reply_headers(reply).items())
         length = f"Content-Length: {len(reply.body)}\r\n"
         made = _OK + (fields + length).encode("latin-1") + _SERVER
@@ -168,11 +172,12 @@ class Hits:
         entry = pipeline.fresh(target.key)
         if entry is None:
             return None
+        representation = pipeline.represent(entry, gzip=False)
         edge = self.edge
         request_id = edge.request_id(target.request_id)
         head = b"".join(
             (
-                self.heads(entry, pipeline.clock()),
+                self.heads(entry, pipeline.clock(), representation),
                 self.date(),
                 b"X-Request-ID: ",
                 request_id.encode(),
@@ -188,7 +193,7 @@ class Hits:
             request_id,
             token_fingerprint=target.fingerprint,
         )
-        return head, entry.body
+        return head, representation.body
 
 
 class GatewayConnection(RequestHandler):

@@ -1,5 +1,6 @@
 """The six record routes over HTTP: the caller's token and query validated, the
-pipeline asked, its reply sent with its headers.
+pipeline asked for the representation the caller accepts (``negotiation``), its
+reply sent with its headers.
 
 :meth:`RecordHandlers.known_query` lets the fast path (``gateway.fastpath``) find a
 query this handler validated before, without a request object; everything else takes
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import CIMultiDictProxy
 
 from gateway.config.live import LiveConfig
 from gateway.http.edge import REQUEST_ID, Edge
+from gateway.http.negotiation import MOST_MEMBERS, gzip_preferred
 from gateway.http.replies import reply_response
 from gateway.ops.trace import current_trace
 from gateway.records.credentials import parse_authorization
@@ -21,6 +24,15 @@ from gateway.records.pipeline import NO_DIRECTIVES, Directives, RecordPipeline
 from gateway.records.routes import ROUTES, QueryMemo, RecordQuery, RouteSpec, check_segment
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def accept_encoding(headers: CIMultiDictProxy[str]) -> str | None:
+    """The request's ``Accept-Encoding``, its fields joined as one list (None: none; of
+    more fields than a list's members are read, the first)."""
+    values = headers.getall(hdrs.ACCEPT_ENCODING, None)
+    if values is None:
+        return None
+    return values[0] if len(values) == 1 else ", ".join(values[:MOST_MEMBERS])
 
 
 def client_directives(cache_control: str | None, pragma: str | None) -> Directives:
@@ -101,6 +113,7 @@ class RecordHandlers:
                 request[REQUEST_ID],
                 directives,
                 key=pipeline.keyer.key_for(query, fingerprint),
+                gzip=gzip_preferred(accept_encoding(headers)),
             )
             return reply_response(request, reply)
 
