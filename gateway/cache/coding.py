@@ -20,9 +20,8 @@ from typing import NamedTuple
 
 from gateway.cache.entry import GZIP, IDENTITY, CacheCorrupt, CacheEntry
 
-# zlib's default level: on the published pages, most of what level 9 saves (a 10-item
-# expense page to about 0.23 of its size) at about half of its time; bench/README.md
-# has the measurements.
+# zlib's default level: on the published pages, most of what level 9 saves, at about
+# half its time on large pages; paid once per fill (bench/README.md, "Compression").
 GZIP_LEVEL = 6
 # Shorter bodies stay identity: gzip's 18 bytes of framing eat most of what it saves
 # there, and an identity caller would pay a decompression for nothing.
