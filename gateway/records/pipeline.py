@@ -252,7 +252,7 @@ class RecordPipeline:
         made it, when the caller gets identity and there is one."""
         plain = fetched.plain
         entry = fetched.entry
-        if plain is not None and not (gzip and entry.coding != IDENTITY):
+        if plain is not None and (not gzip or entry.coding == IDENTITY):
             return Representation(plain, entry.etag, IDENTITY)
         return self._bodies.represent(entry, gzip)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import struct
+from collections.abc import AsyncIterator
 
 import orjson
 import pytest
@@ -76,6 +77,11 @@ REPRESENTATIONS: list[tuple[str | None, bool]] = [
 ]
 
 
+def port_of(client: Client) -> int:
+    assert client.port is not None
+    return client.port
+
+
 def sent(accept_encoding: str | None, **headers: str) -> dict[str, str]:
     """The headers of a request with ``accept_encoding`` (None: no Accept-Encoding)."""
     if accept_encoding is not None:
@@ -119,8 +125,7 @@ def check_representation(answer: Answer, identity: bytes, identity_etag: str, gz
 async def gateway_on(gateway_factory: GatewayFactory, upstream: TestServer) -> tuple[Client, int]:
     """A gateway with the memory backend and an admin token: its client and port."""
     client = await gateway_factory(base_url(upstream), admin={"token": ADMIN})
-    assert client.port is not None
-    return client, client.port
+    return client, port_of(client)
 
 
 @pytest.mark.parametrize("route", list(PATHS))
@@ -156,8 +161,7 @@ async def test_a_miss_is_compressed_for_the_caller_that_accepts_gzip(
     near cache once it is live, else from Redis)."""
     cache = {"backend": "memory"} if backend == "memory" else redis_cache(redis_url)
     client = await gateway_factory(base_url(upstream), cache=cache)
-    port = client.port
-    assert port is not None
+    port = port_of(client)
     (miss,) = await exchange(port, gzip_request(LIST))
     assert miss.headers["x-cache"] == "MISS"
     identity = gzip.decompress(miss.body)
@@ -176,9 +180,9 @@ async def test_a_miss_shared_by_two_callers_is_one_upstream_call_in_two_represen
     one upstream call, and each its own representation of the one answer."""
     slow = await aiohttp_server(create_demo_app(latency_ms=300))
     client = await gateway_factory(base_url(slow))
-    assert client.port is not None
+    port = port_of(client)
     zipped, plain = await asyncio.gather(
-        exchange(client.port, gzip_request(LIST)), exchange(client.port, request_bytes(LIST))
+        exchange(port, gzip_request(LIST)), exchange(port, request_bytes(LIST))
     )
     assert len(slow.app[REQUEST_LOG]) == 1
     identity = plain[0].body
@@ -194,9 +198,9 @@ async def test_if_none_match_is_compared_with_the_etag_of_the_representation_ser
     representation's ETag gets a 200 with the body. On a miss as on a hit, each 304
     has the 200's Vary and ETag and no body, Content-Type or Content-Encoding."""
     client = await gateway_factory(base_url(upstream))
-    assert client.port is not None
-    (zipped,) = await exchange(client.port, gzip_request(LIST))
-    (plain,) = await exchange(client.port, request_bytes(LIST))
+    port = port_of(client)
+    (zipped,) = await exchange(port, gzip_request(LIST))
+    (plain,) = await exchange(port, request_bytes(LIST))
     gzip_tag, identity_tag = zipped.headers["etag"], plain.headers["etag"]
     assert gzip_tag == gzip_etag(identity_tag) != identity_tag
 
@@ -214,11 +218,10 @@ async def test_if_none_match_is_compared_with_the_etag_of_the_representation_ser
         (request_bytes(LIST, If_None_Match=identity_tag), identity_tag),
     ):
         cold = await gateway_factory(base_url(upstream))  # another process: a miss
-        assert cold.port is not None
-        (answer,) = await exchange(cold.port, request)
+        (answer,) = await exchange(port_of(cold), request)
         not_modified(answer, etag, "MISS")
     answers = await exchange(
-        client.port,
+        port,
         gzip_request(LIST, If_None_Match=gzip_tag),
         request_bytes(LIST, If_None_Match=identity_tag),
         gzip_request(LIST, If_None_Match=f'"other", W/{gzip_tag}'),
@@ -241,8 +244,7 @@ async def test_head_has_exactly_the_headers_get_has_in_each_representation(
     """HEAD and GET, a miss (HEAD first) and a hit, at one moment: the same fields, the
     Content-Length of the representation's body, and no body after HEAD's head."""
     client = await gateway_factory(base_url(upstream), clock=clock)
-    port = client.port
-    assert port is not None
+    port = port_of(client)
     headers = sent(accept_encoding)
     (head_miss,) = await exchange(port, request_bytes(LIST, method="HEAD", **headers), head=True)
     (get,) = await exchange(port, request_bytes(LIST, **headers))
@@ -265,8 +267,7 @@ async def test_every_record_reply_says_vary_accept_encoding(
     for a gzip caller and not for another."""
     server = await aiohttp_server(create_demo_app())
     client = await gateway_factory(base_url(server), clock=clock, cache={"ttl_s": {"users": 0}})
-    port = client.port
-    assert port is not None
+    port = port_of(client)
     pipeline = client.app[PIPELINE]
     answered: list[tuple[Answer, str, bool]] = []  # the answer, its path, gzip or not
 
@@ -301,8 +302,7 @@ async def test_problems_are_never_compressed(
     gateway_factory: GatewayFactory, upstream: TestServer
 ) -> None:
     client = await gateway_factory(base_url(upstream), cache={"negative_ttl_s": 60})
-    port = client.port
-    assert port is not None
+    port = port_of(client)
     unknown = "/expenses/00000000-0000-4000-8000-000000000000"
     answers = await exchange(
         port,
@@ -383,8 +383,7 @@ async def test_the_memo_of_identity_bodies_stays_within_its_bytes(
     every caller gets the right body."""
     limit = 40_000
     client = await gateway_factory(base_url(upstream), cache={"identity_memo_max_bytes": limit})
-    port = client.port
-    assert port is not None
+    port = port_of(client)
     memo = client.app[PIPELINE].identity_bodies
     pages = [f"/expenses?limit=10&page={n}" for n in range(1, 21)]
     zipped = await exchange(port, *(gzip_request(page) for page in pages))
@@ -398,61 +397,63 @@ async def test_the_memo_of_identity_bodies_stays_within_its_bytes(
     assert 1 <= len(memo) < len(pages)
 
 
-async def test_entries_are_stored_gzip_in_redis_within_a_third_of_the_identity_body(
+@pytest.fixture
+async def on_redis(
     gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str
+) -> AsyncIterator[tuple[Client, redis.Redis]]:
+    """A gateway on a real redis-server without its near cache (every read is a Redis
+    read), and a client of that Redis."""
+    client = await gateway_factory(
+        base_url(upstream), cache=redis_cache(redis_url, near_cache=False)
+    )
+    store = redis.Redis.from_url(redis_url)
+    yield client, store
+    await store.aclose()
+
+
+async def stored_in_redis(client: Client, store: redis.Redis) -> tuple[bytes, bytes, bytes]:
+    """LIST fetched once by an identity caller: its body, and its one entry's key and
+    value in Redis."""
+    (answer,) = await exchange(port_of(client), request_bytes(LIST))
+    (key,) = [key async for key in store.scan_iter("*:e:*") if not key.endswith(b":lease")]
+    raw = await store.get(key)
+    assert isinstance(raw, bytes)
+    return answer.body, key, raw
+
+
+async def test_entries_are_stored_gzip_in_redis_within_a_third_of_the_identity_body(
+    on_redis: tuple[Client, redis.Redis],
 ) -> None:
     """The value in a real redis-server is the gzip entry (its body decompresses to the
     identity body served), and Redis's MEMORY USAGE of a 10-expense page's key is at
     most 0.35 of the identity body (about 1.2 when stored identity)."""
-    client = await gateway_factory(base_url(upstream), cache=redis_cache(redis_url))
-    assert client.port is not None
-    (answer,) = await exchange(client.port, request_bytes(LIST))
-    identity = answer.body
+    identity, key, raw = await stored_in_redis(*on_redis)
     assert len(orjson.loads(identity)["data"]) == 10
-    store = redis.Redis.from_url(redis_url)
-    try:
-        keys = [key async for key in store.scan_iter("*:e:*") if not key.endswith(b":lease")]
-        assert len(keys) == 1
-        raw = await store.get(keys[0])
-        assert isinstance(raw, bytes)
-        entry = CacheEntry.decode(raw)
-        assert (entry.coding, entry.etag) == (GZIP, etag_of(identity))
-        assert gzip.decompress(entry.body) == identity
-        assert raw.endswith(stored_body(identity)[0])
-        usage = await store.memory_usage(keys[0])
-        assert usage is not None
-        assert usage <= 0.35 * len(identity), (usage, len(identity))
-    finally:
-        await store.aclose()
+    entry = CacheEntry.decode(raw)
+    assert (entry.coding, entry.etag) == (GZIP, etag_of(identity))
+    assert gzip.decompress(entry.body) == identity
+    assert raw.endswith(stored_body(identity)[0])
+    usage = await on_redis[1].memory_usage(key)
+    assert usage is not None
+    assert usage <= 0.35 * len(identity), (usage, len(identity))
 
 
 async def test_an_entry_an_older_gateway_stored_is_served_to_every_caller(
-    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str
+    on_redis: tuple[Client, redis.Redis], upstream: TestServer
 ) -> None:
     """A rolling upgrade: an ``RGC1`` value (the format before codings) in Redis is
     served by this version, identity to every caller, without an upstream call."""
-    client = await gateway_factory(
-        base_url(upstream), cache=redis_cache(redis_url, near_cache=False)
-    )
-    assert client.port is not None
-    (answer,) = await exchange(client.port, request_bytes(LIST))
-    identity = answer.body
-    store = redis.Redis.from_url(redis_url)
-    try:
-        (key,) = [key async for key in store.scan_iter("*:e:*") if not key.endswith(b":lease")]
-        raw = await store.get(key)
-        assert isinstance(raw, bytes)
-        new = CacheEntry.decode(raw)
-        old = rgc1(CacheEntry(identity, new.etag, new.stored_at, new.ttl_s, 200, new.generations))
-        await store.set(key, old, px=60_000)
-        calls = upstream_calls(upstream)
-        for request in (gzip_request(LIST), request_bytes(LIST)):
-            (hit,) = await exchange(client.port, request)
-            assert hit.headers["x-cache"] == "HIT"
-            check_representation(hit, identity, new.etag, False)
-        assert upstream_calls(upstream) == calls
-    finally:
-        await store.aclose()
+    client, store = on_redis
+    identity, key, raw = await stored_in_redis(client, store)
+    new = CacheEntry.decode(raw)
+    old = rgc1(CacheEntry(identity, new.etag, new.stored_at, new.ttl_s, 200, new.generations))
+    await store.set(key, old, px=60_000)
+    calls = upstream_calls(upstream)
+    for request in (gzip_request(LIST), request_bytes(LIST)):
+        (hit,) = await exchange(port_of(client), request)
+        assert hit.headers["x-cache"] == "HIT"
+        check_representation(hit, identity, new.etag, False)
+    assert upstream_calls(upstream) == calls
 
 
 def rgc1(entry: CacheEntry) -> bytes:
@@ -473,29 +474,18 @@ def rgc1(entry: CacheEntry) -> bytes:
 
 
 async def test_a_stored_body_that_does_not_decompress_is_fetched_again_not_a_500(
-    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str
+    on_redis: tuple[Client, redis.Redis], upstream: TestServer
 ) -> None:
-    client = await gateway_factory(
-        base_url(upstream), cache=redis_cache(redis_url, near_cache=False)
-    )
-    assert client.port is not None
-    (answer,) = await exchange(client.port, request_bytes(LIST))
-    identity = answer.body
-    store = redis.Redis.from_url(redis_url)
-    try:
-        (key,) = [key async for key in store.scan_iter("*:e:*") if not key.endswith(b":lease")]
-        raw = await store.get(key)
-        assert isinstance(raw, bytes)
-        good = CacheEntry.decode(raw)
-        broken = good.body[:10] + bytes(len(good.body) - 10)  # a gzip header, then zeros
-        await store.set(key, raw[: -len(good.body)] + broken, px=60_000)
-        calls = upstream_calls(upstream)
-        (again,) = await exchange(client.port, request_bytes(LIST))
-        check_representation(again, identity, good.etag, False)
-        assert again.headers["cache-status"] == "records-gateway; fwd=miss; stored"
-        assert upstream_calls(upstream) == calls + 1
-        (zipped,) = await exchange(client.port, gzip_request(LIST))  # stored over it
-        check_representation(zipped, identity, good.etag, True)
-        assert zipped.headers["x-cache"] == "HIT"
-    finally:
-        await store.aclose()
+    client, store = on_redis
+    identity, key, raw = await stored_in_redis(client, store)
+    good = CacheEntry.decode(raw)
+    broken = good.body[:10] + bytes(len(good.body) - 10)  # a gzip header, then zeros
+    await store.set(key, raw[: -len(good.body)] + broken, px=60_000)
+    calls = upstream_calls(upstream)
+    (again,) = await exchange(port_of(client), request_bytes(LIST))
+    check_representation(again, identity, good.etag, False)
+    assert again.headers["cache-status"] == "records-gateway; fwd=miss; stored"
+    assert upstream_calls(upstream) == calls + 1
+    (zipped,) = await exchange(port_of(client), gzip_request(LIST))  # stored over it
+    check_representation(zipped, identity, good.etag, True)
+    assert zipped.headers["x-cache"] == "HIT"
