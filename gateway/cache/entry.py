@@ -2,8 +2,16 @@
 
 An entry is the final published bytes of one answer with its ETag, status and the
 time it was stored, packed into one value, so that a hit is one backend read and no
-JSON work. Keys are made by ``gateway.records.keys.Keyer``; here a key is only its
-route and its text.
+JSON work. The bytes are stored in a content coding (gzip, or identity for bodies too
+short to gain from it: ``gateway.cache.coding``), which the entry records; its ETag is
+always that of the identity body. Keys are made by ``gateway.records.keys.Keyer``; here
+a key is only its route and its text.
+
+The value's format: a header (``RGC2``, the time stored, TTL, status, the two
+generations, the ETag's length, the coding), the ETag, the body. Values of the format
+before it (``RGC1``, no coding: identity) are still read, so that instances of this
+version read what older ones stored; an older instance reads an ``RGC2`` value as no
+entry at all (a miss), never as an error (docs/deployment.md, "Upgrading").
 
 Purges work with generations rather than by finding keys: an entry records the
 generations (of the whole namespace and of its route) current when it was stored, and
@@ -20,8 +28,17 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
-_HEADER = struct.Struct("!4sdIHQQB")
-_MAGIC = b"RGC1"
+_HEADER = struct.Struct("!4sdIHQQBB")
+_MAGIC = b"RGC2"
+# the format before codings: its header lacks the last byte, its bodies are identity
+_HEADER_V1 = struct.Struct("!4sdIHQQB")
+_MAGIC_V1 = b"RGC1"
+
+# The content codings of stored bodies (Content-Encoding names), as the header spells them.
+IDENTITY = "identity"
+GZIP = "gzip"
+_CODINGS = (IDENTITY, GZIP)
+_GZIP_START = b"\x1f\x8b\x08"  # a gzip member of deflated data (RFC 1952)
 
 # The parts of every key, after "namespace:upstream": entries, purge generations,
 # the fill leases of entries, the fleet's announcements.
@@ -67,7 +84,8 @@ NO_GENERATIONS = Generations()  # before any purge
 
 @dataclass(frozen=True, slots=True)
 class CacheEntry:
-    """One stored answer: status 200 with the published body, or a negative 404."""
+    """One stored answer: status 200 with the published body, or a negative 404.
+    ``body`` is in ``coding`` (GZIP or IDENTITY); ``etag`` is that of the identity body."""
 
     body: bytes
     etag: str
@@ -75,6 +93,7 @@ class CacheEntry:
     ttl_s: int
     status: int = 200
     generations: Generations = NO_GENERATIONS
+    coding: str = IDENTITY
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.stored_at)
@@ -93,23 +112,39 @@ class CacheEntry:
             self.generations.everything,
             self.generations.route,
             len(etag),
+            _CODINGS.index(self.coding),
         )
         return header + etag + self.body
 
     @classmethod
     def decode(cls, raw: bytes) -> CacheEntry:
-        if len(raw) < _HEADER.size or raw[:4] != _MAGIC:
+        """The entry ``raw`` encodes (this format or the one before); raises
+        CacheCorrupt for anything else."""
+        magic = raw[:4]
+        if magic == _MAGIC and len(raw) >= _HEADER.size:
+            *fields, etag_len, code = _HEADER.unpack_from(raw)
+            start = _HEADER.size
+            if code >= len(_CODINGS):
+                raise CacheCorrupt(f"an entry of an unknown coding ({code})")
+            coding = _CODINGS[code]
+        elif magic == _MAGIC_V1 and len(raw) >= _HEADER_V1.size:
+            *fields, etag_len = _HEADER_V1.unpack_from(raw)
+            start = _HEADER_V1.size
+            coding = IDENTITY
+        else:
             raise CacheCorrupt("not a records-gateway cache entry")
-        _, stored_at, ttl_s, status, everything, route, etag_len = _HEADER.unpack_from(raw)
-        start = _HEADER.size
-        etag = raw[start : start + etag_len].decode("ascii")
+        _, stored_at, ttl_s, status, everything, route = fields
+        body = raw[start + etag_len :]
+        if coding == GZIP and body[:3] != _GZIP_START:
+            raise CacheCorrupt("a gzip entry whose body is not gzip")
         return cls(
-            body=raw[start + etag_len :],
-            etag=etag,
+            body=body,
+            etag=raw[start : start + etag_len].decode("ascii"),
             stored_at=stored_at,
             ttl_s=ttl_s,
             status=status,
             generations=Generations(everything, route),
+            coding=coding,
         )
 
 

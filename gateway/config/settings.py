@@ -184,6 +184,9 @@ class CacheSettings(_Section):
     honor_client_no_cache: bool = True
     near_cache: bool = True
     near_max_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
+    # the process's memo of decompressed (identity) bodies of gzip entries, for callers
+    # that do not accept gzip (gateway.cache.coding); 0 keeps none
+    identity_memo_max_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
     breaker_failures: int = Field(default=5, ge=1, le=1000)
     breaker_reset_s: float = Field(default=5.0, gt=0, le=3600)
     # the breaker also opens when, over the last window, at least min_calls cache

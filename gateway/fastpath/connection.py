@@ -52,6 +52,7 @@ from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
+from gateway.cache.coding import Representation
 from gateway.cache.entry import CacheEntry, CacheKey
 from gateway.fastpath.fingerprints import ConnectionFingerprints
 from gateway.fastpath.rejections import problem_for_rejected
@@ -91,9 +92,10 @@ class HitTarget(NamedTuple):
 
 class WireHeads:
     """The status line and header fields of hit replies as bytes, up to ``Date``: those
-    of ``hit_reply(entry, now)``, which depend on the entry's ETag and body length and
-    on the whole seconds of its age and freshness left; made once per such set, at most
-    ``size`` kept, the oldest forgotten first (bytes only: no entry is held here).
+    of ``hit_reply(entry, now, representation)``, which depend on the representation's
+    ETag (which names its coding too) and body length and on the whole seconds of the
+    entry's age and freshness left; made once per such set, at most ``size`` kept, the
+    oldest forgotten first (bytes only: no entry is held here).
 
     A hot entry is answered many times in each second and its head is made once a
     second; ``size`` is a few thousand so that the warm ones of a cache of many keys
@@ -106,12 +108,12 @@ class WireHeads:
     def __len__(self) -> int:
         return len(self._made)
 
-    def __call__(self, entry: CacheEntry, now: float) -> bytes:
-        key = (entry.etag, len(entry.body), *hit_seconds(entry, now))
+    def __call__(self, entry: CacheEntry, now: float, representation: Representation) -> bytes:
+        key = (representation.etag, len(representation.body), *hit_seconds(entry, now))
         made = self._made.get(key)
         if made is not None:
             return made
-        reply = hit_reply(entry, now)
+        reply = hit_reply(entry, now, representation)
         fields = "".join(f"{name}: {value}\r\n" for name, value in reply_headers(reply).items())
         length = f"Content-Length: {len(reply.body)}\r\n"
         made = _OK + (fields + length).encode("latin-1") + _SERVER
@@ -196,11 +198,12 @@ class Hits:
             entry = pipeline.fresh(target.key)
             if entry is None:
                 return None
+        representation = pipeline.represent(entry, gzip=False)
         edge = self.edge
         request_id = edge.request_id(target.request_id)
         head = b"".join(
             (
-                self.heads(entry, pipeline.clock()),
+                self.heads(entry, pipeline.clock(), representation),
                 self.date(),
                 b"X-Request-ID: ",
                 request_id.encode(),
@@ -216,7 +219,7 @@ class Hits:
             request_id,
             token_fingerprint=target.fingerprint,
         )
-        return head, entry.body
+        return head, representation.body
 
 
 class GatewayConnection(RequestHandler):

@@ -19,7 +19,7 @@ aiohttp's own parser unchanged:
 - exactly one ``Host`` (aiohttp refuses an HTTP/1.1 request without one), and no
   header name twice (aiohttp refuses some twice: ``Host``, ``User-Agent`` and more);
 - no header that changes how a hit is answered or framed: ``Cache-Control``,
-  ``Pragma``, ``If-None-Match``, ``Expect``, ``Content-Length``,
+  ``Pragma``, ``If-None-Match``, ``Accept-Encoding``, ``Expect``, ``Content-Length``,
   ``Transfer-Encoding``, ``Upgrade``, ``TE``, ``Sec-WebSocket-Key1``,
   ``Proxy-Connection`` (aiohttp reads it as ``Connection``), and ``Connection`` other
   than ``keep-alive``.
@@ -60,6 +60,7 @@ _DECLINED = frozenset(
         b"cache-control",
         b"pragma",
         b"if-none-match",
+        b"accept-encoding",
         b"expect",
         b"content-length",
         b"transfer-encoding",

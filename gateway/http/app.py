@@ -21,6 +21,7 @@ from aiohttp import web
 from gateway.cache.backend import CacheBackend
 from gateway.cache.breaker import GuardedCache
 from gateway.cache.clock import Clock, system_clock
+from gateway.cache.coding import IdentityBodies
 from gateway.cache.fleet import Fleet
 from gateway.cache.memory import MemoryBackend, NullBackend
 from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint
@@ -250,6 +251,7 @@ async def _pipeline_ctx(
         keyer=keyer,
         policy=CachePolicy.from_settings(settings.cache),
         clock=clock,
+        bodies=IdentityBodies(settings.cache.identity_memo_max_bytes),
         metrics=metrics_,
     )
     fleet = _fleet_of(backend, keyer.prefix, live, metrics_)

@@ -60,7 +60,10 @@ RFC 9457 problem (`application/problem+json`) whose `type` is a
 `Authorization: Bearer <token>`, forwarded to the upstream verbatim. `HEAD` is
 answered like `GET`, without a body; other methods are 405. Answers may come from
 the gateway's cache: `X-Cache`, `Cache-Status`, `Age` and `ETag` say so, and
-`If-None-Match` and `Cache-Control: no-cache` / `no-store` steer it.
+`If-None-Match` and `Cache-Control: no-cache` / `no-store` steer it. Answers are
+gzip-compressed (`Content-Encoding: gzip`) for callers whose `Accept-Encoding` prefers
+gzip, except bodies under 256 bytes; each representation has its own `ETag`, and every
+record answer says `Vary: Accept-Encoding`. Problems are never compressed.
 """
 
 
@@ -94,9 +97,21 @@ def _headers() -> dict[str, dict[str, Any]]:
             "schema": {"type": "integer", "minimum": 0},
         },
         "ETag": {
-            "description": "A strong ETag of the body; send it back in If-None-Match.",
+            "description": "A strong ETag of the representation sent (the gzip one's ends in"
+            " -gzip inside the quotes); send it back in If-None-Match.",
             "required": True,
             "schema": {"type": "string"},
+        },
+        "Vary": {
+            "description": "The answer depends on the request's Accept-Encoding.",
+            "required": True,
+            "schema": {"type": "string", "const": "Accept-Encoding"},
+        },
+        "Content-Encoding": {
+            "description": "gzip when the body is gzip-compressed (the caller's"
+            " Accept-Encoding prefers it, and the body is 256 bytes or more); absent when"
+            " it is not.",
+            "schema": {"type": "string", "const": "gzip"},
         },
         "Cache-Control": {
             "description": "How long the caller may reuse the answer, e.g."
@@ -123,8 +138,8 @@ def _header_refs(*names: str) -> dict[str, dict[str, str]]:
     return {name: {"$ref": _HEADERS + name} for name in names}
 
 
-_REQUEST_HEADERS = ("If-None-Match", "Cache-Control", "Pragma", "X-Request-ID")
-_CACHE_HEADERS = ("X-Cache", "Cache-Status", "Age", "ETag", "Cache-Control")
+_REQUEST_HEADERS = ("If-None-Match", "Cache-Control", "Pragma", "Accept-Encoding", "X-Request-ID")
+_CACHE_HEADERS = ("X-Cache", "Cache-Status", "Age", "ETag", "Cache-Control", "Vary")
 
 
 class _ProblemResponse(NamedTuple):
@@ -302,7 +317,8 @@ def _responses() -> dict[str, dict[str, Any]]:
     """components.responses: 304 and every problem response."""
     responses = {
         "NotModified": {
-            "description": "If-None-Match matched the current ETag; no body.",
+            "description": "If-None-Match matched the ETag of the representation this"
+            " request would get; no body.",
             "headers": _header_refs("X-Request-ID", *_CACHE_HEADERS),
         }
     }
@@ -339,7 +355,7 @@ def _record_operation(route: RouteSpec) -> dict[str, Any]:
     responses: dict[str, Any] = {
         "200": {
             "description": summary,
-            "headers": _header_refs("X-Request-ID", *_CACHE_HEADERS),
+            "headers": _header_refs("X-Request-ID", *_CACHE_HEADERS, "Content-Encoding"),
             "content": {_JSON: {"schema": {"$ref": _SCHEMAS + model.__name__}}},
         },
         "304": {"$ref": _RESPONSES + "NotModified"},

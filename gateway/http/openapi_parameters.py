@@ -113,6 +113,12 @@ def parameter_components(settings: Settings) -> dict[str, dict[str, Any]]:
     parameters["Pragma"] = _header_parameter(
         "Pragma", "no-cache is taken as Cache-Control: no-cache when Cache-Control is absent."
     )
+    parameters["Accept-Encoding"] = _header_parameter(
+        "Accept-Encoding",
+        "Content codings the caller accepts (RFC 9110): the answer is gzip-compressed when"
+        " gzip (or x-gzip, or *) is acceptable and not less preferred than identity;"
+        " otherwise, and when the field is absent or empty, it is not compressed.",
+    )
     parameters["X-Request-ID"] = _header_parameter(
         "X-Request-ID",
         "The caller's request id, echoed in X-Request-ID and sent upstream when it is 1"

@@ -1,5 +1,6 @@
 """The six record routes over HTTP: the caller's token and query validated, the
-pipeline asked, its reply sent with its headers.
+pipeline asked for the representation the caller accepts (``negotiation``), its
+reply sent with its headers.
 
 :meth:`RecordHandlers.hit_query` gives the fast path (``gateway.fastpath``) the
 validated query of a head without a request object: remembered from before, or
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import CIMultiDictProxy
 from yarl import URL
 
 from gateway.config.live import LiveConfig
 from gateway.errors import RequestError
 from gateway.http.edge import REQUEST_ID, Edge
+from gateway.http.negotiation import MOST_MEMBERS, gzip_preferred
 from gateway.http.replies import reply_response
 from gateway.ops.trace import current_trace
 from gateway.records.credentials import parse_authorization
@@ -30,6 +33,15 @@ def query_pairs(query_string: str) -> list[tuple[str, str]]:
     """The decoded pairs of a raw query string, as aiohttp's ``request.query`` gives
     them for a request whose target carries it (both are yarl's reading of it)."""
     return list(URL.build(query_string=query_string, encoded=True).query.items())
+
+
+def accept_encoding(headers: CIMultiDictProxy[str]) -> str | None:
+    """The request's ``Accept-Encoding``, its fields joined as one list (None: none; of
+    more fields than a list's members are read, the first)."""
+    values = headers.getall(hdrs.ACCEPT_ENCODING, None)
+    if values is None:
+        return None
+    return values[0] if len(values) == 1 else ", ".join(values[:MOST_MEMBERS])
 
 
 def client_directives(cache_control: str | None, pragma: str | None) -> Directives:
@@ -128,6 +140,7 @@ class RecordHandlers:
                 request[REQUEST_ID],
                 directives,
                 key=pipeline.keyer.key_for(query, fingerprint),
+                gzip=gzip_preferred(accept_encoding(headers)),
             )
             return reply_response(request, reply)
 

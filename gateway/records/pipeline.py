@@ -16,6 +16,12 @@ waits for it: an entry within ``stale_if_error_s`` is served at once, and a requ
 without one fails at once (UpstreamCircuitOpen, a 503). When the circuit's trial is
 due, a request with such an entry is still served it at once, and the trial runs as
 its background refresh: no caller waits on an upstream that may still be down.
+
+Representations: an entry's body is compressed once, when the fill makes it
+(``gateway.cache.coding``). A reply is made for the representation the caller gets:
+the stored gzip bytes for a caller that accepts gzip, the identity body otherwise
+(from this fill, or the process's memo of decompressed bodies). Every way a hit is
+answered makes its reply with :meth:`RecordPipeline.represent` and :func:`hit_reply`.
 """
 
 from __future__ import annotations
@@ -30,7 +36,16 @@ from typing import Any, NamedTuple
 from gateway.cache.backend import OWN_LEASE
 from gateway.cache.breaker import GuardedCache
 from gateway.cache.clock import Clock
-from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup, etag_of
+from gateway.cache.coding import IdentityBodies, Representation, stored_body
+from gateway.cache.entry import (
+    IDENTITY,
+    CacheCorrupt,
+    CacheEntry,
+    CacheKey,
+    Generations,
+    Lookup,
+    etag_of,
+)
 from gateway.config.settings import CacheSettings
 from gateway.errors import (
     UpstreamCircuitOpen,
@@ -98,7 +113,8 @@ NO_DIRECTIVES = Directives()
 
 class Reply(NamedTuple):
     """What the gateway serves for one read, with what the cache did (a named tuple:
-    one is made on every request)."""
+    one is made on every request): the bytes of one representation, its ETag and its
+    content coding (``gzip``, or ``identity`` for none)."""
 
     body: bytes
     etag: str
@@ -106,6 +122,7 @@ class Reply(NamedTuple):
     cache_status: str
     age_s: int = 0
     max_age_s: int = 0
+    coding: str = IDENTITY
 
 
 class _Read(NamedTuple):
@@ -123,12 +140,13 @@ class _Fetched:
     """The outcome of one fill, shared by every request of the process that waited
     for it: this process's upstream call (stored or not), or the entry another
     instance filled (``collapsed``), or a stale entry while another instance fills
-    (``stale``)."""
+    (``stale``). ``plain`` is the identity body when this process made the entry."""
 
     entry: CacheEntry
     stored: bool
     collapsed: bool = False
     stale: bool = False
+    plain: bytes | None = None
 
 
 class _Flight(NamedTuple):
@@ -171,9 +189,11 @@ class RecordPipeline:
         keyer: Keyer,
         policy: CachePolicy,
         clock: Clock,
+        bodies: IdentityBodies,
         metrics: Metrics | None = None,
     ) -> None:
         self._metrics = metrics
+        self._bodies = bodies
         self._upstream = upstream
         self._normaliser = normaliser
         self._cache = cache
@@ -198,6 +218,11 @@ class RecordPipeline:
         return self._upstream
 
     @property
+    def identity_bodies(self) -> IdentityBodies:
+        """The process's memo of decompressed bodies."""
+        return self._bodies
+
+    @property
     def in_flight(self) -> int:
         """Upstream fetches and background refreshes running now."""
         return len(self._inflight)
@@ -214,7 +239,8 @@ class RecordPipeline:
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         """The entry ``read`` would serve as a plain HIT for a request without cache
         directives, when this process holds it (no I/O, no waiting); None when ``read``
-        must decide. Its reply at a moment is :func:`hit_reply`."""
+        must decide. Its reply at a moment is :func:`hit_reply` of its
+        :meth:`represent`."""
         cache = self._cache
         if cache is None or not self.policy.ttl_s.get(key.route):
             return None
@@ -262,6 +288,21 @@ class RecordPipeline:
             return peeked[1]
         return await cache.get(key)
 
+    def represent(self, entry: CacheEntry, gzip: bool) -> Representation:
+        """What a caller that accepts gzip (``gzip``), or not, is sent of ``entry``: the
+        stored bytes, or the identity body (decompressed through the process's memo).
+        Raises CacheCorrupt when a stored gzip body does not decompress."""
+        return self._bodies.represent(entry, gzip)
+
+    def _represent_fill(self, fetched: _Fetched, gzip: bool) -> Representation:
+        """The representation of a fill's entry: its identity body as this process
+        made it, when the caller gets identity and there is one."""
+        plain = fetched.plain
+        entry = fetched.entry
+        if plain is not None and (not gzip or entry.coding == IDENTITY):
+            return Representation(plain, entry.etag, IDENTITY)
+        return self._bodies.represent(entry, gzip)
+
     async def read(
         self,
         query: RecordQuery,
@@ -269,22 +310,43 @@ class RecordPipeline:
         request_id: str,
         directives: Directives = NO_DIRECTIVES,
         key: CacheKey | None = None,
+        gzip: bool = False,
     ) -> Reply:
-        """Serve ``query`` for ``credentials``; ``key``, when the caller has it, is
-        ``keyer.key(query, credentials)``."""
-        policy = self.policy
-        ttl = policy.ttl_s.get(query.route.name, 0)
+        """Serve ``query`` for ``credentials`` in the representation a caller that
+        accepts gzip (``gzip``), or not, gets; ``key``, when the caller has it, is
+        ``keyer.key(query, credentials)``.
+
+        A stored gzip body that does not decompress is a cache fault, never the
+        caller's: the answer is fetched again and stored over it."""
+        ttl = self.policy.ttl_s.get(query.route.name, 0)
         if key is None:
             key = self._keyer.key(query, credentials)
         job = _Read(key, query, credentials, request_id, ttl)
+        try:
+            return await self._read(job, directives, gzip)
+        except CacheCorrupt as exc:
+            log.warning(
+                "a cached entry does not decompress; answered from the upstream",
+                extra={"route": query.route.template, "error": str(exc)},
+            )
+            fetched = await self._fetch(job, await self._current_generations(key))
+            detail = "fwd=miss; stored" if fetched.stored else "fwd=miss"
+            return _served(
+                fetched.entry, self._represent_fill(fetched, gzip), MISS, detail, left=ttl
+            )
+
+    async def _read(self, job: _Read, directives: Directives, gzip: bool) -> Reply:
+        key, query, _, _, ttl = job
+        policy = self.policy
         if self._cache is None or ttl == 0 or directives.no_store:
             detail = "fwd=request" if directives.no_store and self._cache and ttl else "fwd=bypass"
             fetched = await self._fetch(job, None)
-            return _served(fetched.entry, BYPASS, detail)
+            return _served(fetched.entry, self._represent_fill(fetched, gzip), BYPASS, detail)
         if directives.no_cache and policy.honor_client_no_cache:
             fetched = await self._fetch(job, await self._current_generations(key))
             stored = "; stored" if fetched.stored else ""
-            return _served(fetched.entry, BYPASS, f"fwd=request{stored}", left=ttl)
+            representation = self._represent_fill(fetched, gzip)
+            return _served(fetched.entry, representation, BYPASS, f"fwd=request{stored}", left=ttl)
 
         inflight = self._inflight
         ticket = inflight.reading(key.text)
@@ -298,7 +360,7 @@ class RecordPipeline:
             now = self._clock()
             age, left = entry.age(now), entry.left(now)
             if left > 0:
-                return hit_reply(entry, now)
+                return hit_reply(entry, now, self._bodies.represent(entry, gzip))
             overdue = -left
             if overdue < policy.stale_while_revalidate_s:
                 self._refresh(job, lookup.generations)
@@ -306,7 +368,7 @@ class RecordPipeline:
                 breaker = self._upstream.breaker
                 if breaker is not None and breaker.state is not _CLOSED:
                     status = f"{status}; detail={CIRCUIT_OPEN}"
-                return _served(entry, STALE, status, age=age)
+                return _served(entry, self._bodies.represent(entry, gzip), STALE, status, age=age)
             if overdue < policy.stale_if_error_s:
                 stale = entry
 
@@ -317,7 +379,7 @@ class RecordPipeline:
             if stale is not None:
                 if upstream.available and generations is not None:
                     self._refresh(job, generations)  # the circuit's trial, in the background
-                return self._circuit_stale(stale)
+                return self._circuit_stale(stale, gzip)
             if not upstream.available:
                 raise upstream.circuit_open(f"GET {query.route.template}")
         flight = _Flight(key.text, generations)
@@ -340,21 +402,29 @@ class RecordPipeline:
                 )
         except UpstreamError as exc:
             if stale is not None and isinstance(exc, UpstreamCircuitOpen):
-                return self._circuit_stale(stale)
+                return self._circuit_stale(stale, gzip)
             if stale is not None and is_outage(exc):
                 log.info(
                     "serving stale entry instead of an upstream failure",
                     extra={"route": query.route.template, "error": exc.detail},
                 )
                 status = f"; fwd-status={exc.upstream_status}" if exc.upstream_status else ""
-                return _served(stale, STALE, f"fwd=stale{status}", age=stale.age(self._clock()))
+                return _served(
+                    stale,
+                    self._bodies.represent(stale, gzip),
+                    STALE,
+                    f"fwd=stale{status}",
+                    age=stale.age(self._clock()),
+                )
             raise
         if self._metrics is not None and (joined or fetched.collapsed or fetched.stale):
             kind = "process" if joined else "fleet"
             self._metrics.coalesced.labels(query.route.name, kind).inc()
+        representation = self._represent_fill(fetched, gzip)
         if fetched.stale:
             entry = fetched.entry
-            return _served(entry, STALE, "fwd=stale; collapsed", age=entry.age(self._clock()))
+            age = entry.age(self._clock())
+            return _served(entry, representation, STALE, "fwd=stale; collapsed", age=age)
         if generations is None:
             detail = "fwd=miss; detail=cache-unavailable"
         elif fetched.collapsed:
@@ -363,10 +433,9 @@ class RecordPipeline:
             detail = "fwd=miss; stored" if fetched.stored else "fwd=miss"
         if fetched.collapsed:
             left = max(0, int(fetched.entry.left(self._clock())))
-            return _served(
-                fetched.entry, MISS, detail, age=fetched.entry.age(self._clock()), left=left
-            )
-        return _served(fetched.entry, MISS, detail, left=ttl)
+            age = fetched.entry.age(self._clock())
+            return _served(fetched.entry, representation, MISS, detail, age=age, left=left)
+        return _served(fetched.entry, representation, MISS, detail, left=ttl)
 
     async def _unless_circuit_opens(
         self, fill: Coroutine[Any, Any, tuple[_Fetched, bool]], what: str
@@ -388,11 +457,13 @@ class RecordPipeline:
         task.add_done_callback(_outcome_taken)
         raise self._upstream.circuit_open(what)
 
-    def _circuit_stale(self, stale: CacheEntry) -> Reply:
+    def _circuit_stale(self, stale: CacheEntry, gzip: bool) -> Reply:
         """``stale`` served in place of an upstream whose circuit is open."""
         now = self._clock()
         status = f"{hit_status(int(stale.left(now)) or -1)}; detail={CIRCUIT_OPEN}"
-        return _served(stale, STALE, status, age=stale.age(now))
+        return _served(
+            stale, self._bodies.represent(stale, gzip), STALE, status, age=stale.age(now)
+        )
 
     async def _current_generations(self, key: CacheKey) -> Generations | None:
         assert self._cache is not None
@@ -509,25 +580,28 @@ class RecordPipeline:
         body = self._normaliser.normalise(query, fetched.body)
         if self._metrics is not None:
             self._metrics.normalised(query.route.name, time.perf_counter() - started)
+        coded, coding = stored_body(body)
         entry = CacheEntry(
-            body=body,
+            body=coded,
             etag=etag_of(body),
             stored_at=self._clock(),
             ttl_s=ttl,
             generations=generations or Generations(),
+            coding=coding,
         )
         stored = False
         if generations is not None and self._cache is not None and ttl > 0:
             stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
-        return _Fetched(entry, stored)
+        return _Fetched(entry, stored, plain=body)
 
 
-def hit_reply(entry: CacheEntry, now: float) -> Reply:
-    """The reply of a fresh hit on ``entry`` at ``now``: the one way a cache entry
-    becomes a hit's answer, whichever path (aiohttp's or the fast path) sends it. It
-    depends on ``now`` only through :func:`hit_seconds`."""
+def hit_reply(entry: CacheEntry, now: float, representation: Representation) -> Reply:
+    """The reply of a fresh hit on ``entry`` at ``now`` in ``representation``
+    (:meth:`RecordPipeline.represent`): the one way a cache entry becomes a hit's
+    answer, whichever path (aiohttp's or the fast path) sends it. It depends on ``now``
+    only through :func:`hit_seconds`."""
     age_s, left_s = hit_seconds(entry, now)
-    return _served(entry, HIT, hit_status(left_s), age=age_s, left=left_s)
+    return _served(entry, representation, HIT, hit_status(left_s), age=age_s, left=left_s)
 
 
 def hit_seconds(entry: CacheEntry, now: float) -> tuple[int, int]:
@@ -550,17 +624,25 @@ def _outcome_taken(task: asyncio.Future[Any]) -> None:
 
 
 def _served(
-    entry: CacheEntry, x_cache: str, status: str, *, age: float = 0.0, left: int = 0
+    entry: CacheEntry,
+    representation: Representation,
+    x_cache: str,
+    status: str,
+    *,
+    age: float = 0.0,
+    left: int = 0,
 ) -> Reply:
-    """The reply of an entry, ``age`` seconds old with ``left`` seconds of freshness
-    (a negative entry raises its 404 again)."""
+    """The reply of an entry in ``representation``, ``age`` seconds old with ``left``
+    seconds of freshness (a negative entry raises its 404 again)."""
     if entry.status == 404:
         raise UpstreamRejected(entry.body.decode(), upstream_status=404)
+    body, etag, coding = representation
     return Reply(
-        body=entry.body,
-        etag=entry.etag,
+        body=body,
+        etag=etag,
         x_cache=x_cache,
         cache_status=f"{CACHE_NAME}; {status}",
         age_s=int(age),
         max_age_s=left,
+        coding=coding,
     )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import hmac
 import re
+import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,7 +15,16 @@ import pytest
 import redis.asyncio as redis
 
 from gateway.cache.backend import CacheBackend
-from gateway.cache.entry import NO_GENERATIONS, CacheEntry, CacheKey, Generations, etag_of
+from gateway.cache.entry import (
+    GZIP,
+    IDENTITY,
+    NO_GENERATIONS,
+    CacheCorrupt,
+    CacheEntry,
+    CacheKey,
+    Generations,
+    etag_of,
+)
 from gateway.cache.memory import ENTRY_OVERHEAD_BYTES, MemoryBackend
 from gateway.cache.redis import RedisBackend
 from gateway.records.credentials import Credentials
@@ -51,6 +62,83 @@ def test_entry_round_trips_in_one_value() -> None:
         generations=Generations(3, 7),
     )
     assert CacheEntry.decode(original.encode()) == original
+
+
+PAGE = b'{"data":[' + b",".join([b'{"amount":"1694.8300","status":"PAID"}'] * 40) + b"]}"
+
+
+def gzip_entry(body: bytes = PAGE, *, generations: Generations = NO_GENERATIONS) -> CacheEntry:
+    """An entry as a fill stores a body long enough to compress: gzip bytes, the ETag
+    of the identity body."""
+    return CacheEntry(
+        body=gzip.compress(body, mtime=0),
+        etag=etag_of(body),
+        stored_at=1_800_000_000.5,
+        ttl_s=30,
+        generations=generations,
+        coding=GZIP,
+    )
+
+
+def test_a_gzip_entry_round_trips_with_its_coding() -> None:
+    stored = gzip_entry(generations=Generations(5, 9))
+    raw = stored.encode()
+    assert raw[:4] == b"RGC2"
+    decoded = CacheEntry.decode(raw)
+    assert decoded == stored
+    assert decoded.coding == GZIP
+    assert gzip.decompress(decoded.body) == PAGE
+    assert CacheEntry.decode(entry(PAGE).encode()).coding == IDENTITY
+
+
+def test_a_value_of_the_format_before_codings_is_read_as_an_identity_entry() -> None:
+    """What a gateway of the version before stored (``RGC1``: no coding byte) is read
+    by this one, so that a rolling upgrade keeps the entries already in Redis."""
+    etag = etag_of(PAGE).encode()
+    header = struct.pack("!4sdIHQQB", b"RGC1", 1_800_000_000.25, 60, 200, 3, 7, len(etag))
+    decoded = CacheEntry.decode(header + etag + PAGE)
+    assert decoded == CacheEntry(
+        body=PAGE,
+        etag=etag_of(PAGE),
+        stored_at=1_800_000_000.25,
+        ttl_s=60,
+        status=200,
+        generations=Generations(3, 7),
+        coding=IDENTITY,
+    )
+
+
+def value(magic: bytes = b"RGC2", coding: int = 1, body: bytes = b"") -> bytes:
+    """A value laid out as this version's header says: ``coding`` 0 identity, 1 gzip."""
+    etag = etag_of(PAGE).encode()
+    header = struct.pack("!4sdIHQQBB", magic, 1.0, 30, 200, 0, 0, len(etag), coding)
+    return header + etag + (body or gzip.compress(PAGE, mtime=0))
+
+
+def test_values_are_laid_out_as_the_header_says() -> None:
+    """The layout is what other versions read: it does not change within ``RGC2``."""
+    compressed = CacheEntry(gzip.compress(PAGE, mtime=0), etag_of(PAGE), 1.0, 30, coding=GZIP)
+    assert compressed.encode() == value()
+    assert CacheEntry.decode(value()) == compressed
+    plain = CacheEntry(PAGE, etag_of(PAGE), 1.0, 30, coding=IDENTITY)
+    assert plain.encode() == value(coding=0, body=PAGE)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"RGC2",
+        value()[:30],
+        value(magic=b"RGC9"),  # a format after this one
+        value(coding=1, body=PAGE),  # "gzip" that is not
+        value(coding=7),
+    ],
+    ids=["empty", "magic-only", "header-cut", "unknown-format", "not-gzip", "unknown-coding"],
+)
+def test_a_value_of_another_format_is_corrupt(raw: bytes) -> None:
+    with pytest.raises(CacheCorrupt):
+        CacheEntry.decode(raw)
 
 
 def test_the_etag_is_128_bits_of_the_bodys_sha256() -> None:
@@ -141,6 +229,27 @@ async def test_backend_get_set(backend: CacheBackend) -> None:
     await backend.set(k("users", "a"), stored, 60)
     assert (await backend.get(k("users", "a"))).entry == stored
     assert (await backend.get(k("users", "b"))).entry is None
+
+
+async def test_backend_keeps_a_gzip_entry_as_it_was_stored(backend: CacheBackend) -> None:
+    lookup = await backend.get(k("users", "z"))
+    stored = gzip_entry(generations=lookup.generations)
+    await backend.set(k("users", "z"), stored, 60)
+    held = (await backend.get(k("users", "z"))).entry
+    assert held == stored
+    assert held is not None
+    assert gzip.decompress(held.body) == PAGE
+
+
+async def test_a_value_this_version_cannot_read_is_a_miss(redis_url: str) -> None:
+    """A value of a format this gateway does not know (a later version's) is no entry:
+    a miss, as a gateway of the version before reads this version's ``RGC2`` values."""
+    client = redis.Redis.from_url(redis_url)
+    backend = RedisBackend(client, prefix="rg:test", timeout_s=1.0)
+    generations = (await backend.get(k("users", "a"))).generations
+    await client.set("rg:test:e:a", b"RGC9" + gzip_entry(generations=generations).encode()[4:])
+    assert (await backend.get(k("users", "a"))).entry is None
+    await backend.close()
 
 
 async def test_backend_purge_of_one_route(backend: CacheBackend) -> None:
@@ -261,3 +370,11 @@ async def test_memory_backend_holds_its_bound_evicting_least_recently_used(
     assert (await backend.get(k("users", "000"))).entry is not None
     assert (await backend.get(k("users", "001"))).entry is None
     assert (await backend.get(k("users", "299"))).entry is not None
+
+
+def test_the_memory_backend_charges_the_bytes_it_holds_compressed(clock: FakeClock) -> None:
+    stored = gzip_entry()
+    backend = MemoryBackend(max_bytes=1024 * 1024, clock=clock)
+    backend.put("rg:test:e:z", stored, 60, route="users")
+    assert len(stored.body) < len(PAGE) // 4
+    assert backend.size_bytes == len("rg:test:e:z") + len(stored.body) + ENTRY_OVERHEAD_BYTES

@@ -74,6 +74,10 @@ def test_file_then_environment_then_overrides(
         ("[cache]\nbackend = 'disk'\n", "cache.backend: Input should be 'redis', 'memory' or"),
         ("[cache]\nredis_url = 'http://x'\n", "cache.redis_url: must start with redis://"),
         ("[cache]\nkey_secret = 'short'\n", "cache.key_secret: must be at least 16 characters"),
+        (
+            "[cache]\nidentity_memo_max_bytes = -1\n",
+            "cache.identity_memo_max_bytes: Input should be greater than or equal to 0",
+        ),
         ('[upstream]\nbase_url = "http://u:p@x.example"\n', "upstream.base_url: must not carry"),
         ("a = " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
     ],

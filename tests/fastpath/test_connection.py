@@ -24,7 +24,8 @@ from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient
 
-from gateway.cache.entry import CacheEntry
+from gateway.cache.coding import Representation
+from gateway.cache.entry import IDENTITY, CacheEntry
 from gateway.fastpath.connection import FastPathServer, WireHeads
 from gateway.fastpath.server import FastPathRunner, make_runner
 from gateway.http.app import create_app
@@ -228,16 +229,18 @@ def test_wire_heads_are_each_reply_s_fields_as_bytes_up_to_the_date() -> None:
     heads = WireHeads(size=2)
     one = CacheEntry(body=b"{}", etag='"one"', stored_at=1000.0, ttl_s=60)
     two = CacheEntry(body=b"[1,2]", etag='"two"', stored_at=1000.0, ttl_s=30)
-    first = heads(one, 1000.5)
+    as_one, as_two = (Representation(e.body, e.etag, IDENTITY) for e in (one, two))
+    first = heads(one, 1000.5, as_one)
     fields = {
         "Content-Type": "application/json",
         "X-Cache": "HIT",
         "Cache-Status": "records-gateway; hit; ttl=59",
         "Age": "0",
         "Cache-Control": "private, max-age=59",
+        "Vary": "Accept-Encoding",
         "ETag": '"one"',
     }
-    assert dict(reply_headers(hit_reply(one, 1000.5))) == fields
+    assert dict(reply_headers(hit_reply(one, 1000.5, as_one))) == fields
     wire = first.decode("latin-1")
     assert wire.startswith("HTTP/1.1 200 OK\r\n")
     assert wire.endswith("\r\n")
@@ -248,15 +251,16 @@ def test_wire_heads_are_each_reply_s_fields_as_bytes_up_to_the_date() -> None:
         "Content-Length: 2",
         f"Server: {SERVER_SOFTWARE}",
     ]
-    assert heads(one, 1000.9) == first  # the same second of the same entry
-    later_two = heads(two, 1012.0)
+    assert heads(one, 1000.9, as_one) == first  # the same second of the same entry
+    later_two = heads(two, 1012.0, as_two)
     assert b"Cache-Status: records-gateway; hit; ttl=18\r\n" in later_two
     assert b"Age: 12\r\n" in later_two
     assert b"Content-Length: 5\r\n" in later_two
-    later = heads(one, 1030.2)  # a third: past the bound
-    assert b'Age: 30\r\nCache-Control: private, max-age=29\r\nETag: "one"\r\n' in later
-    assert heads(two, 1012.0) == later_two
-    assert heads(one, 1000.5) == first
+    later = heads(one, 1030.2, as_one)  # a third: past the bound
+    assert b"Age: 30\r\nCache-Control: private, max-age=29\r\nVary: Accept-Encoding\r\n" in later
+    assert b'\r\nETag: "one"\r\n' in later
+    assert heads(two, 1012.0, as_two) == later_two
+    assert heads(one, 1000.5, as_one) == first
 
 
 @pytest.fixture

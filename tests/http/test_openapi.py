@@ -396,6 +396,7 @@ def test_every_route_is_a_path_with_exactly_its_parameters() -> None:
             "If-None-Match",
             "Cache-Control",
             "Pragma",
+            "Accept-Encoding",
             "X-Request-ID",
         }
         assert operation["security"] == [{"bearer": []}]
