@@ -12,7 +12,9 @@ holds the entry (``RecordPipeline.fresh``: the memory backend, the near cache), 
 once it is read from the shared cache (``RecordPipeline.stored_fresh``: Redis, behind
 the breaker, in a batch with the other reads of the same turn of the event loop);
 meanwhile what the caller sends next waits here. Either way it is the same reply a
-full read would give. Its headers are ``gateway.http.replies.reply_headers`` of that
+full read would give, in the representation the head's ``Accept-Encoding`` asks for
+(``RecordPipeline.represent``: the stored gzip bytes, or the identity body). Its
+headers are ``gateway.http.replies.reply_headers`` of that
 reply, as bytes, and it is counted and logged by ``Edge.answered``, as every other
 answer is. An entry the shared cache does not have fresh (a miss, a stale entry, the
 cache unusable) sends the request aiohttp's way, which decides.
@@ -53,11 +55,12 @@ from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from gateway.cache.coding import Representation
-from gateway.cache.entry import CacheEntry, CacheKey
+from gateway.cache.entry import CacheCorrupt, CacheEntry, CacheKey
 from gateway.fastpath.fingerprints import ConnectionFingerprints
 from gateway.fastpath.rejections import problem_for_rejected
 from gateway.fastpath.request_head import PendingHead, read_head
 from gateway.http.edge import UNMATCHED, X_REQUEST_ID, Edge
+from gateway.http.negotiation import gzip_preferred
 from gateway.http.records import RecordHandlers
 from gateway.http.replies import reply_headers
 from gateway.http.unrouted import Unrouted
@@ -88,6 +91,7 @@ class HitTarget(NamedTuple):
     request_id: str | None  # the caller's X-Request-ID
     pipeline: RecordPipeline
     max_limit: int
+    gzip: bool  # the caller is served gzip (its Accept-Encoding)
 
 
 class WireHeads:
@@ -173,7 +177,15 @@ class Hits:
                 return None
             fingerprint = self.fingerprints.remember(connection, keyer, authorization)
         key = keyer.key_for(query, fingerprint)
-        return HitTarget(query.route.name, key, fingerprint, read.request_id, pipeline, max_limit)
+        return HitTarget(
+            query.route.name,
+            key,
+            fingerprint,
+            read.request_id,
+            pipeline,
+            max_limit,
+            gzip_preferred(read.accept_encoding),
+        )
 
     def holds(self, target: HitTarget) -> bool:
         """Whether ``target`` was resolved under the pipeline and limits in force."""
@@ -198,7 +210,10 @@ class Hits:
             entry = pipeline.fresh(target.key)
             if entry is None:
                 return None
-        representation = pipeline.represent(entry, gzip=False)
+        try:
+            representation = pipeline.represent(entry, target.gzip)
+        except CacheCorrupt:
+            return None  # a stored body that does not decompress: aiohttp's way refetches
         edge = self.edge
         request_id = edge.request_id(target.request_id)
         head = b"".join(

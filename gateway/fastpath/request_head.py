@@ -19,13 +19,13 @@ aiohttp's own parser unchanged:
 - exactly one ``Host`` (aiohttp refuses an HTTP/1.1 request without one), and no
   header name twice (aiohttp refuses some twice: ``Host``, ``User-Agent`` and more);
 - no header that changes how a hit is answered or framed: ``Cache-Control``,
-  ``Pragma``, ``If-None-Match``, ``Accept-Encoding``, ``Expect``, ``Content-Length``,
+  ``Pragma``, ``If-None-Match``, ``Expect``, ``Content-Length``,
   ``Transfer-Encoding``, ``Upgrade``, ``TE``, ``Sec-WebSocket-Key1``,
   ``Proxy-Connection`` (aiohttp reads it as ``Connection``), and ``Connection`` other
   than ``keep-alive``.
 
 For what it reads, the path and query are what aiohttp's request gives as
-``rel_url.path_safe`` and ``rel_url.raw_query_string``, and the two headers what
+``rel_url.path_safe`` and ``rel_url.raw_query_string``, and the three headers what
 ``headers.get`` gives (tests/fastpath/test_request_head.py holds the two to agreeing on
 random heads).
 """
@@ -51,6 +51,7 @@ FIELDS_MAX = 64
 _OWS = b" \t"
 _AUTHORIZATION = b"authorization"
 _X_REQUEST_ID = b"x-request-id"
+_ACCEPT_ENCODING = b"accept-encoding"
 _CONNECTION = b"connection"
 _HOST = b"host"
 # headers after which a hit is not simply the entry's 200, or the message not simply
@@ -60,7 +61,6 @@ _DECLINED = frozenset(
         b"cache-control",
         b"pragma",
         b"if-none-match",
-        b"accept-encoding",
         b"expect",
         b"content-length",
         b"transfer-encoding",
@@ -73,13 +73,14 @@ _DECLINED = frozenset(
 
 
 class RequestHead(NamedTuple):
-    """What a hit needs of a plain GET: the path, the raw query string, and the two
+    """What a hit needs of a plain GET: the path, the raw query string, and the three
     headers it reads (None when absent)."""
 
     path: str
     query: str
     authorization: str | None
     request_id: str | None
+    accept_encoding: str | None = None
 
 
 def may_become_head(start: bytes, line_max: int = LINE_MAX, fields_max: int = FIELDS_MAX) -> bool:
@@ -124,6 +125,7 @@ def read_head(
         return None
     authorization: bytes | None = None
     request_id: bytes | None = None
+    accept_encoding: bytes | None = None
     seen: set[bytes] = set()
     for line in lines[:-1]:
         name, _, value = line.partition(b":")
@@ -135,6 +137,8 @@ def read_head(
             authorization = value.strip(_OWS)
         elif name == _X_REQUEST_ID:
             request_id = value.strip(_OWS)
+        elif name == _ACCEPT_ENCODING:
+            accept_encoding = value.strip(_OWS)
         elif name == _CONNECTION and value.strip(_OWS).lower() != b"keep-alive":
             return None
     if _HOST not in seen:
@@ -144,6 +148,7 @@ def read_head(
         query.decode("ascii") if query is not None else "",
         authorization.decode("ascii") if authorization is not None else None,
         request_id.decode("ascii") if request_id is not None else None,
+        accept_encoding.decode("ascii") if accept_encoding is not None else None,
     )
 
 

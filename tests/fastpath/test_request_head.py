@@ -141,11 +141,13 @@ _GOOD_QUERY = "abz09=&-_.~%20+,;:@/?!$'()*"
 _ODD_QUERY = _GOOD_QUERY + '#<>"{}|\\^` \x7f'
 _NAMES = st.sampled_from(
     ["Authorization", "X-Request-ID", "Accept", "User-Agent", "X-Other", "x-other"] * 6
+    + ["Accept-Encoding", "accept-encoding"] * 3
     + ["Connection", "Proxy-Connection", "Content-Length", "Transfer-Encoding", "Cache-Control"]
     + ["Bad Name", ""]
 )
 _VALUES = st.sampled_from(
     ["keep-alive", "Keep-Alive", "gw", "Bearer demo-token", " Bearer  x \t", "v=1, w"] * 6
+    + ["gzip", " gzip, deflate ", "identity;q=0", "br;q=1.0, gzip;q=0.8, *;q=0.1"] * 2
     + ["close", "0", "chunked", "a\x7fb", "a\x00b", "caf\xe9", "x\ry"]
 )
 
@@ -192,6 +194,7 @@ async def aiohttp_reads(head: bytes) -> RequestHead | None:
         message.url.raw_query_string,
         message.headers.get("Authorization"),
         message.headers.get("X-Request-ID"),
+        message.headers.get("Accept-Encoding"),
     )
 
 

@@ -11,6 +11,7 @@ left alone by a caller that leaves while its entry is read.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 from typing import Any
 
@@ -71,6 +72,32 @@ async def test_a_redis_hit_is_answered_from_the_bytes_as_aiohttp_s_way_answers_i
     assert fast.body == full.body == stored.body
     assert fast.headers["etag"] == stored.headers["etag"]
     assert fast.comparable() == full.comparable()
+
+
+async def test_a_redis_hit_is_answered_from_the_bytes_in_either_representation(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller that accepts gzip gets the stored bytes as Redis holds them, one that
+    does not gets the identity body: both from the bytes, both as aiohttp's way."""
+    client, port = await fast_gateway(gateway_factory, upstream, redis_url, near_cache=False)
+    (stored,) = await exchange(port, request_bytes(PAGES[2]))
+    full_reads = count_full_reads(client.app, monkeypatch)
+    zipped, plain = await exchange(
+        port, request_bytes(PAGES[2], Accept_Encoding="gzip"), request_bytes(PAGES[2])
+    )
+    (by_handler,) = await exchange(
+        port, request_bytes(PAGES[2], Accept_Encoding="gzip", Cache_Control="max-age=60")
+    )
+    assert full_reads == [1]
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert gzip.decompress(zipped.body) == plain.body == stored.body
+    assert zipped.headers["etag"] == stored.headers["etag"][:-1] + '-gzip"'
+    assert zipped.comparable() == by_handler.comparable()
+    assert zipped.body == by_handler.body
+    assert "content-encoding" not in plain.headers
 
 
 async def test_an_entry_another_instance_stored_is_read_once_then_held(
