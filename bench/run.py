@@ -27,6 +27,7 @@ from typing import Any
 
 import normalise
 import probes
+import profile_row
 import report
 import wrk
 from servers import (
@@ -35,6 +36,7 @@ from servers import (
     BenchError,
     Gateway,
     Stack,
+    gateway_config,
     http_get,
     nginx_binary,
     start_floor,
@@ -51,9 +53,7 @@ COLD_PATH = "/expenses?limit=10&page=7"
 COALESCE_REQUESTS = 500
 SOAK_MAX_BYTES = 16 * 1024 * 1024
 SOAK_CONCURRENCY = 32
-KEY_SECRET = "bench-key-secret-0123456789"
 ADMIN_TOKEN = "bench-admin-token-0123456789"
-LONG_TTL = 3600
 # Interleaved in this order (rotated by one each round).
 CONFIGS = (
     "floor",
@@ -69,22 +69,6 @@ HITS = ("hit-memory", "hit-redis", "hit-redis-2w")
 RESULTS = BENCH / "results"
 # What a miss adds to one request, without queueing: these again with one connection.
 UNLOADED = ("miss", "miss-floor", "direct")
-
-
-def gateway_config(
-    upstream: str, backend: str, *, redis_url: str = "", workers: int = 1, namespace: str = "rg"
-) -> dict[str, dict[str, object]]:
-    """A gateway config for the bench: no access log (it would measure the logger)."""
-    cache: dict[str, object] = {"backend": backend}
-    if backend == "redis":
-        cache.update(redis_url=redis_url, key_secret=KEY_SECRET, namespace=namespace)
-    return {
-        "server": {"workers": workers},
-        "upstream": {"base_url": upstream},
-        "cache": cache,
-        "cache.ttl_s": {"expenses": LONG_TTL, "expense": LONG_TTL},
-        "log": {"access": False},
-    }
 
 
 def _x_cache(url: str) -> str:
@@ -356,7 +340,17 @@ def _interrupt(signum: int, _frame: FrameType | None) -> None:
 
 
 def main() -> int:
+    if "--profile" in sys.argv[1:]:
+        # bench/run.py --profile ROW [options] is bench/profile_row.py ROW [options]
+        rest = sys.argv[1:]
+        rest.remove("--profile")
+        return profile_row.main(rest)
     parser = argparse.ArgumentParser(description="records-gateway bench (see bench/README.md)")
+    parser.add_argument(
+        "--profile",
+        metavar="ROW",
+        help="profile one gateway row of the mix instead (bench/profile_row.py ROW --help)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=int, default=5, help="seconds of each measured run")
     parser.add_argument("--warmup", type=int, default=2, help="seconds of the warm-up before each")
