@@ -18,7 +18,9 @@
  * byte, kept in a log-linear histogram (128 linear buckets per power of two of
  * nanoseconds: at most 0.4 % off). The CPU time (utime, stime from /proc/PID/stat) of
  * every --cpu-pid is read when the measured phase starts and when it ends, and the
- * client's own (getrusage), so that CPU per request is over the same window.
+ * client's own (getrusage), so that CPU per request is over the same window; a process
+ * gone by the end (nginx's cache loader exits a minute after start) is reported as
+ * "exited", its CPU unknown.
  *
  * The report is one JSON object on stdout. Usage:
  *
@@ -577,12 +579,14 @@ static void *run_thread(void *arg) {
 struct cpu {
     double user_s;
     double system_s;
+    int exited; /* gone by the end of the measured phase: its CPU is not known */
 };
 
-static struct cpu pid_cpu(int pid) {
+static struct cpu pid_cpu(int pid, int must_exist) {
     char path[64], text[2048];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *file = fopen(path, "r");
+    if (!file && !must_exist) return (struct cpu){0, 0, 1};
     if (!file) fatal("cannot read %s: %s (did the server exit?)", path, strerror(errno));
     size_t len = fread(text, 1, sizeof text - 1, file);
     fclose(file);
@@ -594,14 +598,14 @@ static struct cpu pid_cpu(int pid) {
     if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
         fatal("cannot parse %s", path);
     double tick = (double)sysconf(_SC_CLK_TCK);
-    return (struct cpu){utime / tick, stime / tick};
+    return (struct cpu){utime / tick, stime / tick, 0};
 }
 
 static struct cpu own_cpu(void) {
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);
     return (struct cpu){usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
-                        usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6};
+                        usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6, 0};
 }
 
 static void sleep_s(double seconds) {
@@ -755,7 +759,7 @@ int main(int argc, char **argv) {
 
     sleep_s(opt.warmup_s);
     struct cpu servers_before[MAX_PIDS];
-    for (int i = 0; i < opt.pid_count; i++) servers_before[i] = pid_cpu(opt.pids[i]);
+    for (int i = 0; i < opt.pid_count; i++) servers_before[i] = pid_cpu(opt.pids[i], 1);
     struct cpu client_before = own_cpu();
     uint64_t measure_start = now_ns();
     atomic_store(&phase, MEASURE);
@@ -764,7 +768,14 @@ int main(int argc, char **argv) {
     uint64_t measure_end = now_ns();
     struct cpu client_after = own_cpu();
     struct cpu servers_after[MAX_PIDS];
-    for (int i = 0; i < opt.pid_count; i++) servers_after[i] = pid_cpu(opt.pids[i]);
+    for (int i = 0; i < opt.pid_count; i++) {
+        struct cpu now = pid_cpu(opt.pids[i], 0);
+        if (now.exited) { /* counted as nothing */
+            now = servers_before[i];
+            now.exited = 1;
+        }
+        servers_after[i] = now;
+    }
     for (int k = 0; k < opt.threads; k++) pthread_join(threads[k].id, NULL);
 
     static struct tally warm, measured;
@@ -801,9 +812,10 @@ int main(int argc, char **argv) {
            client_after.system_s - client_before.system_s);
     printf("  \"server_cpu\": [");
     for (int i = 0; i < opt.pid_count; i++)
-        printf("%s{\"pid\": %d, \"user_s\": %.2f, \"system_s\": %.2f}", i ? ", " : "", opt.pids[i],
-               servers_after[i].user_s - servers_before[i].user_s,
-               servers_after[i].system_s - servers_before[i].system_s);
+        printf("%s{\"pid\": %d, \"user_s\": %.2f, \"system_s\": %.2f, \"exited\": %s}",
+               i ? ", " : "", opt.pids[i], servers_after[i].user_s - servers_before[i].user_s,
+               servers_after[i].system_s - servers_before[i].system_s,
+               servers_after[i].exited ? "true" : "false");
     printf("]\n}\n");
     fflush(stdout);
     /* in-flight requests are abandoned: exit without closing every socket in turn */

@@ -57,6 +57,7 @@ class ProcessCpu:
     pid: int
     user_s: float
     system_s: float
+    exited: bool = False  # gone before the end of the phase: its CPU is not counted
 
     @property
     def total_s(self) -> float:
@@ -99,9 +100,10 @@ class LoadResult:
         used = self.client_user_s + self.client_system_s
         return used * 1000 / self.requests * 1000 if self.requests else 0.0
 
-    def cpu_of(self, pids: Sequence[int]) -> tuple[float, float]:
-        """(user, system) seconds of the processes ``pids`` together."""
-        chosen = [p for p in self.servers if p.pid in pids]
+    def cpu_of(self, pids: Sequence[int], *, but: bool = False) -> tuple[float, float]:
+        """(user, system) seconds of the processes ``pids`` together (``but``: of every
+        process read except those)."""
+        chosen = [p for p in self.servers if (p.pid in pids) is not but]
         return sum(p.user_s for p in chosen), sum(p.system_s for p in chosen)
 
     def as_dict(self) -> dict[str, object]:
@@ -156,7 +158,12 @@ def parse(report: str) -> LoadResult:
         client_user_s=_number(client, "user_s"),
         client_system_s=_number(client, "system_s"),
         servers=tuple(
-            ProcessCpu(int(_number(p, "pid")), _number(p, "user_s"), _number(p, "system_s"))
+            ProcessCpu(
+                int(_number(p, "pid")),
+                _number(p, "user_s"),
+                _number(p, "system_s"),
+                p.get("exited") is True,
+            )
             for p in servers
         ),
         by_token=tuple(int(count) for count in by_token),

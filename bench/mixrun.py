@@ -21,7 +21,10 @@ by one each round. The load client reads the CPU of every process of the server
 from __future__ import annotations
 
 import asyncio
+import collections
+import dataclasses
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +34,11 @@ import loadgen
 import mix
 import probes
 import warm
+import wrk
 from loadgen import LoadResult, LoadSettings
 from servers import (
     AUTH,
+    VARNISH_STORAGE,
     BenchError,
     Gateway,
     Proc,
@@ -51,6 +56,10 @@ GZIP = "Accept-Encoding: gzip"
 WHOLE_MIX_BYTES = 512 * MIB
 # The smallest near_max_bytes the gateway accepts.
 NEAR_MINIMUM = MIB
+# Passes over every key, after the one that fills the caches, looking for all hits.
+CHECKS = 3
+# The gateway's default cache.breaker_reset_s: how long an open cache breaker stays open.
+BREAKER_RESET_S = 5.0
 GATEWAY_ROWS = (
     "mix-memory",
     "mix-redis",
@@ -137,24 +146,32 @@ def peer_of(name: str, proc: Proc, url: str) -> Peer:
 
 def fill(m: MixStack, peer: Peer, say: Callable[[str], None], notes: list[str]) -> dict[str, Any]:
     """Every key once (each must answer 200, or BenchError lists those that did not),
-    then every key again (each should be a hit; the others are listed under Notes)."""
+    then every key again until a pass finds them all hits (at most ``CHECKS`` passes;
+    each that does not is listed under Notes, with the gateway's cache errors, and the
+    next waits for an open cache breaker to close)."""
     first = asyncio.run(warm.request_each(peer.url, m.keys, peer.headers))
     if first.failed:
         raise BenchError(
             f"{peer.name}: {len(first.failed)} of {first.keys} keys did not answer 200 while "
             f"warming:\n{first.failures()}"
         )
-    second = asyncio.run(warm.request_each(peer.url, m.keys, peer.headers))
-    if second.failed or second.hits != second.keys:
+    checks: list[warm.Pass] = []
+    for attempt in range(1, CHECKS + 1):
+        check = asyncio.run(warm.request_each(peer.url, m.keys, peer.headers))
+        checks.append(check)
+        if not check.failed and check.hits == check.keys:
+            break
         notes.append(
-            f"{peer.name}: the second warm-up pass was not all hits: X-Cache {second.x_cache}, "
-            f"{len(second.failed)} not 200" + (f"; {cache_faults(peer)}" if peer.gateway else "")
+            f"{peer.name}: warm-up check {attempt} was not all hits: X-Cache {check.x_cache}, "
+            f"{len(check.failed)} not 200" + (f"; {cache_faults(peer)}" if peer.gateway else "")
         )
+        time.sleep(BREAKER_RESET_S)
     say(
-        f"{peer.name}: {first.keys:,} keys warmed in {first.seconds:.1f} s, "
-        f"then {second.hits:,} hits of {second.keys:,}"
+        f"{peer.name}: {first.keys:,} keys warmed in {first.seconds:.1f} s, then "
+        + ", ".join(f"{check.hits:,} hits" for check in checks)
+        + f" of {first.keys:,}"
     )
-    return {"first": first.as_dict(), "second": second.as_dict()}
+    return {"fill": first.as_dict(), "checks": [check.as_dict() for check in checks]}
 
 
 def quarter_of(working_set_bytes: int) -> int:
@@ -222,8 +239,12 @@ def start_rows(
 
 
 def cache_results(peer: Peer) -> dict[str, float]:
+    """The gateway's cache results so far (hit, miss, stale, bypass), and its cache
+    errors (Redis calls that failed or timed out) as "error"."""
     exposition = http_get(peer.url + "/metrics").body.decode()
-    return probes.by_label(exposition, "gateway_cache_results_total", "result")
+    results = probes.by_label(exposition, "gateway_cache_results_total", "result")
+    results["error"] = probes.counter_total(exposition, "gateway_cache_errors_total")
+    return results
 
 
 def cache_faults(peer: Peer) -> str:
@@ -239,10 +260,10 @@ def cache_faults(peer: Peer) -> str:
 
 
 def not_hits(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    """The misses, stale answers and bypasses between two readings of the results."""
+    """The misses, stale answers, bypasses and cache errors between two readings."""
     return {
         result: after.get(result, 0) - before.get(result, 0)
-        for result in ("miss", "stale", "bypass")
+        for result in ("miss", "stale", "bypass", "error")
         if after.get(result, 0) - before.get(result, 0)
     }
 
@@ -266,16 +287,18 @@ def measure(
         for name in order[shift:] + order[:shift]:
             peer = peers[name]
             redis = [m.redis_pid] if name in REDIS_ROWS else []
+            # read again each run: nginx's cache loader comes and goes
+            pids = sorted(group_members(peer.proc.pid))
             result = loadgen.run(
                 m.client,
                 peer.url,
                 m.keys_file,
                 settings,
                 headers=peer.headers,
-                cpu_pids=[*peer.pids, *redis],
+                cpu_pids=[*pids, *redis],
             )
             results[name].append(result)
-            used = sum(p.total_s for p in result.servers if p.pid in peer.pids)
+            used = sum(p.total_s for p in result.servers if p.pid in pids)
             trouble = result.non_200 or result.errors
             say(
                 f"round {index + 1}/{rounds} {name:<18} {result.requests_per_s:>9,.0f} req/s"
@@ -283,6 +306,12 @@ def measure(
                 f"{result.p999_ms:6.2f} ms  CPU {used * 1e6 / max(result.requests, 1):5.1f} µs/req"
                 + (f"  ({result.non_200} non-200, {result.errors} errors)" if trouble else "")
             )
+            gone = [p.pid for p in result.servers if p.exited]
+            if gone:
+                notes.append(
+                    f"{name}, round {index + 1}: process(es) {gone} exited during the measured "
+                    "phase; their CPU is not counted"
+                )
             if result.warmup_non_200 or result.non_200 or result.errors:
                 notes.append(
                     f"{name}, round {index + 1}: {result.warmup_non_200} non-200 in the warm-up, "
@@ -310,16 +339,15 @@ def per_1000(seconds: float, requests: int) -> float:
     return seconds * 1000 / requests if requests else 0.0
 
 
-def row_summary(
-    name: str, results: Sequence[LoadResult], pids: Sequence[int], redis_pid: int | None
-) -> dict[str, Any]:
+def row_summary(results: Sequence[LoadResult], redis_pid: int | None) -> dict[str, Any]:
     """Medians over the rounds of one row: throughput, latency, CPU per 1,000 requests
     (the server's processes together, user and system; Redis's apart), bytes."""
+    redis = [] if redis_pid is None else [redis_pid]
 
-    def cpu(of: Sequence[int], part: str) -> float:
+    def cpu(server: bool, part: str) -> float:
         values = []
         for r in results:
-            user, system = r.cpu_of(of)
+            user, system = r.cpu_of(redis, but=server)
             used = {"user": user, "system": system, "total": user + system}[part]
             values.append(per_1000(used, r.requests))
         return statistics.median(values)
@@ -331,9 +359,9 @@ def row_summary(
         "p99_ms": round(statistics.median(r.p99_ms for r in results), 3),
         "p999_ms": round(statistics.median(r.p999_ms for r in results), 3),
         "cpu_per_1000": {
-            "user_s": round(cpu(pids, "user"), 4),
-            "system_s": round(cpu(pids, "system"), 4),
-            "total_s": round(cpu(pids, "total"), 4),
+            "user_s": round(cpu(True, "user"), 4),
+            "system_s": round(cpu(True, "system"), 4),
+            "total_s": round(cpu(True, "total"), 4),
         },
         "client_cpu_per_1000_s": round(
             statistics.median(r.client_cpu_ms_per_1000 / 1000 for r in results), 4
@@ -342,7 +370,6 @@ def row_summary(
         "gzip_share": round(sum(r.gzip_answers for r in results) / requests, 4) if requests else 0,
         "non_200": sum(r.non_200 for r in results),
         "errors": sum(r.errors for r in results),
-        "pids": list(pids),
         "rounds": [r.as_dict() for r in results],
     }
     cpu_share = row["cpu_per_1000"]
@@ -350,17 +377,16 @@ def row_summary(
         round(cpu_share["system_s"] / cpu_share["total_s"], 3) if cpu_share["total_s"] else 0.0
     )
     if redis_pid is not None:
-        row["redis_cpu_per_1000_s"] = round(cpu([redis_pid], "total"), 4)
+        row["redis_cpu_per_1000_s"] = round(cpu(False, "total"), 4)
     return row
 
 
 def summarise(
-    results: Mapping[str, Sequence[LoadResult]], peers: Mapping[str, Peer], redis_pid: int
+    results: Mapping[str, Sequence[LoadResult]], redis_pid: int
 ) -> dict[str, dict[str, Any]]:
+    """Every row's medians, and its ratios to nginx's and Varnish's requests/s."""
     rows = {
-        name: row_summary(
-            name, results[name], peers[name].pids, redis_pid if name in REDIS_ROWS else None
-        )
+        name: row_summary(results[name], redis_pid if name in REDIS_ROWS else None)
         for name in results
     }
     for peer, column in (("mix-nginx", "x_nginx"), ("mix-varnish", "x_varnish")):
@@ -381,3 +407,87 @@ def single_key_file(folder: Path, path: str) -> Path:
     keys_file = folder / "single-key.txt"
     keys_file.write_text(f"token {AUTH['Authorization']}\n1 {path}\n")
     return keys_file
+
+
+def run_part(
+    stack: Stack,
+    upstream: str,
+    redis: tuple[Proc, str],
+    nginx: tuple[Proc, str],
+    single_path: str,
+    settings: LoadSettings,
+    single: wrk.WrkSettings,
+    rounds: int,
+    say: Callable[[str], None],
+    notes: list[str],
+) -> dict[str, Any]:
+    """The whole mix part of ``make bench``: start and warm every row, measure them in
+    ``rounds`` interleaved rounds, and, in each round, check the load client against wrk
+    on the single-key request (``single_path``) to nginx."""
+    redis_proc, redis_url = redis
+    nginx_proc, nginx_url = nginx
+    single_url = nginx_url + single_path
+    m = prepare(stack, upstream, redis_url, redis_proc.pid)
+    routes = collections.Counter(key.route for key in m.keys)
+    say(
+        f"mix: {len(m.keys):,} keys of {mix.TOKENS} tokens over {len(routes)} routes; "
+        f"load client built"
+    )
+    peers = {"mix-nginx": peer_of("mix-nginx", nginx_proc, nginx_url)}
+    peers["mix-varnish"] = start_varnish_peer(m)
+    say(f"varnish {peers['mix-varnish'].url} ({VARNISH_STORAGE})")
+    peers, passes, sized = start_rows(m, ROWS, peers, say, notes)
+
+    one_key = single_key_file(stack.dir, single_path)
+    one_key_settings = dataclasses.replace(settings, connections=single.connections)
+    check: dict[str, list[float]] = {"wrk": [], "loadgen": []}
+
+    def client_check(index: int) -> None:
+        wrk.run(single, single_url, duration_s=int(settings.warmup_s))
+        by_wrk = wrk.run(single, single_url)
+        by_client = loadgen.run(m.client, peers["mix-nginx"].url, one_key, one_key_settings)
+        check["wrk"].append(by_wrk.requests_per_s)
+        check["loadgen"].append(by_client.requests_per_s)
+        say(
+            f"round {index + 1}/{rounds} single key on nginx: wrk {by_wrk.requests_per_s:,.0f}"
+            f" req/s, load client {by_client.requests_per_s:,.0f} req/s"
+        )
+
+    results = measure(m, peers, settings, rounds, say, notes, extra=client_check)
+    configs = {
+        name: peer.gateway.config_path.read_text()
+        for name, peer in peers.items()
+        if peer.gateway is not None
+    }
+    for peer in peers.values():
+        if peer.name != "mix-nginx":
+            stack.stop(peer.proc)
+    by_wrk, by_client = statistics.median(check["wrk"]), statistics.median(check["loadgen"])
+    return {
+        "settings": {
+            "load": settings.shown(),
+            "threads": settings.threads,
+            "connections": settings.connections,
+            "warmup_s": settings.warmup_s,
+            "duration_s": settings.duration_s,
+            "rounds": rounds,
+            "seed": settings.seed,
+            "tokens": mix.TOKENS,
+            "keys": len(m.keys),
+            "distinct_targets": len({key.target for key in m.keys}),
+            "keys_by_route": dict(routes),
+            "varnish_storage": VARNISH_STORAGE,
+            "gateway_configs": configs,
+        },
+        "working_set": sized,
+        "warmup": passes,
+        "rows": summarise(results, redis_proc.pid),
+        "client_check": {
+            "request": f"GET {single_path}",
+            "connections": single.connections,
+            "wrk_requests_per_s": round(by_wrk, 1),
+            "loadgen_requests_per_s": round(by_client, 1),
+            "ratio": round(by_client / by_wrk, 2) if by_wrk else 0.0,
+            "rounds": check,
+        },
+    }
