@@ -221,7 +221,7 @@ def token_targets(token_index: int, seed: int = SEED) -> list[tuple[str, str]]:
 
 
 @cache
-def keys(seed: int = SEED) -> tuple[Key, ...]:
+def every_key(seed: int = SEED) -> tuple[Key, ...]:
     """Every key of the mix, token by token, each token's in order of frequency."""
     names = tokens()
     return tuple(

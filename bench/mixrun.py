@@ -108,7 +108,7 @@ class MixStack:
 
 def prepare(stack: Stack, upstream: str, redis_url: str, redis_pid: int) -> MixStack:
     """Compile the load client and write the keys file into the stack's folder."""
-    keys = mix.keys()
+    keys = mix.every_key()
     keys_file = stack.dir / "mix-keys.txt"
     mix.write_keys(keys_file, keys)
     client = loadgen.compile_client(stack.dir)
