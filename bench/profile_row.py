@@ -25,7 +25,6 @@ import argparse
 import collections
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -33,13 +32,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 import mix
 import mixrun
 from loadgen import LoadResult, LoadSettings
 from loadgen import run as load
-from servers import BENCH, TOKEN, BenchError, Stack, start_redis, start_upstream
+from servers import BENCH, TOKEN, BenchError, Stack, run_in_stack, start_redis, start_upstream
 
 UPSTREAM_LATENCY_MS = 20.0
 _LINE = re.compile(r":\d+\)$")
@@ -151,10 +149,6 @@ def profile(args: argparse.Namespace, stack: Stack) -> tuple[Profile, LoadResult
     return parse_raw(args.out.read_text().splitlines()), outcome[0]
 
 
-def _interrupt(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="bench/profile_row.py", description=__doc__.split("\n\n")[0]
@@ -173,21 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         args.out = BENCH / "results" / f"profile-{args.row}.txt"
     args.out = args.out.resolve()
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    stack = Stack()
-    try:
-        found, result = profile(args, stack)
-    except KeyboardInterrupt:
-        print("\nprofile: interrupted; stopping everything it started", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"profile: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stack.close()
+    done, status = run_in_stack("profile", lambda stack: profile(args, stack))
+    if done is None:
+        return status
+    found, result = done
     if not found.samples:
         print("profile: py-spy recorded no sample", file=sys.stderr)
         return 1

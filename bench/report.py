@@ -257,8 +257,11 @@ def baseline_for(path: Path, python: str) -> dict[str, Any] | None:
     return found
 
 
-def record_baseline(path: Path, data: Mapping[str, Any], commit: str) -> None:
-    """Store this run's hit rows' ratios as the baseline of its Python minor version."""
+def record_baseline(
+    path: Path, data: Mapping[str, Any], commit: str, gateway_commit: str = ""
+) -> None:
+    """Store this run's hit rows' ratios as the baseline of its Python minor version;
+    ``gateway_commit`` is the last commit that changed gateway/ (the code measured)."""
     try:
         recorded = json.loads(path.read_text())
     except FileNotFoundError:
@@ -270,6 +273,7 @@ def record_baseline(path: Path, data: Mapping[str, Any], commit: str) -> None:
     m = data["machine"]
     recorded["by_python"][_minor(m["python"])] = {
         "commit": commit,
+        "gateway_commit": gateway_commit,
         "date": data["date"],
         "python": m["python"],
         "machine": f"{m['arch']}, {m['cpu']}, {m['cores']} cores",

@@ -22,13 +22,11 @@ import datetime
 import json
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import mix
@@ -49,6 +47,7 @@ from servers import (
     gateway_config,
     http_get,
     nginx_binary,
+    run_in_stack,
     start_floor,
     start_gateway,
     start_miss_floor,
@@ -390,8 +389,9 @@ def _missing_tools(only: str) -> list[str]:
     return missing
 
 
-def _commit() -> str:
-    """The commit of the code measured, ``+dirty`` when gateway/ has changes."""
+def _commits() -> tuple[str, str]:
+    """(HEAD, the last commit that changed gateway/), ``+dirty`` when gateway/ has
+    changes not committed: the code measured."""
 
     def git(*argv: str) -> str:
         done = subprocess.run(
@@ -399,12 +399,9 @@ def _commit() -> str:
         )
         return done.stdout.strip() if done.returncode == 0 else ""
 
+    dirty = "+dirty" if git("status", "--porcelain", "--", "gateway") else ""
     head = git("rev-parse", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--", "gateway") else "")
-
-
-def _interrupt(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    return head + dirty, (git("log", "-1", "--format=%H", "--", "gateway") or "unknown") + dirty
 
 
 def main() -> int:
@@ -459,24 +456,10 @@ def main() -> int:
     started = time.monotonic()
     cpu_before = report.cpu_snapshot()
     load_before = report.load_average()
-    # Explicitly: a shell that starts the bench in the background leaves SIGINT ignored.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
     notes: list[str] = []
-    stack = Stack()
-    try:
-        data = bench(stack, args, notes)
-    except KeyboardInterrupt:
-        print("\nbench: interrupted; stopping everything it started", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        # Stopping must not be cut short by a second Ctrl-C or SIGTERM.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stack.close()
+    data, status = run_in_stack("bench", lambda stack: bench(stack, args, notes))
+    if data is None:
+        return status
     elapsed = time.monotonic() - started
     others = report.foreign_cpu(cpu_before, report.cpu_snapshot())
     if others["share"] > 0.05:
@@ -505,7 +488,7 @@ def main() -> int:
     }
     print()
     if args.record_baseline:
-        report.record_baseline(BASELINE, data, _commit())
+        report.record_baseline(BASELINE, data, *_commits())
         print(f"bench: the single-key ratios of this run are the baseline in {BASELINE}")
     # Only a whole run into the default folder is "the latest" that the README quotes.
     readme = BENCH / "README.md" if args.results == RESULTS and args.only == "all" else None

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
+from types import FrameType
 from typing import TypeVar
 
 BENCH = Path(__file__).resolve().parent
@@ -161,6 +162,33 @@ def group_members(pgid: int) -> set[int]:
         if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
             members.add(int(entry.name))
     return members
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_in_stack(command: str, work: Callable[[Stack], T]) -> tuple[T | None, int]:
+    """``work`` with a new Stack, stopped at the end whatever happens: (its value, 0), or
+    (None, exit status) once the message is printed (130 on Ctrl-C or SIGTERM, 1 when
+    the bench cannot run)."""
+    # Explicitly: a shell that starts the bench in the background leaves SIGINT ignored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    stack = Stack()
+    try:
+        return work(stack), 0
+    except KeyboardInterrupt:
+        print(f"\n{command}: interrupted; stopping everything it started", file=sys.stderr)
+        return None, 130
+    except BenchError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None, 1
+    finally:
+        # Stopping must not be cut short by a second Ctrl-C or SIGTERM.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stack.close()
 
 
 class Stack:
@@ -362,14 +390,18 @@ def nginx_binary() -> str | None:
     )
 
 
+def _peer_place(stack: Stack, name: str, binary: str | None) -> tuple[str, Path, int]:
+    """A peer's binary (BenchError when missing), its own folder and a free port."""
+    if binary is None:
+        raise BenchError(f"{name} is missing: run `make bench` (installs it as root) or install it")
+    folder = stack.dir / name
+    folder.mkdir()
+    return binary, folder, free_port()
+
+
 def start_nginx(stack: Stack, upstream_url: str) -> tuple[Proc, str]:
     """nginx with ``proxy_cache`` in front of the upstream, from ``nginx.conf.template``."""
-    binary = nginx_binary()
-    if binary is None:
-        raise BenchError("nginx is missing: run `make bench` (installs it as root) or install it")
-    folder = stack.dir / "nginx"
-    folder.mkdir()
-    port = free_port()
+    binary, folder, port = _peer_place(stack, "nginx", nginx_binary())
     user_line = "user root;" if os.geteuid() == 0 else ""  # the worker must reach the folder
     conf = (
         (BENCH / "nginx.conf.template")
@@ -425,12 +457,7 @@ def start_varnish(stack: Stack, upstream_url: str) -> tuple[Proc, str]:
     Its working directory (``-n``) is in the temporary folder, the management CLI is off
     (``-T none``), and it runs as the user that started the bench (``-j none``: no jail,
     so that a root bench's varnishd can reach its folder as root's nginx does)."""
-    binary = varnishd_binary()
-    if binary is None:
-        raise BenchError("varnishd is missing: run `make bench` (installs it as root)")
-    folder = stack.dir / "varnish"
-    folder.mkdir()
-    port = free_port()
+    binary, folder, port = _peer_place(stack, "varnish", varnishd_binary())
     host, _, upstream_port = upstream_url.removeprefix("http://").partition(":")
     vcl = (
         (BENCH / "varnish.vcl")
