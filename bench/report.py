@@ -517,9 +517,10 @@ def _mix(mix: Mapping[str, Any]) -> list[str]:
         f"**The mix.** Load: `{s['load']}`: {s['keys']:,} keys of {s['tokens']} tokens "
         f"({s['distinct_targets']:,} distinct targets; keys by route: {routes}), Zipf (s = 1) "
         f"weights per token, connection i carrying token i mod {s['tokens']} (bench/mix.py), "
-        f"{s['rounds']} interleaved rounds, medians. Every key was requested twice in every "
-        "peer first. CPU is per 1,000 requests, in seconds, of every process of the server "
-        "over the measured phase (user + system); Redis's apart.",
+        f"{s['rounds']} interleaved rounds, medians. Every key was requested in every peer "
+        "first, once to fill it and again until a pass found every key a hit. CPU is per "
+        "1,000 requests, in seconds, of all the processes of the server together over the "
+        "measured phase (user + system; each process's in latest.json); Redis's apart.",
         "",
         "| row | requests/s | p50 ms | p99 ms | p99.9 ms | x nginx | x Varnish "
         "| CPU s / 1k (user + system) | system share | Redis CPU s / 1k |",
