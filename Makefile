@@ -1,6 +1,6 @@
 # records-gateway: `make run` and `make test` work on a fresh machine with Python 3.11+.
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
@@ -54,11 +54,14 @@ lint: $(VENV)/.installed-test
 test: $(VENV)/.installed-test redis-server lint
 	$(BIN)/pytest
 
-## bench: load every configuration with wrk on loopback, write bench/results/ (bench/README.md)
+## bench: load every configuration (wrk, and bench/loadgen.c for the mix) on loopback,
+## write bench/results/ (bench/README.md); BENCH_ARGS passes options (e.g. --only mix)
 bench: $(VENV)/.installed-run redis-server
 	@missing=""; \
 	command -v wrk >/dev/null 2>&1 || missing="wrk"; \
 	{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1 || missing="$$missing nginx"; \
+	{ command -v varnishd || test -x /usr/sbin/varnishd; } >/dev/null 2>&1 || missing="$$missing varnish"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc libc6-dev"; \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing Debian's$$missing"; \
@@ -66,7 +69,8 @@ bench: $(VENV)/.installed-run redis-server
 	else \
 		echo "missing:$$missing; install (e.g. apt-get install$$missing) and retry" >&2; exit 1; \
 	fi
-	$(BIN)/python bench/run.py
+	@test -x $(BIN)/py-spy || $(BIN)/python -m pip install --quiet py-spy
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -91,7 +91,19 @@ class Target:
 
 
 def targets(data: Mapping[str, Any]) -> list[Target]:
-    """PASS or FAIL of every target, from the same (rounded) numbers the tables show."""
+    """PASS or FAIL of every target, from the same (rounded) numbers the tables show:
+    the single-key part's, the single-key rows against their baseline, the mix's."""
+    found: list[Target] = []
+    if "configs" in data:
+        found += single_key_targets(data)
+        if "single_key_baseline" in data:
+            found += baseline_targets(data["configs"], data["single_key_baseline"])
+    if "mix" in data:
+        found += mix_targets(data["mix"]["rows"])
+    return found
+
+
+def single_key_targets(data: Mapping[str, Any]) -> list[Target]:
     table, single = data["configs"], data["unloaded"]["configs"]
     coalesce, soak = data["coalesce"], data["soak"]
     found: list[Target] = []
@@ -156,6 +168,131 @@ def targets(data: Mapping[str, Any]) -> list[Target]:
     return found
 
 
+# The single-key rows held to their baseline, and how much slower each may get.
+BASELINE_ROWS = ("hit-memory", "hit-redis", "hit-redis-2w")
+BASELINE_SHARE = 0.90
+BASELINE_FIGURES = ("requests_per_s", "x_floor", "x_nginx")
+
+
+def baseline_targets(table: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[Target]:
+    """Each hit row's x floor and x nginx at least 0.90 x the baseline's (at most 10 %
+    slower than the code the baseline was measured on), judged on two decimals."""
+    found = []
+    measured_on = f"{str(baseline['commit'])[:10]}, Python {baseline['python']}"
+    for name in BASELINE_ROWS:
+        then, now = baseline["rows"].get(name), table.get(name)
+        if then is None or now is None:
+            continue
+        floor = round(BASELINE_SHARE * then["x_floor"], 2)
+        nginx = round(BASELINE_SHARE * then["x_nginx"], 2)
+        found.append(
+            Target(
+                f"{name} vs baseline",
+                f">= {floor:.2f} x floor and >= {nginx:.2f} x nginx (0.90 x {then['x_floor']:.2f}"
+                f" and {then['x_nginx']:.2f}, {measured_on})",
+                f"{now['x_floor']:.2f} x floor, {now['x_nginx']:.2f} x nginx",
+                now["x_floor"] >= floor and now["x_nginx"] >= nginx,
+            )
+        )
+    return found
+
+
+def mix_targets(rows: Mapping[str, Any]) -> list[Target]:
+    """The mix's targets, on the medians its table shows."""
+    found = []
+    nginx = rows["mix-nginx"]
+    p99_bound = round(2 * nginx["p99_ms"], 3)
+    for name in ("mix-memory", "mix-redis"):
+        row = rows[name]
+        found.append(
+            Target(
+                name,
+                ">= 0.60 x nginx and >= 0.60 x Varnish requests/s, p99 <= 2 x nginx's",
+                f"{row['x_nginx']:.2f} x nginx, {row['x_varnish']:.2f} x Varnish, "
+                f"p99 {row['p99_ms']:.2f} ms (bound {p99_bound:.2f} ms)",
+                row["x_nginx"] >= 0.6 and row["x_varnish"] >= 0.6 and row["p99_ms"] <= p99_bound,
+            )
+        )
+    quarter = rows["mix-redis-quarter"]["x_nginx"]
+    found.append(
+        Target(
+            "mix-redis-quarter",
+            ">= 0.40 x nginx requests/s (near cache at a quarter of the working set)",
+            f"{quarter:.2f} x nginx",
+            quarter >= 0.4,
+        )
+    )
+    near = rows["mix-redis"]["cpu_per_1000"]["total_s"]
+    far = rows["mix-redis-nonear"]["cpu_per_1000"]["total_s"]
+    bound = round(2 * near, 4)
+    found.append(
+        Target(
+            "mix-redis-nonear CPU",
+            "gateway CPU per 1,000 requests <= 2 x mix-redis's (a Redis hit <= 2 x a near hit)",
+            f"{far:.4f} s vs {near:.4f} s ({far / near if near else 0:.2f} x)",
+            far <= bound,
+        )
+    )
+    plain, gzipped = rows["mix-redis"], rows["mix-redis-gzip"]
+    found.append(
+        Target(
+            "mix-redis-gzip",
+            ">= mix-redis requests/s (Accept-Encoding: gzip sent)",
+            f"{_n(gzipped['requests_per_s'])} vs {_n(plain['requests_per_s'])} req/s "
+            f"({gzipped['requests_per_s'] / plain['requests_per_s']:.2f} x); "
+            f"{gzipped['gzip_share']:.0%} of answers gzip",
+            gzipped["requests_per_s"] >= plain["requests_per_s"],
+        )
+    )
+    return found
+
+
+def baseline_for(path: Path, python: str) -> dict[str, Any] | None:
+    """The baseline measured on the same Python minor version, if one was recorded."""
+    try:
+        recorded = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    found: dict[str, Any] | None = recorded["by_python"].get(_minor(python))
+    return found
+
+
+def record_baseline(
+    path: Path, data: Mapping[str, Any], commit: str, gateway_commit: str = ""
+) -> None:
+    """Store this run's hit rows' ratios as the baseline of its Python minor version;
+    ``gateway_commit`` is the last commit that changed gateway/ (the code measured)."""
+    try:
+        recorded = json.loads(path.read_text())
+    except FileNotFoundError:
+        recorded = {
+            "about": "The single-key hit rows' ratios (medians of the rounds) that each run's "
+            "are compared with: at most 10 % lower (bench/README.md, the single-key baseline).",
+            "by_python": {},
+        }
+    m = data["machine"]
+    recorded["by_python"][_minor(m["python"])] = {
+        "commit": commit,
+        "gateway_commit": gateway_commit,
+        "date": data["date"],
+        "python": m["python"],
+        "machine": f"{m['arch']}, {m['cpu']}, {m['cores']} cores",
+        "other_processes_cpu_share": data["foreign_cpu"]["share"],
+        "wrk": data["settings"]["wrk"],
+        "rounds": data["settings"]["rounds"],
+        "rows": {
+            name: {key: data["configs"][name][key] for key in BASELINE_FIGURES}
+            for name in BASELINE_ROWS
+        },
+    }
+    recorded["by_python"] = dict(sorted(recorded["by_python"].items()))
+    _replace(path, json.dumps(recorded, indent=2) + "\n")
+
+
+def _minor(python: str) -> str:
+    return ".".join(python.split(".")[:2])
+
+
 def cpu_snapshot() -> tuple[float, float, float]:
     """(machine busy, this process and its reaped children, wall) in CPU-seconds."""
     fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -203,6 +340,8 @@ def machine() -> dict[str, object]:
         "wrk": _version(["wrk", "-v"], r"wrk (\S+)"),
         "nginx": _version(["nginx", "-v"], r"nginx/(\S+)"),
         "redis": _version(["redis-server", "--version"], r"v=(\S+)"),
+        "varnish": _version(["varnishd", "-V"], r"varnish-(\S+)"),
+        "gcc": _version(["gcc", "--version"], r"\) (\S+)"),
     }
 
 
@@ -240,15 +379,38 @@ def _trajectory(soak: Mapping[str, Any]) -> str:
 def markdown_body(data: Mapping[str, Any]) -> str:
     """The tables and notes of one run, without a title (shared by latest.md and README)."""
     m = data["machine"]
-    s = data["settings"]
+    tools = ", ".join(
+        f"{tool} {m[tool]}" for tool in ("wrk", "nginx", "redis", "varnish", "gcc") if tool in m
+    )
     lines = [
         f"Run on {data['date']} in {_duration(data['elapsed_s'])}: {m['arch']}, {m['cpu']}, "
-        f"{m['cores']} cores, Python {m['python']}, Linux {m['kernel']}; "
-        f"wrk {m['wrk']}, nginx {m['nginx']}, redis {m['redis']}. "
+        f"{m['cores']} cores, Python {m['python']}, Linux {m['kernel']}; {tools}. "
         f"Load average at the start {' / '.join(str(v) for v in data['load_average_at_start'])}; "
         f"other processes used {data['foreign_cpu']['share']:.0%} of the CPU during the run.",
+    ]
+    if "configs" in data:
+        lines += _single_key(data)
+    if "mix" in data:
+        lines += _mix(data["mix"])
+    lines += ["", "| target | wanted | measured | result |", "|---|---|---|---|"]
+    for target in data["targets"]:
+        result = "PASS" if target["pass"] else "**FAIL**"
+        lines.append(f"| {target['name']} | {target['wanted']} | {target['measured']} | {result} |")
+    if "coalesce" in data:
+        lines += _probes(data)
+    notes = data.get("notes") or []
+    if notes:
+        lines += ["", "Notes:", *(f"- {note}" for note in notes)]
+    return "\n".join(lines) + "\n"
+
+
+def _single_key(data: Mapping[str, Any]) -> list[str]:
+    """The single-key part: wrk's tables, the miss floor, normalising, bodies, errors."""
+    s = data["settings"]
+    lines = [
         "",
-        f"Load: `{s['wrk']}` on `GET {s['hit_path']}` with `Authorization: Bearer demo-token`, "
+        f"**Single key.** Load: `{s['wrk']}` on `GET {s['hit_path']}` with "
+        "`Authorization: Bearer demo-token`, "
         f"a {s['warmup_s']} s warm-up before every run, {s['rounds']} interleaved rounds, "
         f"medians. Reference upstream latency {s['upstream_latency_ms']:g} ms.",
         "",
@@ -302,14 +464,28 @@ def markdown_body(data: Mapping[str, Any]) -> str:
     ]
     if trouble:
         lines += ["", "**Errors during the runs:** " + "; ".join(trouble) + "."]
-    lines += ["", "| target | wanted | measured | result |", "|---|---|---|---|"]
-    for target in data["targets"]:
-        result = "PASS" if target["pass"] else "**FAIL**"
-        lines.append(f"| {target['name']} | {target['wanted']} | {target['measured']} | {result} |")
+    baseline = data.get("single_key_baseline")
+    if baseline:
+        lines += [
+            "",
+            f"The hit rows are compared with the baseline measured on {baseline['commit'][:10]} "
+            f"({baseline['date']}, Python {baseline['python']}; bench/results/"
+            "single-key-baseline.json): "
+            + ", ".join(
+                f"{name} {row['x_floor']:.2f} x floor and {row['x_nginx']:.2f} x nginx"
+                for name, row in baseline["rows"].items()
+            )
+            + ".",
+        ]
+    return lines
+
+
+def _probes(data: Mapping[str, Any]) -> list[str]:
+    """Coalescing and the soak, after the targets."""
     c = data["coalesce"]
     x_cache = ", ".join(f"{label} {count}" for label, count in c["x_cache"].items())
     statuses = ", ".join(f"{count} x {code}" for code, count in c["statuses"].items())
-    lines += [
+    lines = [
         "",
         f"Coalesce: {c['requests']} concurrent requests for one cold key (`{c['path']}`): "
         f"**{c['upstream_calls']} upstream call(s)**; answers {statuses}, "
@@ -329,10 +505,90 @@ def markdown_body(data: Mapping[str, Any]) -> str:
         f"{k['rss_end_bytes'] / MIB:.1f} MiB after; bound {k['bound_bytes'] / MIB:.0f} MiB: "
         f"{'PASS' if k['pass'] else '**FAIL**'}. RSS along the run: {_trajectory(k)}.",
     ]
-    notes = data.get("notes") or []
-    if notes:
-        lines += ["", "Notes:", *(f"- {note}" for note in notes)]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _mix(mix: Mapping[str, Any]) -> list[str]:
+    """The mix part: its table, the working set, the gzip row, the load client's checks."""
+    s, rows = mix["settings"], mix["rows"]
+    routes = ", ".join(f"{route} {count:,}" for route, count in s["keys_by_route"].items())
+    lines = [
+        "",
+        f"**The mix.** Load: `{s['load']}`: {s['keys']:,} keys of {s['tokens']} tokens "
+        f"({s['distinct_targets']:,} distinct targets; keys by route: {routes}), Zipf (s = 1) "
+        f"weights per token, connection i carrying token i mod {s['tokens']} (bench/mix.py), "
+        f"{s['rounds']} interleaved rounds, medians. Every key was requested in every peer "
+        "first, once to fill it and again until a pass found every key a hit. CPU is per "
+        "1,000 requests, in seconds, of all the processes of the server together over the "
+        "measured phase (user + system; each process's in latest.json); Redis's apart.",
+        "",
+        "| row | requests/s | p50 ms | p99 ms | p99.9 ms | x nginx | x Varnish "
+        "| CPU s / 1k (user + system) | system share | Redis CPU s / 1k |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in rows.items():
+        cpu = row["cpu_per_1000"]
+        redis = row.get("redis_cpu_per_1000_s")
+        lines.append(
+            f"| {name} | {_n(row['requests_per_s'])} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
+            f"| {row['p999_ms']:.2f} | {row.get('x_nginx', 0):.2f} | {row.get('x_varnish', 0):.2f} "
+            f"| {cpu['user_s']:.4f} + {cpu['system_s']:.4f} = {cpu['total_s']:.4f} "
+            f"| {row['system_share']:.0%} | {'-' if redis is None else f'{redis:.4f}'} |"
+        )
+    sized = mix.get("working_set") or {}
+    if sized:
+        lines += [
+            "",
+            f"Working set after the warm-up ({sized['row']}'s namespace in Redis): "
+            f"{sized['entries']:,} entries, {sized['bytes'] / MIB:.1f} MiB counted as the near "
+            f"cache charges them; mix-redis-quarter ran with `near_max_bytes` = "
+            f"{sized['near_max_bytes']:,} (a quarter).",
+        ]
+    if "mix-redis-gzip" in rows:
+        gzipped, plain = rows["mix-redis-gzip"], rows.get("mix-redis", {})
+        lines += [
+            "",
+            f"mix-redis-gzip (`Accept-Encoding: gzip` sent): {gzipped['gzip_share']:.1%} of the "
+            f"answers came `Content-Encoding: gzip`; mean body {gzipped['mean_body_bytes']:,} "
+            f"bytes (mix-redis: {plain.get('mean_body_bytes', 0):,}).",
+        ]
+    lines += ["", _client_verdict(mix)]
+    trouble = [
+        f"{name}: {row['errors']} errors, {row['non_200']} non-200"
+        for name, row in rows.items()
+        if row["errors"] or row["non_200"]
+    ]
+    if trouble:
+        lines += ["", "**Errors during the mix runs:** " + "; ".join(trouble) + "."]
+    return lines
+
+
+def _client_verdict(mix: Mapping[str, Any]) -> str:
+    """Whether the load client could have been what limited the gateway rows."""
+    rows, check = mix["rows"], mix.get("client_check") or {}
+    own = [row["client_cpu_per_1000_s"] for row in rows.values()]
+    gateways = {name: row for name, row in rows.items() if name not in ("mix-nginx", "mix-varnish")}
+    text = (
+        f"The load client's own CPU: {min(own):.4f} to {max(own):.4f} s per 1,000 requests "
+        "(the rows' medians)."
+    )
+    if "mix-nginx" in rows and gateways:
+        fastest = max(gateways, key=lambda name: gateways[name]["requests_per_s"])
+        nginx, best = rows["mix-nginx"]["requests_per_s"], gateways[fastest]["requests_per_s"]
+        text += f" It drove mix-nginx at {_n(nginx)} req/s, " + (
+            f"{nginx / best:.2f} x the fastest gateway row ({fastest}, {_n(best)}): the "
+            "client is not what limits the gateway rows."
+            if nginx > best
+            else f"no faster than the fastest gateway row ({fastest}, {_n(best)}): the client "
+            "may be what limits them."
+        )
+    if check:
+        text += (
+            f" On the single-key request to nginx ({check['connections']} connections) it measured"
+            f" {_n(check['loadgen_requests_per_s'])} req/s where wrk measured "
+            f"{_n(check['wrk_requests_per_s'])} ({check['ratio']:.2f} x)."
+        )
+    return text
 
 
 def _miss_floor(data: Mapping[str, Any]) -> list[str]:

@@ -1,13 +1,17 @@
-"""``make bench``: the gateway's throughput and latency next to a floor and nginx.
+"""``make bench``: the gateway's throughput and latency next to a floor, nginx and Varnish.
 
 Starts everything on 127.0.0.1 (the reference upstream with 20 ms latency, a
-redis-server, the floor app, nginx, the gateway in each configuration), loads each
-with the same wrk command after a warm-up, in interleaved rounds, then checks
-coalescing and the memory backend's bound, writes ``bench/results/latest.{md,json}``,
-refreshes the table in ``bench/README.md`` and prints it. Everything it started is
-stopped on the way out, Ctrl-C included. bench/README.md explains how to read it.
+redis-server, the floor app, nginx, the gateway in each configuration). The
+single-key part loads each with the same wrk command after a warm-up, in interleaved
+rounds, then checks coalescing and the memory backend's bound; the mix part loads
+every mix row (bench/mixrun.py: the gateway, nginx and Varnish) with the mix's load
+client, many tokens and keys, in interleaved rounds too. It writes
+``bench/results/latest.{md,json}``, refreshes the table in ``bench/README.md`` (whole
+runs only) and prints it. Everything it started is stopped on the way out, Ctrl-C
+included. bench/README.md explains how to read it.
 
     .venv/bin/python bench/run.py [--rounds 3] [--duration 5] [--warmup 2] [--soak 40]
+                                  [--only all|single|mix] [--profile ROW ...]
 """
 
 from __future__ import annotations
@@ -16,33 +20,41 @@ import argparse
 import asyncio
 import datetime
 import json
+import platform
 import shutil
-import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
+import mix
+import mixrun
 import normalise
 import probes
+import profile_row
 import report
 import wrk
+from loadgen import LoadSettings
 from servers import (
     AUTH,
     BENCH,
+    TOKEN,
     BenchError,
     Gateway,
     Stack,
+    gateway_config,
     http_get,
     nginx_binary,
+    run_in_stack,
     start_floor,
     start_gateway,
     start_miss_floor,
     start_nginx,
     start_redis,
     start_upstream,
+    varnishd_binary,
 )
 
 UPSTREAM_LATENCY_MS = 20.0
@@ -51,9 +63,7 @@ COLD_PATH = "/expenses?limit=10&page=7"
 COALESCE_REQUESTS = 500
 SOAK_MAX_BYTES = 16 * 1024 * 1024
 SOAK_CONCURRENCY = 32
-KEY_SECRET = "bench-key-secret-0123456789"
 ADMIN_TOKEN = "bench-admin-token-0123456789"
-LONG_TTL = 3600
 # Interleaved in this order (rotated by one each round).
 CONFIGS = (
     "floor",
@@ -67,24 +77,10 @@ CONFIGS = (
 )
 HITS = ("hit-memory", "hit-redis", "hit-redis-2w")
 RESULTS = BENCH / "results"
+# The single-key ratios the rows are compared with (bench/README.md, the baseline).
+BASELINE = RESULTS / "single-key-baseline.json"
 # What a miss adds to one request, without queueing: these again with one connection.
 UNLOADED = ("miss", "miss-floor", "direct")
-
-
-def gateway_config(
-    upstream: str, backend: str, *, redis_url: str = "", workers: int = 1, namespace: str = "rg"
-) -> dict[str, dict[str, object]]:
-    """A gateway config for the bench: no access log (it would measure the logger)."""
-    cache: dict[str, object] = {"backend": backend}
-    if backend == "redis":
-        cache.update(redis_url=redis_url, key_secret=KEY_SECRET, namespace=namespace)
-    return {
-        "server": {"workers": workers},
-        "upstream": {"base_url": upstream},
-        "cache": cache,
-        "cache.ttl_s": {"expenses": LONG_TTL, "expense": LONG_TTL},
-        "log": {"access": False},
-    }
 
 
 def _x_cache(url: str) -> str:
@@ -139,12 +135,52 @@ def cache_results(gateway: Gateway) -> dict[str, float]:
 
 
 def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
+    """The single-key part, then the mix, as ``--only`` asks; both share the reference
+    upstream (which accepts the single key's token and the mix's), Redis and nginx."""
     say = _printer()
-    _, upstream = start_upstream(stack, UPSTREAM_LATENCY_MS)
+    _, upstream = start_upstream(stack, UPSTREAM_LATENCY_MS, [TOKEN, *mix.tokens()])
     say(f"reference upstream {upstream} ({UPSTREAM_LATENCY_MS:g} ms latency)")
     redis_proc, redis_url = start_redis(stack)
     say(f"redis-server {redis_url}")
+    nginx_proc, nginx = start_nginx(stack, upstream)
+    say(f"nginx {nginx} (proxy_cache)")
+    data: dict[str, Any] = {}
+    if args.only != "mix":
+        data.update(single_key(stack, args, notes, say, upstream, redis_url, nginx))
+    if args.only != "single":
+        say("the mix: every row on the same workload (bench/README.md, the mix)")
+        settings = LoadSettings(
+            threads=args.threads,
+            connections=args.mix_connections,
+            duration_s=args.duration,
+            warmup_s=args.warmup,
+        )
+        single = wrk.WrkSettings(args.threads, args.connections, args.duration)
+        data["mix"] = mixrun.run_part(
+            stack,
+            upstream,
+            (redis_proc, redis_url),
+            (nginx_proc, nginx),
+            HIT_PATH,
+            settings,
+            single,
+            args.rounds,
+            say,
+            notes,
+        )
+    return data
 
+
+def single_key(
+    stack: Stack,
+    args: argparse.Namespace,
+    notes: list[str],
+    say: Callable[[str], None],
+    upstream: str,
+    redis_url: str,
+    nginx: str,
+) -> dict[str, Any]:
+    """Today's rows: one request, repeated by wrk on every connection."""
     gateways = {
         "hit-memory": start_gateway(stack, "hit-memory", gateway_config(upstream, "memory")),
         "hit-redis": start_gateway(
@@ -168,9 +204,8 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
     hit_size = sizes["hit-memory"]
     floor_proc, floor = start_floor(stack, hit_size)
     say(f"floor {floor} ({hit_size} bytes, the gateway's hit body)")
-    nginx_proc, nginx = start_nginx(stack, upstream)
     sizes["nginx"] = prime("nginx", nginx + HIT_PATH)
-    say(f"nginx {nginx} (proxy_cache, primed)")
+    say(f"nginx {nginx} primed")
     sizes["floor"] = one_body("floor", floor + HIT_PATH)
     seen = _x_cache(gateways["miss"].url + HIT_PATH)
     if seen != "BYPASS":
@@ -264,8 +299,7 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
         stack.stop(gateway.proc)
     say(f"near cache: worst {invalidated.worst_ms:.1f} ms over {invalidated.trials} purges")
 
-    others = (floor_proc, nginx_proc, miss_floor_proc, redis_proc)
-    for proc in (*[g.proc for g in gateways.values()], *others):
+    for proc in (*[g.proc for g in gateways.values()], floor_proc, miss_floor_proc):
         stack.stop(proc)
 
     table = report.summarise(rounds)
@@ -346,17 +380,42 @@ def _printer() -> Callable[[str], None]:
     return say
 
 
-def _missing_tools() -> list[str]:
+def _missing_tools(only: str) -> list[str]:
     missing = [tool for tool in ("wrk", "redis-server") if shutil.which(tool) is None]
-    return [*missing, "nginx"] if nginx_binary() is None else missing
+    missing += ["nginx"] if nginx_binary() is None else []
+    if only != "single":
+        missing += ["varnish"] if varnishd_binary() is None else []
+        missing += ["gcc"] if shutil.which("gcc") is None else []
+    return missing
 
 
-def _interrupt(signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+def _commits() -> tuple[str, str]:
+    """(HEAD, the last commit that changed gateway/), ``+dirty`` when gateway/ has
+    changes not committed: the code measured."""
+
+    def git(*argv: str) -> str:
+        done = subprocess.run(
+            ["git", *argv], cwd=BENCH.parent, capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    dirty = "+dirty" if git("status", "--porcelain", "--", "gateway") else ""
+    head = git("rev-parse", "HEAD") or "unknown"
+    return head + dirty, (git("log", "-1", "--format=%H", "--", "gateway") or "unknown") + dirty
 
 
 def main() -> int:
+    if "--profile" in sys.argv[1:]:
+        # bench/run.py --profile ROW [options] is bench/profile_row.py ROW [options]
+        rest = sys.argv[1:]
+        rest.remove("--profile")
+        return profile_row.main(rest)
     parser = argparse.ArgumentParser(description="records-gateway bench (see bench/README.md)")
+    parser.add_argument(
+        "--profile",
+        metavar="ROW",
+        help="profile one gateway row of the mix instead (bench/profile_row.py ROW --help)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=int, default=5, help="seconds of each measured run")
     parser.add_argument("--warmup", type=int, default=2, help="seconds of the warm-up before each")
@@ -364,11 +423,30 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--soak", type=float, default=40.0, help="seconds of the memory soak")
     parser.add_argument(
+        "--only",
+        choices=("all", "single", "mix"),
+        default="all",
+        help="run one part: the single-key rows (with their probes) or the mix",
+    )
+    parser.add_argument(
+        "--mix-connections",
+        type=int,
+        default=mix.CONNECTIONS,
+        help="the mix's connections (a multiple of 24 tokens x threads keeps them even)",
+    )
+    parser.add_argument(
         "--results", type=Path, default=RESULTS, help="folder of latest.md and latest.json"
     )
+    parser.add_argument(
+        "--record-baseline",
+        action="store_true",
+        help=f"store this run's single-key ratios as {BASELINE.name} for its Python version",
+    )
     args = parser.parse_args()
+    if args.record_baseline and args.only == "mix":
+        parser.error("--record-baseline needs the single-key rows")
 
-    missing = _missing_tools()
+    missing = _missing_tools(args.only)
     if missing:
         print(
             f"bench: missing {', '.join(missing)}; `make bench` installs them as root",
@@ -378,24 +456,10 @@ def main() -> int:
     started = time.monotonic()
     cpu_before = report.cpu_snapshot()
     load_before = report.load_average()
-    # Explicitly: a shell that starts the bench in the background leaves SIGINT ignored.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
     notes: list[str] = []
-    stack = Stack()
-    try:
-        data = bench(stack, args, notes)
-    except KeyboardInterrupt:
-        print("\nbench: interrupted; stopping everything it started", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        # Stopping must not be cut short by a second Ctrl-C or SIGTERM.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stack.close()
+    data, status = run_in_stack("bench", lambda stack: bench(stack, args, notes))
+    if data is None:
+        return status
     elapsed = time.monotonic() - started
     others = report.foreign_cpu(cpu_before, report.cpu_snapshot())
     if others["share"] > 0.05:
@@ -403,6 +467,15 @@ def main() -> int:
             f"other processes on the machine used {others['share']:.0%} of its CPU during the "
             "run: the numbers are noisier and lower than on a quiet machine"
         )
+    if "configs" in data:
+        baseline = report.baseline_for(BASELINE, platform.python_version())
+        if baseline is None:
+            notes.append(
+                f"no single-key baseline for Python {platform.python_version()} in "
+                f"bench/results/{BASELINE.name}: the single-key rows are not compared with one"
+            )
+        else:
+            data["single_key_baseline"] = baseline
     data = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": report.machine(),
@@ -414,8 +487,11 @@ def main() -> int:
         "notes": notes,
     }
     print()
-    # Only a run into the default folder is "the latest" that the README quotes.
-    readme = BENCH / "README.md" if args.results == RESULTS else None
+    if args.record_baseline:
+        report.record_baseline(BASELINE, data, *_commits())
+        print(f"bench: the single-key ratios of this run are the baseline in {BASELINE}")
+    # Only a whole run into the default folder is "the latest" that the README quotes.
+    readme = BENCH / "README.md" if args.results == RESULTS and args.only == "all" else None
     print(report.write(args.results, readme, data))
     print(f"bench: done in {elapsed:.0f} s; results in {args.results}/latest.md and latest.json")
     return 0

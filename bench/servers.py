@@ -22,10 +22,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from pathlib import Path
+from types import FrameType
 from typing import TypeVar
 
 BENCH = Path(__file__).resolve().parent
@@ -131,7 +132,7 @@ class Proc:
         """SIGTERM, a grace period, then SIGKILL to whatever of its group is left."""
         if self.popen.poll() is not None:
             return
-        members = _group_members(self.pid)
+        members = group_members(self.pid)
         with contextlib.suppress(ProcessLookupError):
             self.popen.send_signal(signal.SIGTERM)
         try:
@@ -139,14 +140,14 @@ class Proc:
         except subprocess.TimeoutExpired:
             print(f"bench: {self.name} ignored SIGTERM; killing it", file=sys.stderr)
         # The leader is reaped only here, so its pid (the group id) cannot have been reused.
-        for pid in members | _group_members(self.pid):
+        for pid in members | group_members(self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(STOP_TIMEOUT_S)
 
 
-def _group_members(pgid: int) -> set[int]:
+def group_members(pgid: int) -> set[int]:
     """Live processes whose process group is ``pgid`` (from /proc; Linux)."""
     members: set[int] = set()
     for entry in Path("/proc").iterdir():
@@ -161,6 +162,33 @@ def _group_members(pgid: int) -> set[int]:
         if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
             members.add(int(entry.name))
     return members
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_in_stack(command: str, work: Callable[[Stack], T]) -> tuple[T | None, int]:
+    """``work`` with a new Stack, stopped at the end whatever happens: (its value, 0), or
+    (None, exit status) once the message is printed (130 on Ctrl-C or SIGTERM, 1 when
+    the bench cannot run)."""
+    # Explicitly: a shell that starts the bench in the background leaves SIGINT ignored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    stack = Stack()
+    try:
+        return work(stack), 0
+    except KeyboardInterrupt:
+        print(f"\n{command}: interrupted; stopping everything it started", file=sys.stderr)
+        return None, 130
+    except BenchError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None, 1
+    finally:
+        # Stopping must not be cut short by a second Ctrl-C or SIGTERM.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        stack.close()
 
 
 class Stack:
@@ -217,9 +245,14 @@ def _line_match(proc: Proc, pattern: re.Pattern[str]) -> Callable[[], str | None
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
 
-def start_upstream(stack: Stack, latency_ms: float) -> tuple[Proc, str]:
-    """The reference upstream (``records-gateway demo-upstream``) on a free port."""
+def start_upstream(
+    stack: Stack, latency_ms: float, tokens: Sequence[str] = (TOKEN,)
+) -> tuple[Proc, str]:
+    """The reference upstream (``records-gateway demo-upstream``) on a free port,
+    accepting each of ``tokens``."""
     argv = [*gateway_command(), "demo-upstream", "--host", "127.0.0.1", "--port", "0"]
+    for token in tokens:
+        argv += ["--token", token]
     proc = stack.spawn("upstream", [*argv, "--latency-ms", f"{latency_ms:g}"])
     url = wait_for(proc, "listening line", _line_match(proc, _LISTENING))
     return proc, url.rstrip("/")
@@ -281,6 +314,35 @@ def render_toml(sections: Mapping[str, Mapping[str, object]]) -> str:
     return "\n".join(lines)
 
 
+KEY_SECRET = "bench-key-secret-0123456789"
+LONG_TTL = 3600
+ROUTE_NAMES = ("users", "clients", "expenses", "expense", "accounts", "account")
+
+
+def gateway_config(
+    upstream: str,
+    backend: str,
+    *,
+    redis_url: str = "",
+    workers: int = 1,
+    namespace: str = "rg",
+    **cache: object,
+) -> dict[str, dict[str, object]]:
+    """A gateway config for the bench: no access log (it would measure the logger), a
+    long TTL on every route; ``cache`` adds keys to the cache section."""
+    section: dict[str, object] = {"backend": backend}
+    if backend == "redis":
+        section.update(redis_url=redis_url, key_secret=KEY_SECRET, namespace=namespace)
+    section.update(cache)
+    return {
+        "server": {"workers": workers},
+        "upstream": {"base_url": upstream},
+        "cache": section,
+        "cache.ttl_s": dict.fromkeys(ROUTE_NAMES, LONG_TTL),
+        "log": {"access": False},
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class Gateway:
     proc: Proc
@@ -328,14 +390,18 @@ def nginx_binary() -> str | None:
     )
 
 
+def _peer_place(stack: Stack, name: str, binary: str | None) -> tuple[str, Path, int]:
+    """A peer's binary (BenchError when missing), its own folder and a free port."""
+    if binary is None:
+        raise BenchError(f"{name} is missing: run `make bench` (installs it as root) or install it")
+    folder = stack.dir / name
+    folder.mkdir()
+    return binary, folder, free_port()
+
+
 def start_nginx(stack: Stack, upstream_url: str) -> tuple[Proc, str]:
     """nginx with ``proxy_cache`` in front of the upstream, from ``nginx.conf.template``."""
-    binary = nginx_binary()
-    if binary is None:
-        raise BenchError("nginx is missing: run `make bench` (installs it as root) or install it")
-    folder = stack.dir / "nginx"
-    folder.mkdir()
-    port = free_port()
+    binary, folder, port = _peer_place(stack, "nginx", nginx_binary())
     user_line = "user root;" if os.geteuid() == 0 else ""  # the worker must reach the folder
     conf = (
         (BENCH / "nginx.conf.template")
@@ -350,6 +416,20 @@ def start_nginx(stack: Stack, upstream_url: str) -> tuple[Proc, str]:
             str(folder / "nginx.conf")]  # fmt: skip
     proc = stack.spawn("nginx", argv)
     url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(proc, "answer on /__bench_ready", _ready(url))
+    except BenchError as exc:
+        log = (
+            (folder / "error.log").read_text(errors="replace")
+            if (folder / "error.log").exists()
+            else ""
+        )
+        raise BenchError(f"{exc}\n  error.log:\n{log}") from None
+    return proc, url
+
+
+def _ready(url: str) -> Callable[[], bool | None]:
+    """A check that the peer answers the bench's ``/__bench_ready`` with 204."""
 
     def ready() -> bool | None:
         try:
@@ -358,15 +438,40 @@ def start_nginx(stack: Stack, upstream_url: str) -> tuple[Proc, str]:
             return None
         return True if answer.status == 204 else None
 
-    try:
-        wait_for(proc, "answer on /__bench_ready", ready)
-    except BenchError as exc:
-        log = (
-            (folder / "error.log").read_text(errors="replace")
-            if (folder / "error.log").exists()
-            else ""
-        )
-        raise BenchError(f"{exc}\n  error.log:\n{log}") from None
+    return ready
+
+
+def varnishd_binary() -> str | None:
+    return shutil.which("varnishd") or next(
+        (path for path in ("/usr/sbin/varnishd", "/sbin/varnishd") if os.access(path, os.X_OK)),
+        None,
+    )
+
+
+VARNISH_STORAGE = "malloc,512m"
+
+
+def start_varnish(stack: Stack, upstream_url: str) -> tuple[Proc, str]:
+    """varnishd in the foreground in front of the upstream, from ``varnish.vcl``.
+
+    Its working directory (``-n``) is in the temporary folder, the management CLI is off
+    (``-T none``), and it runs as the user that started the bench (``-j none``: no jail,
+    so that a root bench's varnishd can reach its folder as root's nginx does)."""
+    binary, folder, port = _peer_place(stack, "varnish", varnishd_binary())
+    host, _, upstream_port = upstream_url.removeprefix("http://").partition(":")
+    vcl = (
+        (BENCH / "varnish.vcl")
+        .read_text()
+        .replace("@UPSTREAM_HOST@", host)
+        .replace("@UPSTREAM_PORT@", upstream_port)
+    )
+    (folder / "bench.vcl").write_text(vcl)
+    argv = [binary, "-F", "-n", str(folder / "work"), "-a", f"127.0.0.1:{port}",
+            "-f", str(folder / "bench.vcl"), "-s", VARNISH_STORAGE, "-T", "none",
+            "-j", "none"]  # fmt: skip
+    proc = stack.spawn("varnish", argv)
+    url = f"http://127.0.0.1:{port}"
+    wait_for(proc, "answer on /__bench_ready", _ready(url))
     return proc, url
 
 

@@ -1,0 +1,202 @@
+"""Building and running the mix's load client (bench/loadgen.c) and reading its report.
+
+The bench compiles ``loadgen.c`` with ``gcc -O2`` into its temporary folder (nothing
+is installed), writes the mix's keys file there (bench/mix.py) and runs the client
+once per warm-up + measured run. The client prints one JSON object; :func:`parse`
+turns it into a :class:`LoadResult` and refuses a report that lacks a field, so a
+changed client cannot pass unnoticed. Times are milliseconds, CPU is seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servers import BENCH, BenchError
+
+SOURCE = BENCH / "loadgen.c"
+
+
+def compile_client(folder: Path) -> Path:
+    """``gcc -O2 -pthread`` of loadgen.c into ``folder``; BenchError with gcc's output."""
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise BenchError("no C compiler (gcc) to build bench/loadgen.c: install gcc")
+    binary = folder / "loadgen"
+    command = [compiler, "-O2", "-Wall", "-Wextra", "-pthread", "-o", str(binary), str(SOURCE)]
+    done = subprocess.run([*command, "-lm"], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BenchError(f"{' '.join(command)} failed:\n{done.stderr}")
+    return binary
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSettings:
+    threads: int = 2
+    connections: int = 48
+    duration_s: float = 5.0
+    warmup_s: float = 2.0
+    seed: int = 1
+
+    def shown(self) -> str:
+        return (
+            f"loadgen -t {self.threads} -c {self.connections} -d {self.duration_s:g}s "
+            f"(after {self.warmup_s:g} s of warm-up)"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessCpu:
+    """CPU seconds one process spent during the measured phase."""
+
+    pid: int
+    user_s: float
+    system_s: float
+    exited: bool = False  # gone before the end of the phase: its CPU is not counted
+
+    @property
+    def total_s(self) -> float:
+        return self.user_s + self.system_s
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """One measured run of the load client."""
+
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    requests: int
+    seconds: float
+    statuses: dict[str, int]
+    body_bytes: int
+    gzip_answers: int
+    x_cache: dict[str, int]
+    errors: int  # reads cut short, failed connects and requests unanswered for 10 s
+    reconnects: int
+    client_user_s: float
+    client_system_s: float
+    servers: tuple[ProcessCpu, ...] = field(default=())
+    by_token: tuple[int, ...] = field(default=())
+    warmup_statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def non_200(self) -> int:
+        return sum(count for status, count in self.statuses.items() if status != "200")
+
+    @property
+    def warmup_non_200(self) -> int:
+        return sum(count for status, count in self.warmup_statuses.items() if status != "200")
+
+    @property
+    def client_cpu_ms_per_1000(self) -> float:
+        """The client's own CPU per 1,000 requests, in milliseconds."""
+        used = self.client_user_s + self.client_system_s
+        return used * 1000 / self.requests * 1000 if self.requests else 0.0
+
+    def cpu_of(self, pids: Sequence[int], *, but: bool = False) -> tuple[float, float]:
+        """(user, system) seconds of the processes ``pids`` together (``but``: of every
+        process read except those)."""
+        chosen = [p for p in self.servers if (p.pid in pids) is not but]
+        return sum(p.user_s for p in chosen), sum(p.system_s for p in chosen)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _number(data: Mapping[str, Any], name: str) -> float:
+    value = data.get(name)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise BenchError(f"the load client's report has no number {name!r}: {data!r:.300}")
+    return float(value)
+
+
+def _counts(data: Mapping[str, Any], name: str) -> dict[str, int]:
+    value = data.get(name)
+    if not isinstance(value, dict):
+        raise BenchError(f"the load client's report has no {name!r} counts")
+    return {str(key): int(count) for key, count in value.items()}
+
+
+def parse(report: str) -> LoadResult:
+    """The numbers of one report of bench/loadgen.c; BenchError when one is missing."""
+    try:
+        data = json.loads(report)
+    except ValueError as exc:
+        raise BenchError(f"the load client's report is not JSON: {exc}: {report[:300]!r}") from exc
+    if not isinstance(data, dict):
+        raise BenchError(f"the load client's report is not an object: {report[:300]!r}")
+    for part in ("latency_ms", "measured", "warmup", "client_cpu"):
+        if not isinstance(data.get(part), dict):
+            raise BenchError(f"the load client's report has no {part!r}")
+    latency, measured, client = data["latency_ms"], data["measured"], data["client_cpu"]
+    servers = data.get("server_cpu")
+    by_token = data.get("requests_by_token")
+    if not isinstance(servers, list) or not isinstance(by_token, list):
+        raise BenchError("the load client's report has no server_cpu or requests_by_token")
+    return LoadResult(
+        requests_per_s=_number(data, "requests_per_s"),
+        p50_ms=_number(latency, "p50"),
+        p99_ms=_number(latency, "p99"),
+        p999_ms=_number(latency, "p999"),
+        requests=int(_number(measured, "requests")),
+        seconds=_number(data, "duration_s"),
+        statuses=_counts(measured, "statuses"),
+        body_bytes=int(_number(measured, "body_bytes")),
+        gzip_answers=int(_number(measured, "gzip_answers")),
+        x_cache=_counts(measured, "x_cache"),
+        errors=int(
+            sum(_number(measured, n) for n in ("read_errors", "connect_errors", "timeouts"))
+        ),
+        reconnects=int(_number(measured, "reconnects")),
+        client_user_s=_number(client, "user_s"),
+        client_system_s=_number(client, "system_s"),
+        servers=tuple(
+            ProcessCpu(
+                int(_number(p, "pid")),
+                _number(p, "user_s"),
+                _number(p, "system_s"),
+                p.get("exited") is True,
+            )
+            for p in servers
+        ),
+        by_token=tuple(int(count) for count in by_token),
+        warmup_statuses=_counts(data["warmup"], "statuses"),
+    )
+
+
+def run(
+    binary: Path,
+    url: str,
+    keys_file: Path,
+    settings: LoadSettings,
+    *,
+    headers: Sequence[str] = (),
+    cpu_pids: Sequence[int] = (),
+) -> LoadResult:
+    """One warm-up + measured run against ``url`` (``http://127.0.0.1:PORT``)."""
+    host, _, port = url.removeprefix("http://").rstrip("/").partition(":")
+    command = [str(binary), "--host", host, "--port", port, "--keys", str(keys_file),
+               "--threads", str(settings.threads), "--connections", str(settings.connections),
+               "--warmup", f"{settings.warmup_s:g}", "--duration", f"{settings.duration_s:g}",
+               "--seed", str(settings.seed)]  # fmt: skip
+    for header in headers:
+        command += ["--header", header]
+    for pid in cpu_pids:
+        command += ["--cpu-pid", str(pid)]
+    limit = settings.warmup_s + settings.duration_s + 30
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"the load client did not finish within {limit:g} s") from exc
+    if done.returncode != 0:
+        raise BenchError(
+            f"the load client failed ({done.returncode}) on {url}: {done.stderr.strip()}"
+        )
+    return parse(done.stdout)
