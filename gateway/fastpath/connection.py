@@ -4,7 +4,7 @@ answers (a request aiohttp's parser rejects) are problems.
 
 Hits from the bytes: while aiohttp has nothing of this connection's in hand (no
 request queued or being handled, no answer waiting for the socket to drain), each
-whole request head that arrives is read by ``request_head.read_head``; when its query
+whole request head that arrives is read by ``request_head.HeadReader``; when its query
 is valid (``RecordHandlers.hit_query``: remembered, or validated there and then as the
 route's handler would) and the pipeline has a fresh entry for it, the answer is
 written with no request object, router or response object: at once when this process
@@ -58,7 +58,7 @@ from gateway.cache.coding import Representation
 from gateway.cache.entry import CacheCorrupt, CacheEntry, CacheKey
 from gateway.fastpath.fingerprints import ConnectionFingerprints
 from gateway.fastpath.rejections import problem_for_rejected
-from gateway.fastpath.request_head import PendingHead, read_head
+from gateway.fastpath.request_head import HeadReader, PendingHead
 from gateway.http.edge import UNMATCHED, X_REQUEST_ID, Edge
 from gateway.http.negotiation import gzip_preferred
 from gateway.http.records import RecordHandlers
@@ -94,38 +94,77 @@ class HitTarget(NamedTuple):
     gzip: bool  # the caller is served gzip (its Accept-Encoding)
 
 
+# the fields of a hit's reply that change with the entry's age, in the order
+# reply_headers gives them (next to each other)
+_TIMED = ("Cache-Status", "Age", "Cache-Control")
+
+
 class WireHeads:
     """The status line and header fields of hit replies as bytes, up to ``Date``: those
-    of ``hit_reply(entry, now, representation)``, which depend on the representation's
-    ETag (which names its coding too) and body length and on the whole seconds of the
-    entry's age and freshness left; made once per such set, at most ``size`` kept, the
-    oldest forgotten first (bytes only: no entry is held here).
+    of ``reply_headers(hit_reply(entry, now, representation))``, made once and kept in
+    three parts, so that a head is three lookups and a join however many entries are
+    hit and however rarely:
 
-    A hot entry is answered many times in each second and its head is made once a
-    second; ``size`` is a few thousand so that the warm ones of a cache of many keys
-    are kept too (a few hundred bytes each)."""
+    - the fields before the timed ones, which depend on the representation's coding
+      only (the status line, ``Content-Type``, ``Content-Encoding``, ``X-Cache``);
+    - the timed fields (``Cache-Status``, ``Age``, ``Cache-Control``), which depend on
+      the whole seconds of the entry's age and freshness left only;
+    - the fields after them, which depend on the representation's ETag (which names its
+      coding too) and length (``Vary``, ``ETag``, ``Content-Length``, ``Server``).
 
-    def __init__(self, size: int = 4096) -> None:
+    Each part is made from the reply of the first hit that needs it; at most ``size``
+    of each of the last two are kept, the oldest forgotten first (bytes only: no entry
+    is held here)."""
+
+    def __init__(self, size: int = 8192) -> None:
         self._size = size
-        self._made: dict[tuple[str, int, int, int], bytes] = {}
+        self._before: dict[str, bytes] = {}
+        self._timed: dict[tuple[int, int], bytes] = {}
+        self._after: dict[tuple[str, int], bytes] = {}
 
     def __len__(self) -> int:
-        return len(self._made)
+        """The parts kept of the last two kinds (those bounded by ``size``)."""
+        return len(self._timed) + len(self._after)
 
     def __call__(self, entry: CacheEntry, now: float, representation: Representation) -> bytes:
-        key = (representation.etag, len(representation.body), *hit_seconds(entry, now))
-        made = self._made.get(key)
-        if made is not None:
-            return made
+        seconds = hit_seconds(entry, now)
+        timed = self._timed.get(seconds)
+        after = self._after.get((representation.etag, len(representation.body)))
+        before = self._before.get(representation.coding)
+        if timed is None or after is None or before is None:
+            before, timed, after = self._made(entry, now, representation, seconds)
+        return b"".join((before, timed, after))
+
+    def _made(
+        self,
+        entry: CacheEntry,
+        now: float,
+        representation: Representation,
+        seconds: tuple[int, int],
+    ) -> tuple[bytes, bytes, bytes]:
         reply = hit_reply(entry, now, representation)
-        fields = "".join(f"{name}: {value}\r\n" for name, value in reply_headers(reply).items())
+        items = list(reply_headers(reply).items())
+        fields = [f"{name}: {value}\r\n" for name, value in items]
+        names = [name for name, _ in items]
+        first = names.index(_TIMED[0])
+        last = first + len(_TIMED)
+        if tuple(names[first:last]) != _TIMED:
+            raise RuntimeError(f"the timed fields of a hit are not together: {names}")
+        before = _OK + "".join(fields[:first]).encode("latin-1")
+        timed = "".join(fields[first:last]).encode("latin-1")
         length = f"Content-Length: {len(reply.body)}\r\n"
-        made = _OK + (fields + length).encode("latin-1") + _SERVER
-        heads = self._made
-        if len(heads) >= self._size:
-            del heads[next(iter(heads))]
-        heads[key] = made
-        return made
+        after = "".join((*fields[last:], length)).encode("latin-1") + _SERVER
+        self._before[representation.coding] = before
+        _keep(self._timed, seconds, timed, self._size)
+        _keep(self._after, (representation.etag, len(representation.body)), after, self._size)
+        return before, timed, after
+
+
+def _keep(made: dict[Any, bytes], key: Any, value: bytes, size: int) -> None:
+    """``made[key] = value``, the oldest forgotten first past ``size``."""
+    if key not in made and len(made) >= size:
+        del made[next(iter(made))]
+    made[key] = value
 
 
 class DateField:
@@ -154,15 +193,14 @@ class Hits:
         self.heads = WireHeads()
         self.date = DateField()
 
-    def resolve(
-        self, head: bytes, connection: object, line_max: int, fields_max: int
-    ) -> HitTarget | None:
-        """What a hit on ``head`` looks up, when it is a plain GET of a record route
-        whose query was validated before, with a bearer token; None otherwise."""
+    def resolve(self, head: bytes, connection: object, reader: HeadReader) -> HitTarget | None:
+        """What a hit on ``head`` (read by the connection's ``reader``) looks up, when it
+        is a plain GET of a record route with a valid query and a bearer token; None
+        otherwise."""
         pipeline = self.records.caching_pipeline()
         if pipeline is None:
             return None
-        read = read_head(head, line_max, fields_max)
+        read = reader.read(head)
         if read is None or read.authorization is None:
             return None
         max_limit = self.records.live.settings.limits.max_limit
@@ -244,17 +282,16 @@ class GatewayConnection(RequestHandler):
     __slots__ = (
         "_awaiting",
         "_backlog",
-        "_fields_max",
         "_gateway_edge",
         "_hits",
         "_hold_fields",
         "_hold_line",
         "_last_head",
         "_last_target",
-        "_line_max",
         "_looked_up_paused",
         "_pending",
         "_read_meanwhile",
+        "_reader",
     )
 
     def __init__(self, manager: web.Server, hits: Hits, **kwargs: Any) -> None:
@@ -270,8 +307,7 @@ class GatewayConnection(RequestHandler):
         # the parser would refuse
         self._hold_line = min(self.max_line_size, self.max_field_size)
         self._hold_fields = self.max_headers
-        self._line_max = self._hold_line // 2
-        self._fields_max = self._hold_fields // 2
+        self._reader = HeadReader(self._hold_line // 2, self._hold_fields // 2)
         self._last_head = b""
         self._last_target: HitTarget | None = None
         # the head whose entry is being read from the shared cache, and what arrived
@@ -440,7 +476,7 @@ class GatewayConnection(RequestHandler):
         if head == self._last_head:
             target = self._last_target
         else:
-            target = hits.resolve(head, self, self._line_max, self._fields_max)
+            target = hits.resolve(head, self, self._reader)
             # a head not resolved now may be later; a long one is not kept
             if target is not None and len(head) <= REMEMBERED_HEAD_MAX:
                 self._last_head, self._last_target = head, target

@@ -152,6 +152,56 @@ def read_head(
     )
 
 
+# the longest header block (all of a head but its request line) a connection remembers
+REMEMBERED_FIELDS_MAX = 2048
+
+
+class HeadReader:
+    """:func:`read_head` for the heads of one connection, which remembers the header
+    block (every line after the request line) of the last head it read.
+
+    A service sends the same headers on every request of a kept-alive connection
+    (``Host``, its token, ``Accept-Encoding``...): only the request line changes. A
+    head whose header block is the one read last is read by its request line alone,
+    which is what :func:`read_head` would read of it (the block was checked whole, and
+    the request line is checked as :func:`read_head` checks it)."""
+
+    __slots__ = ("_fields", "_fields_max", "_line_max", "_read")
+
+    def __init__(self, line_max: int = LINE_MAX, fields_max: int = FIELDS_MAX) -> None:
+        self._line_max = line_max
+        self._fields_max = fields_max
+        self._fields = b""
+        self._read: tuple[str | None, str | None, str | None] = (None, None, None)
+
+    def read(self, head: bytes) -> RequestHead | None:
+        """``head`` read as :func:`read_head` reads it."""
+        line_end = head.find(b"\r\n") + 2
+        fields = self._fields
+        if (
+            fields
+            and len(head) - len(fields) == line_end
+            and line_end - 2 <= self._line_max
+            and head.endswith(fields)
+        ):
+            line = _REQUEST_LINE_ONLY.fullmatch(head, 0, line_end)
+            if line is None:
+                return None
+            path, query = line.groups()
+            if b"/." in path or b"//" in path:
+                return None
+            return RequestHead(
+                path.decode("ascii"),
+                query.decode("ascii") if query is not None else "",
+                *self._read,
+            )
+        read = read_head(head, self._line_max, self._fields_max)
+        if read is not None and len(head) - line_end <= REMEMBERED_FIELDS_MAX:
+            self._fields = head[line_end:]
+            self._read = (read.authorization, read.request_id, read.accept_encoding)
+        return read
+
+
 class PendingHead:
     """The start of a request head, held while it may still become one that
     :func:`read_head` reads, checked as it arrives.

@@ -295,7 +295,7 @@ class QueryMemo:
     microseconds) for the ones forgotten, never a memo emptied at once.
     """
 
-    def __init__(self, size: int = 1024, longest: int = 512) -> None:
+    def __init__(self, size: int = 4096, longest: int = 512) -> None:
         self.size = size
         self._longest = longest
         self._known: dict[tuple[str, str | None, str, int], RecordQuery] = {}

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from gateway.fastpath.request_head import (
     FIELDS_MAX,
     LINE_MAX,
+    HeadReader,
     RequestHead,
     may_become_head,
     read_head,
@@ -218,3 +219,31 @@ async def aiohttp_query(head: bytes) -> list[tuple[str, str]]:
     parser = HttpRequestParser(BaseProtocol(loop), loop, 2**16)
     messages, _, _ = parser.feed_data(head)
     return list(messages[0][0].url.query.items())
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(heads(), min_size=1, max_size=8))
+def test_a_connection_s_reader_reads_each_head_as_read_head_does(drawn: list[bytes]) -> None:
+    """A connection's reader, which reads a head whose header block it read last by its
+    request line alone, reads every head as ``read_head`` does: heads of their own, and
+    the request line of one on the header block of the one before (as a service's
+    connection sends them)."""
+    reader = HeadReader()
+    previous = drawn[0]
+    for head in drawn:
+        line, _, _ = head.partition(b"\r\n")
+        _, _, fields = previous.partition(b"\r\n")
+        for sent in (head, line + b"\r\n" + fields, head):
+            assert reader.read(sent) == read_head(sent)
+        previous = head
+
+
+def test_a_connection_s_reader_checks_the_request_line_of_a_known_block() -> None:
+    reader = HeadReader(line_max=40)
+    assert reader.read(PLAIN) == read_head(PLAIN)
+    fields = PLAIN.partition(b"\r\n")[2]
+    for line in (b"GET /a/../b HTTP/1.1", b"GET //x HTTP/1.1", b"POST /x HTTP/1.1",
+                 b"GET /" + b"x" * 40 + b" HTTP/1.1", b"GET /x?a=<b> HTTP/1.1"):  # fmt: skip
+        assert reader.read(line + b"\r\n" + fields) is None
+    read = reader.read(b"GET /expenses/7?page=2 HTTP/1.1\r\n" + fields)
+    assert read == RequestHead("/expenses/7", "page=2", "Bearer t-1", None, None)

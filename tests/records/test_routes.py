@@ -220,9 +220,9 @@ def test_an_account_id_that_was_not_valid_utf8_is_refused() -> None:
 
 
 def test_the_query_memo_forgets_its_oldest_query_past_its_size() -> None:
-    """The memo of validated queries keeps the last ``size`` (1,024 by default, the
+    """The memo of validated queries keeps the last ``size`` (4,096 by default, the
     README's figure) and forgets the oldest first, never all at once."""
-    assert QueryMemo().size == 1024
+    assert QueryMemo().size == 4096
     memo = QueryMemo(size=3)
     queries = [f"limit={n}" for n in range(1, 6)]
     for query in queries:
