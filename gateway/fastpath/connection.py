@@ -286,6 +286,7 @@ class GatewayConnection(RequestHandler):
         "_hits",
         "_hold_fields",
         "_hold_line",
+        "_holding",
         "_last_head",
         "_last_target",
         "_looked_up_paused",
@@ -310,8 +311,10 @@ class GatewayConnection(RequestHandler):
         self._reader = HeadReader(self._hold_line // 2, self._hold_fields // 2)
         self._last_head = b""
         self._last_target: HitTarget | None = None
-        # the head whose entry is being read from the shared cache, and what arrived
-        # since (the connection's next requests, answered after it)
+        # while holding, what arrives is kept (the connection's next requests, read
+        # after): while the entry of the head awaiting is read from the shared cache,
+        # or while aiohttp comes back from answering the request before
+        self._holding = False
         self._awaiting = b""
         self._read_meanwhile = b""
         self._looked_up_paused = False
@@ -321,7 +324,7 @@ class GatewayConnection(RequestHandler):
         if hits is None:
             super().data_received(data)
             return
-        if self._awaiting:
+        if self._holding:
             if not data:
                 super().data_received(data)
                 return
@@ -353,9 +356,10 @@ class GatewayConnection(RequestHandler):
                 return
         self._heads(hits, data)
 
-    def _heads(self, hits: Hits, data: bytes, start: int = 0) -> None:
+    def _heads(self, hits: Hits, data: bytes, start: int = 0, waited: bool = False) -> None:
         """Answer or hand over, one by one, the whole heads in ``data[start:]`` (which
-        starts a request), and hold what is left of it."""
+        starts a request), and hold what is left of it. ``waited``: aiohttp was waited
+        for once already (see :meth:`_wait_for_aiohttp`)."""
         # with caching off (fixed for the process's life) nothing here is a hit
         caching = hits.records.caching_pipeline() is not None
         while True:
@@ -363,6 +367,10 @@ class GatewayConnection(RequestHandler):
             if end == 3:  # no whole head (left)
                 break
             answer: tuple[bytes, bytes] | HitTarget | None = None
+            if caching and not waited and self._aiohttp_coming_back():
+                self._wait_for_aiohttp(hits, data[start:])
+                return
+            waited = False
             # while aiohttp has this connection's earlier requests in hand, every head
             # that follows is for it too
             if caching and self._aiohttp_idle():
@@ -397,10 +405,45 @@ class GatewayConnection(RequestHandler):
         else:  # aiohttp refuses (or reads) it now, with its own rules and limits
             self._hand_over_for_good(data[start:])
 
+    def _aiohttp_coming_back(self) -> bool:
+        """aiohttp has answered this connection's last request, and holds no other,
+        but has not come back to wait for the next one yet (its task resumes once the
+        handler's task has ended, a turn of the event loop later; the caller's next
+        request may arrive in between). Taken for busy, that request and every one
+        after it on the connection would go aiohttp's way, each answered in the same
+        window as the one before it."""
+        return (
+            self._waiter is None
+            and not self._messages
+            and not self._request_in_progress
+            and not self._force_close
+            and not self._close
+            and self.transport is not None
+        )
+
+    def _wait_for_aiohttp(self, hits: Hits, data: bytes) -> None:
+        """Read ``data`` (and what follows it) once aiohttp is back: after everything
+        already due to run in the event loop, which includes aiohttp's resuming task
+        (it then waits for the next request, or closes the connection)."""
+        self._holding = True
+        self._read_meanwhile = data
+        self._loop.call_soon(self._aiohttp_back, hits)
+
+    def _aiohttp_back(self, hits: Hits) -> None:
+        self._holding = False
+        data, self._read_meanwhile = self._read_meanwhile, b""
+        if self.transport is None:
+            return  # the caller is gone
+        if self._looked_up_paused:
+            self._looked_up_paused = False
+            self.transport.resume_reading()
+        self._heads(hits, data, waited=True)
+
     def _look_up(self, hits: Hits, target: HitTarget, head: bytes, rest: bytes) -> None:
         """Read ``target``'s entry from the shared cache, then answer ``head`` (with it
         when it is a fresh hit, else by aiohttp's way) and go on with ``rest``."""
         started = time.perf_counter()
+        self._holding = True
         self._awaiting = head
         self._read_meanwhile = rest
         self._keep_alive()  # the caller is not idle: its request is being answered
@@ -416,6 +459,7 @@ class GatewayConnection(RequestHandler):
     ) -> None:
         head, data = self._awaiting, self._awaiting + self._read_meanwhile
         self._awaiting = self._read_meanwhile = b""
+        self._holding = False
         entry = None
         if not read.cancelled():
             if read.exception() is not None:

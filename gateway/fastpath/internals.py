@@ -19,6 +19,7 @@ from aiohttp.web_protocol import RequestHandler
 CONNECTION_SLOTS = (
     "_waiter",
     "_messages",
+    "_request_in_progress",
     "_max_msg_queue_size",
     "_buffer_paused",
     "_force_close",
