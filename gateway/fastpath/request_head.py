@@ -8,9 +8,10 @@ It reads only the narrowest, commonest form and returns None for anything else, 
 aiohttp's own parser unchanged:
 
 - the request line is exactly ``GET <target> HTTP/1.1``; the target is an origin
-  form whose path holds only letters, digits and ``/ _ ~ - .`` (no percent escape, no
-  dot segment, no empty segment), and whose query holds only the characters RFC 3986
-  allows there (unreserved, sub-delims, ``: @ / ?`` and percent escapes);
+  form whose path holds only letters, digits, ``/ _ ~ - .`` and percent escapes other
+  than of a dot (no dot segment, no empty segment), and whose query holds only the
+  characters RFC 3986 allows there (unreserved, sub-delims, ``: @ / ?`` and percent
+  escapes);
 - every header line is a token, a colon and printable ASCII (spaces and tabs
   included); no obs-fold, no bare CR or LF, no byte above 0x7F;
 - no line longer than ``line_max`` and at most ``fields_max`` header lines, which the
@@ -25,9 +26,9 @@ aiohttp's own parser unchanged:
   than ``keep-alive``.
 
 For what it reads, the path and query are what aiohttp's request gives as
-``rel_url.path_safe`` and ``rel_url.raw_query_string``, and the three headers what
-``headers.get`` gives (tests/fastpath/test_request_head.py holds the two to agreeing on
-random heads).
+``rel_url.raw_path`` and ``rel_url.raw_query_string`` (the path as sent: without an
+escape, what aiohttp's router matches), and the three headers what ``headers.get``
+gives (tests/fastpath/test_request_head.py holds the two to agreeing on random heads).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-_REQUEST_LINE = rb"GET (/[A-Za-z0-9/_~.-]*)(?:\?([A-Za-z0-9._~!$&'()*+,;=:@/?%-]*))? HTTP/1\.1\r\n"
+_REQUEST_LINE = rb"GET (/(?:[A-Za-z0-9/_~.-]|%(?![2][Ee])[0-9A-Fa-f]{2})*)(?:\?([A-Za-z0-9._~!$&'()*+,;=:@/?%-]*))? HTTP/1\.1\r\n"
 _FIELD_LINE = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t -~]*\r\n"
 _HEAD = re.compile(_REQUEST_LINE + rb"((?:" + _FIELD_LINE + rb")*)\r\n")
 # the whole lines a head read here can begin with, and what its unfinished line holds

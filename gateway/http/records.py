@@ -11,6 +11,7 @@ every problem.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
 
 from aiohttp import hdrs, web
 from multidict import CIMultiDictProxy
@@ -82,8 +83,11 @@ class RecordHandlers:
         memo, the same pairs as aiohttp's ``request.query``); None when ``path`` is no
         record route or the query is invalid (the handler then answers its problem).
 
-        ``path`` is as aiohttp's router matches it, with no escape in it (the fast
-        path reads no other), so the id of an id route is the last segment as sent."""
+        ``path`` is as sent, with no dot segment, no empty segment and no escaped dot
+        (the fast path reads no other): a record route's path exactly, or an id route's
+        with the id as its last segment, whose escapes are decoded as aiohttp's router
+        decodes them (an escape anywhere else, which the router would decode too, is
+        left to it)."""
         route = self._list_routes.get(path)
         path_value: str | None = None
         if route is None:
@@ -96,8 +100,9 @@ class RecordHandlers:
         if known is not None:
             return known
         try:
-            if path_value is not None:
+            if path_value is not None and "%" in path_value:
                 check_segment(route.path_param or "", path_value)
+                path_value = unquote(path_value, errors="strict")
             return memo.parse(
                 route,
                 path_value,

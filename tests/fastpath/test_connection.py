@@ -37,6 +37,7 @@ from gateway.records.routes import QueryMemo
 
 from ..conftest import AUTH, FakeClock, GatewayTestServer, base_url, gateway_client, make_settings
 from ..http.test_wire import (
+    ACCOUNT,
     LIST,
     Answer,
     count_full_reads,
@@ -187,6 +188,28 @@ async def test_a_hit_on_a_query_never_seen_in_that_form_is_answered_from_the_byt
     assert invalid.status_line.startswith("HTTP/1.1 400")
     assert orjson.loads(invalid.body)["errors"][0]["parameter"] == "limit"
     assert full_reads == [0], "refused before the pipeline, by the route's handler"
+
+
+async def test_a_hit_on_an_id_with_escapes_is_answered_from_the_bytes(
+    aiohttp_client: AiohttpClient, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An id sent with percent escapes (an account name with spaces and accents) is
+    decoded as aiohttp's router decodes it: each spelling of it is a hit answered from
+    the bytes; an escape that is not UTF-8 still gets the route's own problem."""
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    (stored,) = await exchange(port, request_bytes(ACCOUNT))
+    assert stored.headers["x-cache"] == "MISS"
+    full_reads = count_full_reads(client.app, monkeypatch)
+    spellings = (ACCOUNT, ACCOUNT.replace("%C3%A1", "%c3%a1"), ACCOUNT.replace("%20c", "%20%63"))
+    answers = await exchange(port, *(request_bytes(path) for path in spellings))
+    for answer in answers:
+        assert answer.headers["x-cache"] == "HIT"
+        assert answer.body == stored.body
+        assert answer.headers["etag"] == stored.headers["etag"]
+    assert full_reads == [0]
+    (invalid,) = await exchange(port, request_bytes("/accounts/Caja%C3"))
+    assert invalid.status_line.startswith("HTTP/1.1 400")
+    assert orjson.loads(invalid.body)["errors"][0]["parameter"] == "accountId"
 
 
 async def test_more_distinct_hits_than_the_fast_path_remembers_are_each_answered_right(

@@ -4,14 +4,19 @@ aiohttp, and that what it reads is what aiohttp's own parser reads."""
 from __future__ import annotations
 
 import asyncio
+import functools
+from urllib.parse import unquote
 
 import pytest
+from aiohttp import web
 from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.http_parser import HttpRequestParser
+from aiohttp.test_utils import make_mocked_request
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from gateway.errors import InvalidParameters
 from gateway.fastpath.request_head import (
     FIELDS_MAX,
     LINE_MAX,
@@ -20,9 +25,12 @@ from gateway.fastpath.request_head import (
     may_become_head,
     read_head,
 )
-from gateway.http.records import query_pairs
+from gateway.http.app import create_app
+from gateway.http.records import RECORDS, query_pairs
 from gateway.process.worker import MAX_HEADER_BYTES
+from gateway.records.routes import check_segment
 
+from ..conftest import make_settings
 from ..profiles import examples
 
 PLAIN = b"GET /expenses?limit=10 HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer t-1\r\n\r\n"
@@ -56,7 +64,9 @@ def test_a_plain_get_is_read() -> None:
         head_of("Host: gw", request_line="POST /expenses HTTP/1.1"),
         head_of("Host: gw", request_line="GET /expenses HTTP/1.0"),
         head_of("Host: gw", request_line="GET http://gw/expenses HTTP/1.1"),
-        head_of("Host: gw", request_line="GET /accounts/a%2Fb HTTP/1.1"),  # an escape
+        head_of("Host: gw", request_line="GET /accounts/a%2Eb HTTP/1.1"),  # an escaped dot
+        head_of("Host: gw", request_line="GET /accounts/a%2 HTTP/1.1"),  # half an escape
+        head_of("Host: gw", request_line="GET /accounts/%zz HTTP/1.1"),  # not an escape
         head_of("Host: gw", request_line="GET /expenses/../users HTTP/1.1"),
         head_of("Host: gw", request_line="GET /expenses/./e-1 HTTP/1.1"),
         head_of("Host: gw", request_line="GET //expenses HTTP/1.1"),
@@ -137,6 +147,7 @@ def test_the_limits_are_the_caller_s() -> None:
 _METHODS = st.sampled_from(["GET"] * 30 + ["HEAD", "get", "POST"])
 _VERSIONS = st.sampled_from(["HTTP/1.1"] * 30 + ["HTTP/1.0", "HTTP/2.0", "http/1.1"])
 _GOOD_PATH = "abcAZ09-_~/."
+_ESCAPES = ["%20", "%2F", "%2f", "%C3%A1", "%6F", "%7e", "%2E", "%25", "%zz", "%"]
 _ODD_PATH = _GOOD_PATH + "%2F:@!$&'()*+,;=#?\"<> "
 _GOOD_QUERY = "abz09=&-_.~%20+,;:@/?!$'()*"
 _ODD_QUERY = _GOOD_QUERY + '#<>"{}|\\^` \x7f'
@@ -162,6 +173,8 @@ def _either(good: str, odd: str, max_size: int) -> st.SearchStrategy[str]:
 @st.composite
 def heads(draw: st.DrawFn) -> bytes:
     path = "/" + draw(_either(_GOOD_PATH, _ODD_PATH, 20))
+    if draw(st.integers(0, 3)) == 0:  # an id with escapes
+        path += "/" + "".join(draw(st.lists(st.sampled_from([*_ESCAPES, "a", "Z9"]), max_size=5)))
     if draw(st.booleans()):
         path += "?" + draw(_either(_GOOD_QUERY, _ODD_QUERY, 20))
     lines = [f"{draw(_METHODS)} {path} {draw(_VERSIONS)}"]
@@ -191,7 +204,7 @@ async def aiohttp_reads(head: bytes) -> RequestHead | None:
     assert tail == b""
     message = messages[0][0]
     return RequestHead(
-        message.url.path_safe,
+        message.url.raw_path,
         message.url.raw_query_string,
         message.headers.get("Authorization"),
         message.headers.get("X-Request-ID"),
@@ -207,7 +220,12 @@ async def aiohttp_reads(head: bytes) -> RequestHead | None:
 async def test_what_is_read_is_what_aiohttp_reads(head: bytes) -> None:
     read = read_head(head)
     if read is not None:
-        assert await aiohttp_reads(head) == read
+        # the path as sent; aiohttp's raw path has escapes of unreserved characters
+        # decoded (yarl's), and the two are the same path once decoded
+        theirs = await aiohttp_reads(head)
+        assert theirs is not None
+        assert unquote(theirs.path) == unquote(read.path)
+        assert theirs._replace(path=read.path) == read
         # and the fast path validates the query aiohttp's request.query would give
         assert query_pairs(read.query) == await aiohttp_query(head)
 
@@ -247,3 +265,37 @@ def test_a_connection_s_reader_checks_the_request_line_of_a_known_block() -> Non
         assert reader.read(line + b"\r\n" + fields) is None
     read = reader.read(b"GET /expenses/7?page=2 HTTP/1.1\r\n" + fields)
     assert read == RequestHead("/expenses/7", "page=2", "Bearer t-1", None, None)
+
+
+@functools.cache
+def _gateway_app() -> web.Application:
+    return create_app(make_settings("http://upstream.invalid"))
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(
+    st.lists(st.sampled_from([*_ESCAPES, "%C3", "%A1", "a", "Z9", "-", "~", ".", "+"]), max_size=6)
+)
+async def test_an_id_with_escapes_is_decoded_as_aiohttp_s_router_decodes_it(
+    parts: list[str],
+) -> None:
+    """The id of a head read here, as the fast path resolves it, is the one aiohttp's
+    router hands the route's handler; an id the handler would refuse (an escape that is
+    not UTF-8) is no hit."""
+    head = f"GET /accounts/{''.join(parts)} HTTP/1.1\r\nHost: gw\r\n\r\n".encode()
+    read = read_head(head)
+    if read is None:
+        return
+    app = _gateway_app()
+    query = app[RECORDS].hit_query(read.path, read.query, 1000)
+    match = await app.router.resolve(make_mocked_request("GET", read.path, app=app))
+    routed = match.get("accountId")
+    if query is None:
+        valid = True
+        try:
+            check_segment("accountId", read.path.rpartition("/")[2])
+        except InvalidParameters:
+            valid = False
+        assert routed is None or routed == "" or not valid
+    else:
+        assert query.path_value == routed
