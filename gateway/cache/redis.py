@@ -114,6 +114,10 @@ class ReadBatch:
                 future.set_result([raw, everything, current[route_key]])
 
     async def close(self) -> None:
+        """Let the batches sent finish (within the timeout: their reads are answered
+        as usual at a graceful stop), then cancel what is left."""
+        if self._sending:
+            await asyncio.wait(list(self._sending), timeout=self._timeout_s)
         for task in list(self._sending):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

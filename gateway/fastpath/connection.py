@@ -41,6 +41,7 @@ the token's fingerprint (``fingerprints``), it lives as long as the connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
@@ -61,11 +62,11 @@ from gateway.fastpath.rejections import problem_for_rejected
 from gateway.fastpath.request_head import HeadReader, PendingHead
 from gateway.http.edge import UNMATCHED, X_REQUEST_ID, Edge
 from gateway.http.negotiation import gzip_preferred
-from gateway.http.records import RecordHandlers
+from gateway.http.records import PRIOR_READ, RecordHandlers
 from gateway.http.replies import reply_headers
 from gateway.http.unrouted import Unrouted
 from gateway.records.credentials import is_bearer
-from gateway.records.pipeline import RecordPipeline, hit_reply, hit_seconds
+from gateway.records.pipeline import RecordPipeline, StoredRead, hit_reply, hit_seconds
 
 log = logging.getLogger("gateway.http")
 # the longest head a connection remembers with what it resolved to (a few usual
@@ -74,6 +75,9 @@ REMEMBERED_HEAD_MAX = 2048
 # what a connection holds of what its caller sends while an answer is read from the
 # shared cache, before it stops reading the socket until the answer is out
 HELD_MAX = 256 * 1024
+# the most a connection holds behind a head whose entry it reads from the shared cache
+# (past it the head goes aiohttp's way): what is held is copied once per such read
+LOOKUP_REST_MAX = 16 * 1024
 # at the start of a header line (a query or another field's value may hold the words)
 _BODY_FIELDS = (b"\r\ncontent-length:", b"\r\ntransfer-encoding:", b"\r\nupgrade:")
 _OK = b"HTTP/1.1 200 OK\r\n"
@@ -291,8 +295,10 @@ class GatewayConnection(RequestHandler):
         "_last_target",
         "_looked_up_paused",
         "_pending",
+        "_prior",
         "_read_meanwhile",
         "_reader",
+        "_reading",
     )
 
     def __init__(self, manager: web.Server, hits: Hits, **kwargs: Any) -> None:
@@ -318,6 +324,9 @@ class GatewayConnection(RequestHandler):
         self._awaiting = b""
         self._read_meanwhile = b""
         self._looked_up_paused = False
+        self._reading: asyncio.Task[StoredRead] | None = None
+        # the cache read of the request last handed to aiohttp after one (its target)
+        self._prior: tuple[str, StoredRead] | None = None
 
     def data_received(self, data: bytes) -> None:
         hits = self._hits
@@ -383,10 +392,14 @@ class GatewayConnection(RequestHandler):
                     log.exception("fast path: a hit failed; aiohttp answers the request")
                     self._last_head, self._last_target = b"", None
             if isinstance(answer, HitTarget):
-                # not held here: its entry is read from the shared cache, and the rest
-                # waits for its answer
-                self._look_up(hits, answer, data[start:end], data[end:])
-                return
+                if len(data) - end <= LOOKUP_REST_MAX:
+                    # not held here: its entry is read from the shared cache, and the
+                    # rest waits for its answer
+                    self._look_up(hits, answer, data[start:end], data[end:])
+                    return
+                # a caller with much pipelined behind it: aiohttp's way, whose queue
+                # and reading have their own bounds, rather than holding it all here
+                answer = None
             if answer is not None:
                 self._answered(answer)
             elif self._buffer_paused and len(self._messages) >= self._max_msg_queue_size:
@@ -448,6 +461,7 @@ class GatewayConnection(RequestHandler):
         self._read_meanwhile = rest
         self._keep_alive()  # the caller is not idle: its request is being answered
         read = self._loop.create_task(target.pipeline.stored_fresh(target.key))
+        self._reading = read
         read.add_done_callback(functools.partial(self._looked_up, hits, target, started))
 
     def _looked_up(
@@ -455,12 +469,13 @@ class GatewayConnection(RequestHandler):
         hits: Hits,
         target: HitTarget,
         started: float,
-        read: asyncio.Task[CacheEntry | None],
+        read: asyncio.Task[StoredRead],
     ) -> None:
         head, data = self._awaiting, self._awaiting + self._read_meanwhile
         self._awaiting = self._read_meanwhile = b""
         self._holding = False
-        entry = None
+        self._reading = None
+        stored = None
         if not read.cancelled():
             if read.exception() is not None:
                 log.error(
@@ -468,24 +483,68 @@ class GatewayConnection(RequestHandler):
                     exc_info=read.exception(),
                 )
             else:
-                entry = read.result()
+                stored = read.result()
         if self.transport is None:
             return  # the caller is gone
-        if self._looked_up_paused:
-            self._looked_up_paused = False
-            self.transport.resume_reading()
         answer = None
-        if entry is not None and self._hits is hits and self._aiohttp_idle():
+        fresh = None if stored is None else stored.fresh
+        if fresh is not None and self._hits is hits and self._aiohttp_idle():
             try:
-                answer = hits.answer(target, entry, started)
+                answer = hits.answer(target, fresh, started)
             except Exception:
                 log.exception("fast path: a hit failed; aiohttp answers the request")
         if answer is not None:
             self._answered(answer)
-        elif not self._handed_over(data, 0, len(head)):
-            return
+        else:
+            # aiohttp's way takes this read as the request's own (_with_a_url)
+            self._prior = None if stored is None else (_target_of(head), stored)
+            if not self._handed_over(data, 0, len(head)):
+                self._resume_if_held_little()
+                return
         if len(data) > len(head):
             self._heads(hits, data, len(head))
+        self._resume_if_held_little()
+
+    def _resume_if_held_little(self) -> None:
+        """Read the socket again, once what is held here is back under HELD_MAX,
+        unless aiohttp stopped reading it (it resumes by itself)."""
+        if (
+            self._looked_up_paused
+            and len(self._read_meanwhile) <= HELD_MAX
+            and not self._buffer_paused
+            and self.transport is not None
+        ):
+            self._looked_up_paused = False
+            self.transport.resume_reading()
+
+    def take_prior(self, target: str) -> StoredRead | None:
+        """The cache read made for the request of ``target`` that this connection
+        handed aiohttp last, for that request's handler (None for any other); taken
+        once, whichever request asks first."""
+        prior, self._prior = self._prior, None
+        if prior is None or prior[0] != target:
+            return None
+        return prior[1]
+
+    async def shutdown(self, timeout: float | None = 15.0) -> None:  # noqa: ASYNC109
+        """aiohttp's, once a request whose entry is being read from the shared cache
+        is answered or handed on (within ``timeout``): aiohttp takes the connection for
+        idle meanwhile, and would close it with the request unanswered."""
+        reading = self._reading
+        if reading is not None and not reading.done():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(reading)
+            await asyncio.sleep(0)  # its done callback answers or hands the request on
+        await super().shutdown(timeout)
+
+    def _process_keepalive(self) -> None:
+        if self._holding:
+            # a request of the caller's is being answered: the connection is not idle
+            self._keepalive_handle = None
+            self._keep_alive()
+            return
+        super()._process_keepalive()
 
     def _hand_over_for_good(self, data: bytes) -> None:
         self._hits = None
@@ -651,14 +710,25 @@ def _pathless_to(
 
 def _with_a_url(factory: Callable[..., web.BaseRequest]) -> Callable[..., web.BaseRequest]:
     """aiohttp's request ``factory``, with an empty target and URL (no path) for a
-    message its parser left without them."""
+    message its parser left without them, and with the cache read the connection made
+    for it, when it made one (``PRIOR_READ``, which the route's handler takes)."""
 
-    def make(message: Any, *args: Any) -> web.BaseRequest:
+    def make(message: Any, payload: Any, protocol: Any, *args: Any) -> web.BaseRequest:
         if message.url is None:
             message = message._replace(path="", url=_NO_TARGET)
-        return factory(message, *args)
+        request = factory(message, payload, protocol, *args)
+        if isinstance(protocol, GatewayConnection) and message.method == "GET":
+            prior = protocol.take_prior(message.path)
+            if prior is not None:
+                request[PRIOR_READ] = prior
+        return request
 
     return make
+
+
+def _target_of(head: bytes) -> str:
+    """The request target of a head read here (``GET <target> HTTP/1.1``)."""
+    return head[4 : head.index(b" HTTP/1.1\r\n")].decode("ascii")
 
 
 def _frames_a_body(head: bytes) -> bool:

@@ -36,7 +36,11 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-_REQUEST_LINE = rb"GET (/(?:[A-Za-z0-9/_~.-]|%(?![2][Ee])[0-9A-Fa-f]{2})*)(?:\?([A-Za-z0-9._~!$&'()*+,;=:@/?%-]*))? HTTP/1\.1\r\n"
+# a path of unreserved characters and escapes (not of a dot), and a query of what RFC
+# 3986 allows there
+_PATH = rb"(/(?:[A-Za-z0-9/_~.-]|%(?!2[Ee])[0-9A-Fa-f]{2})*)"
+_QUERY = rb"(?:\?([A-Za-z0-9._~!$&'()*+,;=:@/?%-]*))?"
+_REQUEST_LINE = rb"GET " + _PATH + _QUERY + rb" HTTP/1\.1\r\n"
 _FIELD_LINE = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t -~]*\r\n"
 _HEAD = re.compile(_REQUEST_LINE + rb"((?:" + _FIELD_LINE + rb")*)\r\n")
 # the whole lines a head read here can begin with, and what its unfinished line holds

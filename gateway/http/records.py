@@ -24,10 +24,13 @@ from gateway.http.negotiation import MOST_MEMBERS, gzip_preferred
 from gateway.http.replies import reply_response
 from gateway.ops.trace import current_trace
 from gateway.records.credentials import parse_authorization
-from gateway.records.pipeline import NO_DIRECTIVES, Directives, RecordPipeline
+from gateway.records.pipeline import NO_DIRECTIVES, Directives, RecordPipeline, StoredRead
 from gateway.records.routes import ROUTES, QueryMemo, RecordQuery, RouteSpec, check_segment
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# hit_query validates a query of fewer pairs than this (a route takes 10 at most);
+# a longer one, valid or not, is the handler's alone, so that it is read once
+FAST_PAIRS_MAX = 32
 
 
 def query_pairs(query_string: str) -> list[tuple[str, str]]:
@@ -99,6 +102,8 @@ class RecordHandlers:
         known = memo.known(route, path_value, query_string, max_limit)
         if known is not None:
             return known
+        if query_string.count("&") >= FAST_PAIRS_MAX:
+            return None  # far more pairs than any route takes: the handler reads it once
         try:
             if path_value is not None and "%" in path_value:
                 check_segment(route.path_param or "", path_value)
@@ -146,6 +151,7 @@ class RecordHandlers:
                 directives,
                 key=pipeline.keyer.key_for(query, fingerprint),
                 gzip=gzip_preferred(accept_encoding(headers)),
+                prior=request.get(PRIOR_READ),
             )
             return reply_response(request, reply)
 
@@ -154,4 +160,7 @@ class RecordHandlers:
 
 
 RECORDS = web.AppKey("records", RecordHandlers)
+# The cache read already made for this request (by the fast path, which then handed
+# the request on): its handler's read takes it instead of reading the cache again.
+PRIOR_READ = web.RequestKey("prior_read", StoredRead)
 PIPELINE = web.AppKey("pipeline", RecordPipeline)

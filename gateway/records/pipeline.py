@@ -125,6 +125,16 @@ class Reply(NamedTuple):
     coding: str = IDENTITY
 
 
+class StoredRead(NamedTuple):
+    """One read of the cache for one request (``RecordPipeline.stored_fresh``): the
+    entry when it is a plain fresh hit, the key's text, and the lookup as read (None:
+    the cache could not be used)."""
+
+    fresh: CacheEntry | None
+    key_text: str
+    lookup: Lookup | None
+
+
 class _Read(NamedTuple):
     """One read, as the upstream fetch and the store need it."""
 
@@ -170,11 +180,6 @@ class _Flight(NamedTuple):
 # at first (a fast upstream answers within milliseconds), then at most every 50 ms.
 _FIRST_POLL_S = 0.005
 _POLL_LIMIT_S = 0.05
-# How long a read stored_fresh made stays the read of the request that follows it
-# (a request handed on is read within a turn or two of the event loop; past this it
-# reads again), and how many such reads are kept at most.
-PEEK_KEPT_S = 0.25
-PEEKED_MAX = 1024
 
 
 class RecordPipeline:
@@ -201,9 +206,6 @@ class RecordPipeline:
         self.policy = policy
         self._clock = clock
         self._inflight: Coalescer[_Fetched] = Coalescer()
-        # what stored_fresh read of keys it found no fresh entry for, for the read of
-        # the same request that follows it (see _fresh_read)
-        self._peeked: dict[str, tuple[float, Lookup | None]] = {}
 
     @property
     def keyer(self) -> Keyer:
@@ -257,36 +259,21 @@ class RecordPipeline:
         cache = self._cache
         return cache is not None and cache.backend.name != "memory"
 
-    async def stored_fresh(self, key: CacheKey) -> CacheEntry | None:
-        """The entry ``read`` would serve as a plain HIT for a request without cache
-        directives, read from the cache when this process does not hold it, as
-        ``read`` reads it (the breaker, the near cache); None when ``read`` must
-        decide (absent, stale, purged, a negative entry, the cache unusable now).
-
-        When it returns None, the request's ``read`` follows at once: it takes this
-        read as its own (within ``PEEK_KEPT_S``) instead of reading the cache again,
-        so that a request makes one cache read whichever way it is answered (two would
+    async def stored_fresh(self, key: CacheKey) -> StoredRead:
+        """What ``read`` would find for a request without cache directives, read from
+        the cache when this process does not hold it, as ``read`` reads it (the
+        breaker, the near cache): its entry when it is a plain HIT; otherwise the
+        lookup, for ``read`` of the same request to take as its own (``prior``), so
+        that a request reads the cache once whichever way it is answered (twice would
         double Redis's load for misses and skew the breaker's share of failures)."""
         cache = self._cache
         if cache is None or not self.policy.ttl_s.get(key.route):
-            return None
+            return StoredRead(None, key.text, None)
         lookup = await cache.get(key)
         entry = None if lookup is None else lookup.entry
         if entry is not None and entry.status == 200 and entry.left(self._clock()) > 0:
-            return entry
-        peeked = self._peeked
-        if len(peeked) >= PEEKED_MAX:
-            del peeked[next(iter(peeked))]
-        peeked[key.text] = (cache.breaker.monotonic(), lookup)
-        return None
-
-    async def _fresh_read(self, cache: GuardedCache, key: CacheKey) -> Lookup | None:
-        """The cache's lookup of ``key``: the one ``stored_fresh`` made for this
-        request a moment ago, or a read now."""
-        peeked = self._peeked.pop(key.text, None) if self._peeked else None
-        if peeked is not None and cache.breaker.monotonic() - peeked[0] <= PEEK_KEPT_S:
-            return peeked[1]
-        return await cache.get(key)
+            return StoredRead(entry, key.text, lookup)
+        return StoredRead(None, key.text, lookup)
 
     def represent(self, entry: CacheEntry, gzip: bool) -> Representation:
         """What a caller that accepts gzip (``gzip``), or not, is sent of ``entry``: the
@@ -311,10 +298,12 @@ class RecordPipeline:
         directives: Directives = NO_DIRECTIVES,
         key: CacheKey | None = None,
         gzip: bool = False,
+        prior: StoredRead | None = None,
     ) -> Reply:
         """Serve ``query`` for ``credentials`` in the representation a caller that
         accepts gzip (``gzip``), or not, gets; ``key``, when the caller has it, is
-        ``keyer.key(query, credentials)``.
+        ``keyer.key(query, credentials)``; ``prior``, this request's read of the
+        cache already made (:meth:`stored_fresh`), is taken instead of reading again.
 
         A stored gzip body that does not decompress is a cache fault, never the
         caller's: the answer is fetched again and stored over it."""
@@ -323,7 +312,7 @@ class RecordPipeline:
             key = self._keyer.key(query, credentials)
         job = _Read(key, query, credentials, request_id, ttl)
         try:
-            return await self._read(job, directives, gzip)
+            return await self._read(job, directives, gzip, prior)
         except CacheCorrupt as exc:
             log.warning(
                 "a cached entry does not decompress; answered from the upstream",
@@ -335,7 +324,9 @@ class RecordPipeline:
                 fetched.entry, self._represent_fill(fetched, gzip), MISS, detail, left=ttl
             )
 
-    async def _read(self, job: _Read, directives: Directives, gzip: bool) -> Reply:
+    async def _read(
+        self, job: _Read, directives: Directives, gzip: bool, prior: StoredRead | None = None
+    ) -> Reply:
         key, query, _, _, ttl = job
         policy = self.policy
         if self._cache is None or ttl == 0 or directives.no_store:
@@ -351,7 +342,10 @@ class RecordPipeline:
         inflight = self._inflight
         ticket = inflight.reading(key.text)
         try:
-            lookup = await self._fresh_read(self._cache, key)
+            if prior is not None and prior.key_text == key.text:
+                lookup = prior.lookup
+            else:
+                lookup = await self._cache.get(key)
         finally:
             ended = inflight.done_reading(key.text, ticket)
         stale: CacheEntry | None = None

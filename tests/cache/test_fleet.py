@@ -234,11 +234,11 @@ async def test_an_evicting_redis_never_serves_a_purged_entry(
         if not await store.exists(generation):
             break
     assert not await store.exists(generation)
-    survivors = [entry for entry in entries if await store.exists(entry)]
-    assert survivors  # purged entries still in Redis: what must not be served
     fillers = [key async for key in store.scan_iter("filler:*")]
     await store.delete(*fillers)  # room again, the purged entries kept
-    assert all([await store.exists(entry) for entry in survivors])
+    # (counted once there is room: while Redis is full, it may evict one more)
+    survivors = [entry for entry in entries if await store.exists(entry)]
+    assert survivors  # purged entries still in Redis: what must not be served
     answers = [await fetch(client, path) for path in paths]
     assert {x_cache for _, _, x_cache, _ in answers} == {"MISS"}
     await store.aclose()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import socket
+import struct
 from typing import Any
 
 import pytest
@@ -23,9 +25,18 @@ from aiohttp.test_utils import TestClient, TestServer
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, generation_key
 from gateway.cache.redis import BATCH_MAX_KEYS, RedisBackend
 from gateway.errors import CacheUnavailable
+from gateway.fastpath.connection import HELD_MAX, GatewayConnection
+from gateway.http.records import PIPELINE
+from gateway.records.pipeline import StoredRead
 
 from ..conftest import GatewayFactory, base_url, near_cache_live, near_of, redis_cache
-from ..http.test_wire import count_full_reads, exchange, request_bytes, upstream_calls
+from ..http.test_wire import (
+    count_full_reads,
+    exchange,
+    read_answer,
+    request_bytes,
+    upstream_calls,
+)
 from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
@@ -262,3 +273,151 @@ async def test_a_batch_redis_does_not_answer_fails_every_read_in_it(own_redis: R
     finally:
         own_redis.thaw()
         await backend.close()
+
+
+ADMIN = "admin-token-0123456789abcdef"
+
+
+async def test_a_read_left_by_a_caller_gone_is_never_another_request_s(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    """A caller leaves while its entry (stale) is read from Redis; the entry is then
+    purged. A request sent after the purge's 200 gets no pre-purge entry: the read
+    belonged to the request that made it, and went with it."""
+    client = await gateway_factory(
+        base_url(upstream),
+        server=FAST,
+        cache=redis_cache(
+            own_redis.url, near_cache=False, stale_while_revalidate_s=600, ttl_s={"expenses": 1}
+        ),
+        admin={"token": ADMIN},
+    )
+    port = client.port
+    assert port is not None
+    (first,) = await exchange(port, request_bytes(PAGES[0]))
+    assert first.headers["x-cache"] == "MISS"
+    await asyncio.sleep(1.2)  # stale in Redis, within stale_while_revalidate
+    gone = socket.create_connection(("127.0.0.1", port))
+    gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    own_redis.freeze()  # its read waits for Redis
+    try:
+        gone.sendall(request_bytes(PAGES[0]))
+        await asyncio.sleep(0.05)
+        gone.close()  # reset while its read is in flight
+        await asyncio.sleep(0.05)
+    finally:
+        own_redis.thaw()
+    await asyncio.sleep(0.05)
+    purged = await client.delete("/admin/cache", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert purged.status == 200
+    # a request taken aiohttp's way (a directive the gateway ignores), on a new connection
+    (after,) = await exchange(port, request_bytes(PAGES[0], Cache_Control="max-age=0"))
+    assert after.headers["x-cache"] == "MISS", after.headers["cache-status"]
+
+
+async def test_a_caller_pipelining_on_and_on_is_held_within_bounds(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """20,000 pipelined hits whose entries are read from Redis (slowly here): every
+    one answered, in order, and never more than HELD_MAX held by the connection while
+    reads are in flight (aiohttp's way takes what is pipelined past LOOKUP_REST_MAX)."""
+    client, port = await fast_gateway(gateway_factory, upstream, redis_url, near_cache=False)
+    (stored,) = await exchange(port, request_bytes(PAGES[0]))
+    pipeline = client.app[PIPELINE]
+    read = pipeline.stored_fresh
+
+    async def slow(key: CacheKey) -> StoredRead:
+        await asyncio.sleep(0.002)  # a loaded or distant Redis
+        return await read(key)
+
+    monkeypatch.setattr(pipeline, "stored_fresh", slow)
+    held = [0]
+    received = GatewayConnection.data_received
+
+    def watched(self: GatewayConnection, data: bytes) -> None:
+        received(self, data)
+        held[0] = max(held[0], len(self._read_meanwhile))
+
+    monkeypatch.setattr(GatewayConnection, "data_received", watched)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    count, chunk = 20_000, 40
+
+    async def send() -> None:
+        for _ in range(count // chunk):  # in pieces, as a busy client's writes arrive
+            writer.write(request_bytes(PAGES[0]) * chunk)
+            await asyncio.sleep(0)
+
+    sending = asyncio.ensure_future(send())
+    try:
+        async with asyncio.timeout(120):
+            for _ in range(count):
+                answer = await read_answer(reader)
+                assert answer.body == stored.body
+    finally:
+        await sending
+        writer.close()
+        await writer.wait_closed()
+    assert 0 < held[0] <= HELD_MAX + 64 * 1024  # one read of the socket past the bound
+
+
+async def test_a_graceful_stop_answers_a_request_whose_entry_is_being_read(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    """The server stops while a request waits for its entry from Redis: the request is
+    answered (aiohttp takes such a connection for idle and would close it unanswered)."""
+    client = await gateway_factory(
+        base_url(upstream), server=FAST, cache=redis_cache(own_redis.url, near_cache=False)
+    )
+    port = client.port
+    assert port is not None
+    (stored,) = await exchange(port, request_bytes(PAGES[0]))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    own_redis.freeze()
+    try:
+        writer.write(request_bytes(PAGES[0]))
+        await asyncio.sleep(0.1)  # its read waits for Redis
+        runner = client.server.runner
+        server = None if runner is None else runner.server
+        assert server is not None
+        stopping = asyncio.ensure_future(server.shutdown(5))
+        await asyncio.sleep(0.1)
+    finally:
+        own_redis.thaw()
+    async with asyncio.timeout(10):
+        answer = await read_answer(reader)
+        await stopping
+    assert answer.status_line == "HTTP/1.1 200 OK"
+    assert answer.body == stored.body
+    writer.close()
+
+
+async def test_a_request_whose_entry_is_being_read_keeps_its_connection_alive(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    """A connection's keep-alive time runs out while its request waits for Redis: the
+    request is answered and the connection kept (it is not idle)."""
+    client = await gateway_factory(
+        base_url(upstream),
+        server={**FAST, "keepalive_timeout_s": 0.3},
+        cache=redis_cache(own_redis.url, near_cache=False),
+    )
+    port = client.port
+    assert port is not None
+    (stored,) = await exchange(port, request_bytes(PAGES[0]))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    own_redis.freeze()
+    try:
+        writer.write(request_bytes(PAGES[0]))
+        await asyncio.sleep(0.8)  # past the keep-alive time, its read still waiting
+    finally:
+        own_redis.thaw()
+    async with asyncio.timeout(10):
+        answer = await read_answer(reader)
+    assert answer.body == stored.body
+    writer.write(request_bytes(PAGES[0]))
+    async with asyncio.timeout(10):
+        assert (await read_answer(reader)).body == stored.body
+    writer.close()
