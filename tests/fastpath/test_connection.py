@@ -190,6 +190,25 @@ async def test_a_hit_on_a_query_never_seen_in_that_form_is_answered_from_the_byt
     assert full_reads == [0], "refused before the pipeline, by the route's handler"
 
 
+async def test_a_query_of_32_pairs_or_more_is_the_handler_s_alone(
+    aiohttp_client: AiohttpClient, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query with 32 pairs or more (empty ones count: the fast path does not read
+    them) goes aiohttp's way, valid or not: the handler reads it once; one with fewer
+    is the fast path's."""
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    (stored,) = await exchange(port, request_bytes("/expenses?limit=5&page=2"))
+    full_reads = count_full_reads(client.app, monkeypatch)
+    short, long = await exchange(
+        port,
+        request_bytes("/expenses?limit=5&page=2" + "&" * 30),
+        request_bytes("/expenses?limit=5&page=2" + "&" * 31),
+    )
+    assert full_reads == [1]
+    assert short.body == long.body == stored.body
+    assert short.headers["x-cache"] == long.headers["x-cache"] == "HIT"
+
+
 async def test_a_hit_on_an_id_with_escapes_is_answered_from_the_bytes(
     aiohttp_client: AiohttpClient, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
