@@ -331,7 +331,7 @@ class RecordPipeline:
         policy = self.policy
         if self._cache is None or ttl == 0 or directives.no_store:
             detail = "fwd=request" if directives.no_store and self._cache and ttl else "fwd=bypass"
-            fetched = await self._fetch(job, None)
+            fetched = await self._fetch(job, None, compress=gzip)
             return _served(fetched.entry, self._represent_fill(fetched, gzip), BYPASS, detail)
         if directives.no_cache and policy.honor_client_no_cache:
             fetched = await self._fetch(job, await self._current_generations(key))
@@ -545,8 +545,13 @@ class RecordPipeline:
             return None
         return _Fetched(lookup.entry, stored=False, collapsed=True)
 
-    async def _fetch(self, job: _Read, generations: Generations | None) -> _Fetched:
-        """Upstream, normalise, and store when ``generations`` says the cache is usable."""
+    async def _fetch(
+        self, job: _Read, generations: Generations | None, *, compress: bool = True
+    ) -> _Fetched:
+        """Upstream, normalise, and store when ``generations`` says the cache is usable.
+        The body is compressed for the store, or else only when ``compress`` (a bypass
+        whose one caller accepts gzip): a bypass for an identity caller, such as every
+        request with ``cache.backend = "none"``, does not pay for a compression."""
         key, query, credentials, request_id, ttl = job
         try:
             fetched = await self._upstream.fetch(
@@ -574,7 +579,8 @@ class RecordPipeline:
         body = self._normaliser.normalise(query, fetched.body)
         if self._metrics is not None:
             self._metrics.normalised(query.route.name, time.perf_counter() - started)
-        coded, coding = stored_body(body)
+        stores = generations is not None and self._cache is not None and ttl > 0
+        coded, coding = stored_body(body) if stores or compress else (body, IDENTITY)
         entry = CacheEntry(
             body=coded,
             etag=etag_of(body),
@@ -584,7 +590,7 @@ class RecordPipeline:
             coding=coding,
         )
         stored = False
-        if generations is not None and self._cache is not None and ttl > 0:
+        if stores and self._cache is not None:
             stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
         return _Fetched(entry, stored, plain=body)
 

@@ -28,6 +28,7 @@ from gateway.cache.coding import gzip_etag, stored_body
 from gateway.cache.entry import GZIP, IDENTITY, CacheEntry, etag_of
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.records import PIPELINE
+from gateway.records import pipeline as pipeline_module
 
 from ..conftest import FakeClock, GatewayFactory, base_url, redis_cache
 from .test_wire import Answer, count_full_reads, exchange, request_bytes, upstream_calls
@@ -495,3 +496,26 @@ async def test_a_stored_body_that_does_not_decompress_is_fetched_again_not_a_500
     (zipped,) = await exchange(port_of(client), gzip_request(LIST))  # stored over it
     check_representation(zipped, identity, good.etag, True)
     assert zipped.headers["x-cache"] == "HIT"
+
+
+async def test_a_bypass_is_compressed_only_for_a_caller_that_accepts_gzip(
+    gateway_factory: GatewayFactory, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing to store (``cache.backend = "none"``), an identity caller's answer
+    is never compressed (a miss would pay for a compression nobody reads); a gzip
+    caller's is, once."""
+    client = await gateway_factory(base_url(upstream), cache={"backend": "none"})
+    port = port_of(client)
+    compressed: list[int] = []
+    compress = stored_body
+
+    def counted(body: bytes) -> tuple[bytes, str]:
+        compressed.append(len(body))
+        return compress(body)
+
+    monkeypatch.setattr(pipeline_module, "stored_body", counted)
+    (plain,) = await exchange(port, request_bytes(LIST))
+    assert (plain.headers["x-cache"], compressed) == ("BYPASS", [])
+    (zipped,) = await exchange(port, gzip_request(LIST))
+    check_representation(zipped, plain.body, plain.headers["etag"], True)
+    assert compressed == [len(plain.body)]
