@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
@@ -142,10 +142,11 @@ class RedisBackend(QuietBackend):
         self._everything_key = generation_key(prefix, None)
         self._batch = ReadBatch(client, everything_key=self._everything_key, timeout_s=timeout_s)
 
-    async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+    @contextlib.contextmanager
+    def _faults(self, what: str) -> Iterator[None]:
+        """A timeout or a Redis error inside becomes CacheUnavailable."""
         try:
-            async with asyncio.timeout(self._timeout_s):
-                return await call()
+            yield
         except TimeoutError as exc:
             raise CacheUnavailable(
                 f"redis {what}: no answer within {self._timeout_s * 1000:g} ms"
@@ -153,17 +154,16 @@ class RedisBackend(QuietBackend):
         except REDIS_ERRORS as exc:
             raise CacheUnavailable(f"redis {what}: {type(exc).__name__}: {exc}") from exc
 
+    async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        with self._faults(what):
+            async with asyncio.timeout(self._timeout_s):
+                return await call()
+
     async def get(self, key: CacheKey) -> Lookup:
         route_key = generation_key(self._prefix, key.route)
-        try:
+        with self._faults("GET"):
             # bounded by the batch's own timeout, which starts within this turn
             raw, everything, route = await self._batch.read(key.text, route_key)
-        except TimeoutError as exc:
-            raise CacheUnavailable(
-                f"redis GET: no answer within {self._timeout_s * 1000:g} ms"
-            ) from exc
-        except REDIS_ERRORS as exc:
-            raise CacheUnavailable(f"redis GET: {type(exc).__name__}: {exc}") from exc
         if everything is None or route is None:
             # a generation is missing (never made, deleted, evicted): make it anew; no
             # entry stored before can match a fresh random generation

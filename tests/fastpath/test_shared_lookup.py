@@ -31,6 +31,7 @@ from gateway.records.pipeline import StoredRead
 
 from ..conftest import GatewayFactory, base_url, near_cache_live, near_of, redis_cache
 from ..http.test_wire import (
+    Answer,
     count_full_reads,
     exchange,
     read_answer,
@@ -363,21 +364,36 @@ async def test_a_caller_pipelining_on_and_on_is_held_within_bounds(
     assert 0 < held[0] <= HELD_MAX + 64 * 1024  # one read of the socket past the bound
 
 
-async def test_a_graceful_stop_answers_a_request_whose_entry_is_being_read(
-    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
-) -> None:
-    """The server stops while a request waits for its entry from Redis: the request is
-    answered (aiohttp takes such a connection for idle and would close it unanswered)."""
+async def reading_from_frozen_redis(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    own_redis: RedisServer,
+    server: dict[str, Any],
+) -> tuple[Client, Answer, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A gateway (``server`` settings, near cache off) with an entry stored in Redis,
+    then Redis frozen and a request for the entry sent on a new connection: the
+    gateway, the stored answer, and the connection. The caller thaws Redis."""
     client = await gateway_factory(
-        base_url(upstream), server=FAST, cache=redis_cache(own_redis.url, near_cache=False)
+        base_url(upstream), server=server, cache=redis_cache(own_redis.url, near_cache=False)
     )
     port = client.port
     assert port is not None
     (stored,) = await exchange(port, request_bytes(PAGES[0]))
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     own_redis.freeze()
+    writer.write(request_bytes(PAGES[0]))
+    return client, stored, reader, writer
+
+
+async def test_a_graceful_stop_answers_a_request_whose_entry_is_being_read(
+    gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
+) -> None:
+    """The server stops while a request waits for its entry from Redis: the request is
+    answered (aiohttp takes such a connection for idle and would close it unanswered)."""
+    client, stored, reader, writer = await reading_from_frozen_redis(
+        gateway_factory, upstream, own_redis, FAST
+    )
     try:
-        writer.write(request_bytes(PAGES[0]))
         await asyncio.sleep(0.1)  # its read waits for Redis
         runner = client.server.runner
         server = None if runner is None else runner.server
@@ -399,18 +415,10 @@ async def test_a_request_whose_entry_is_being_read_keeps_its_connection_alive(
 ) -> None:
     """A connection's keep-alive time runs out while its request waits for Redis: the
     request is answered and the connection kept (it is not idle)."""
-    client = await gateway_factory(
-        base_url(upstream),
-        server={**FAST, "keepalive_timeout_s": 0.3},
-        cache=redis_cache(own_redis.url, near_cache=False),
+    _, stored, reader, writer = await reading_from_frozen_redis(
+        gateway_factory, upstream, own_redis, {**FAST, "keepalive_timeout_s": 0.3}
     )
-    port = client.port
-    assert port is not None
-    (stored,) = await exchange(port, request_bytes(PAGES[0]))
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    own_redis.freeze()
     try:
-        writer.write(request_bytes(PAGES[0]))
         await asyncio.sleep(0.8)  # past the keep-alive time, its read still waiting
     finally:
         own_redis.thaw()
