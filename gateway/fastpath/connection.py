@@ -447,10 +447,8 @@ class GatewayConnection(RequestHandler):
         data, self._read_meanwhile = self._read_meanwhile, b""
         if self.transport is None:
             return  # the caller is gone
-        if self._looked_up_paused:
-            self._looked_up_paused = False
-            self.transport.resume_reading()
         self._heads(hits, data, waited=True)
+        self._resume_if_held_little()
 
     def _look_up(self, hits: Hits, target: HitTarget, head: bytes, rest: bytes) -> None:
         """Read ``target``'s entry from the shared cache, then answer ``head`` (with it
