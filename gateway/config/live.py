@@ -5,7 +5,8 @@ A reload re-reads the config file (and the environment and flags, as at start),
 validates it whole, and applies what can change while serving: the cache TTLs and
 stale windows, the log level and access log, the upstream timeouts and TLS files
 (read again on every reload, so that a certificate renewed in place is taken), the
-readiness check interval and ``limits.max_limit``. A file that fails validation is refused
+readiness check interval, ``limits.max_limit`` and the
+shadow traffic (``upstream.shadow``). A file that fails validation is refused
 with a log line and the running configuration is kept. Other changes (addresses,
 the cache backend, the upstream URL, secrets) need a restart and are reported so.
 """
@@ -40,6 +41,14 @@ LIVE_KEYS = (
     "upstream.client_cert_file",
     "upstream.client_key_file",
     "upstream.tls_verify",
+    "upstream.shadow.base_url",
+    "upstream.shadow.sample_ratio",
+    "upstream.shadow.max_in_flight",
+    "upstream.shadow.recheck_ratio",
+    "upstream.shadow.ca_file",
+    "upstream.shadow.client_cert_file",
+    "upstream.shadow.client_key_file",
+    "upstream.shadow.tls_verify",
     "limits.max_limit",
     "health.check_interval_s",
 )
@@ -183,6 +192,7 @@ class LiveConfig:
                         "client_cert_file": tls.client_cert_file,
                         "client_key_file": tls.client_key_file,
                         "tls_verify": tls.tls_verify,
+                        "shadow": new.upstream.shadow,
                     }
                 ),
                 "limits": new.limits,

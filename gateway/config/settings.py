@@ -65,6 +65,96 @@ class HealthSettings(_Section):
     check_interval_s: float = Field(default=5.0, ge=0, le=3600)
 
 
+def _check_upstream_url(value: str) -> str:
+    """An upstream's base URL: absolute http(s), no query, fragment or credentials;
+    without its trailing slash."""
+    try:
+        url = URL(value)
+    except ValueError as exc:
+        raise ValueError(f"not a URL: {exc}") from exc
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError("must be an absolute http:// or https:// URL")
+    if url.query_string or url.fragment:
+        raise ValueError("must not carry a query or a fragment")
+    if url.user is not None or url.password is not None:
+        raise ValueError(
+            "must not carry credentials: the caller's Authorization header is what"
+            " goes upstream"
+        )
+    return value.rstrip("/")
+
+
+def _check_tls_keys(
+    base_url: str | None,
+    *,
+    ca_file: Path | None,
+    client_cert_file: Path | None,
+    client_key_file: Path | None,
+    tls_verify: bool,
+) -> None:
+    """The TLS keys of an upstream (or of the shadow's candidate) fit its base_url and
+    their files load; each message starts with the key it is about."""
+    tls_keys = {
+        "ca_file": ca_file is not None,
+        "client_cert_file": client_cert_file is not None,
+        "client_key_file": client_key_file is not None,
+        "tls_verify": not tls_verify,
+    }
+    given = [key for key, set_ in tls_keys.items() if set_]
+    if given and not (base_url or "").startswith("https://"):
+        raise ValueError(f"{given[0]}: used only with an https:// base_url")
+    if client_key_file is not None and client_cert_file is None:
+        raise ValueError("client_key_file: needs client_cert_file (the certificate it signs)")
+    # every file loads, or the key that does not is named
+    upstream_ssl_context(
+        ca_file=ca_file,
+        client_cert_file=client_cert_file,
+        client_key_file=client_key_file,
+        verify=tls_verify,
+    )
+
+
+class ShadowSettings(_Section):
+    """Shadow traffic: a sampled share of the requests that reach the upstream is sent
+    again, after its caller is answered, to a candidate upstream, and the two answers
+    are compared (gateway.comparison). The candidate gets the callers' own tokens."""
+
+    base_url: str | None = None
+    # the share of upstream calls (misses and refreshes) mirrored; 0 turns shadowing off
+    sample_ratio: float = Field(default=0.0, ge=0, le=1)
+    # candidate calls (and second primary calls) under way at once; more are skipped
+    max_in_flight: int = Field(default=8, ge=1, le=1000)
+    # the share of differing requests whose primary is asked a second time, to tell
+    # noise from regressions (a field that differs once compared is always asked)
+    recheck_ratio: float = Field(default=0.2, ge=0, le=1)
+    ca_file: Path | None = None
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+    tls_verify: bool = True
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_base_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_upstream_url(value)
+
+    @model_validator(mode="after")
+    def _check_shadow(self) -> ShadowSettings:
+        if self.sample_ratio > 0 and self.base_url is None:
+            raise ValueError("base_url: needed when sample_ratio is above 0 (the candidate)")
+        _check_tls_keys(
+            self.base_url,
+            ca_file=self.ca_file,
+            client_cert_file=self.client_cert_file,
+            client_key_file=self.client_key_file,
+            tls_verify=self.tls_verify,
+        )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.base_url is not None and self.sample_ratio > 0
+
+
 class UpstreamSettings(_Section):
     base_url: str = "http://127.0.0.1:9090"
     timeout_s: float = Field(default=10.0, gt=0, le=600)
@@ -88,23 +178,12 @@ class UpstreamSettings(_Section):
     client_key_file: Path | None = None
     tls_verify: bool = True
 
+    shadow: ShadowSettings = ShadowSettings()
+
     @field_validator("base_url")
     @classmethod
     def _check_base_url(cls, value: str) -> str:
-        try:
-            url = URL(value)
-        except ValueError as exc:
-            raise ValueError(f"not a URL: {exc}") from exc
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError("must be an absolute http:// or https:// URL")
-        if url.query_string or url.fragment:
-            raise ValueError("must not carry a query or a fragment")
-        if url.user is not None or url.password is not None:
-            raise ValueError(
-                "must not carry credentials: the caller's Authorization header is what"
-                " goes upstream"
-            )
-        return value.rstrip("/")
+        return _check_upstream_url(value)
 
     @field_validator("bank_code_param")
     @classmethod
@@ -115,20 +194,32 @@ class UpstreamSettings(_Section):
 
     @model_validator(mode="after")
     def _check_tls(self) -> UpstreamSettings:
-        # each message starts with the key it is about (see describe_validation_error)
-        tls_keys = {
-            "ca_file": self.ca_file is not None,
-            "client_cert_file": self.client_cert_file is not None,
-            "client_key_file": self.client_key_file is not None,
-            "tls_verify": not self.tls_verify,
-        }
-        given = [key for key, set_ in tls_keys.items() if set_]
-        if given and not self.base_url.startswith("https://"):
-            raise ValueError(f"{given[0]}: used only with an https:// base_url")
-        if self.client_key_file is not None and self.client_cert_file is None:
-            raise ValueError("client_key_file: needs client_cert_file (the certificate it signs)")
-        self.ssl_context()  # every file loads, or the key that does not is named
+        _check_tls_keys(
+            self.base_url,
+            ca_file=self.ca_file,
+            client_cert_file=self.client_cert_file,
+            client_key_file=self.client_key_file,
+            tls_verify=self.tls_verify,
+        )
         return self
+
+    def candidate(self) -> UpstreamSettings:
+        """These settings pointed at the shadow's candidate: its URL and TLS keys, the
+        upstream's timeouts, body limit and parameter names; a pool of
+        ``shadow.max_in_flight`` connections. Only while the shadow has a base_url."""
+        shadow = self.shadow
+        assert shadow.base_url is not None
+        return self.model_copy(
+            update={
+                "base_url": shadow.base_url,
+                "ca_file": shadow.ca_file,
+                "client_cert_file": shadow.client_cert_file,
+                "client_key_file": shadow.client_key_file,
+                "tls_verify": shadow.tls_verify,
+                "max_connections": shadow.max_in_flight + 1,
+                "shadow": ShadowSettings(),
+            }
+        )
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """A new TLS context for the upstream from the files as they are now (None:
@@ -389,7 +480,7 @@ def describe_validation_error(exc: ValidationError) -> str:
     message = message.removeprefix("Value error, ")
     # a check of a whole section names its key first: "redis_nodes: ..."
     named = re.match(r"([a-z_]+): ", message)
-    if first["type"] == "value_error" and named and len(first["loc"]) == 1:
+    if first["type"] == "value_error" and named and first["loc"]:
         key, message = f"{key}.{named.group(1)}", message[named.end() :]
     return f"{key}: {message}"
 
@@ -455,6 +546,7 @@ __all__ = [
     "LogSettings",
     "ServerSettings",
     "Settings",
+    "ShadowSettings",
     "UpstreamSettings",
     "describe_validation_error",
     "load_settings",
