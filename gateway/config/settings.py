@@ -78,8 +78,7 @@ def _check_upstream_url(value: str) -> str:
         raise ValueError("must not carry a query or a fragment")
     if url.user is not None or url.password is not None:
         raise ValueError(
-            "must not carry credentials: the caller's Authorization header is what"
-            " goes upstream"
+            "must not carry credentials: the caller's Authorization header is what goes upstream"
         )
     return value.rstrip("/")
 
