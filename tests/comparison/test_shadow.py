@@ -4,7 +4,10 @@ twin of it (identical, drifting, hanging or down) as the candidate, on loopback.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -19,6 +22,7 @@ from gateway.http.admin import SHADOW
 from gateway.http.app import create_app
 
 from ..conftest import AUTH, TOKEN, base_url, gateway_client, make_settings, until
+from ..test_cli import run_cli
 
 ADMIN_TOKEN = "admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -259,3 +263,50 @@ async def test_the_metrics_count_requests_by_outcome_and_fields_by_kind(
     )
     assert 'field="data",kind="length",route="clients"} 1.0' in text
     assert TOKEN not in text
+
+
+async def test_shadow_report_prints_the_running_gateways_report(
+    start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    async def fewer(request: web.Request) -> web.Response:
+        return web.json_response({"data": [], "total": 0, "page": 1, "limit": 10})
+
+    app = web.Application()
+    app.router.add_get("/clients", fewer)
+    candidate = await aiohttp_server(app)
+    client = await start_gateway(base_url(upstream), base_url(candidate))
+    assert (await client.get("/clients", headers=AUTH)).status == 200
+    await _settled(client)
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f'[server]\nhost = "0.0.0.0"\nport = {client.server.port}\n'
+        f'[admin]\ntoken = "{ADMIN_TOKEN}"\n'
+    )
+
+    code, out, err = await run_cli("shadow-report", "--config", str(config))
+    assert (code, err) == (0, "")
+    assert f"candidate: {base_url(candidate)}" in out
+    assert "== clients: 1 compared, 0 identical (0.0%), 1 different" in out
+    table = out[out.index("differences (worst first)") :]
+    assert re.search(r"^\s+data\s+1\s+length 1\s+10 -> 0", table, re.MULTILINE), table
+    assert re.search(r"^\s+total\s+1\s+value 1\s+", table, re.MULTILINE), table
+    assert ADMIN_TOKEN not in out
+
+    code, out, err = await run_cli("shadow-report", "--config", str(config), "--json")
+    assert code == 0
+    assert json.loads(out)["routes"]["clients"]["different"] == 1
+
+
+async def test_shadow_report_without_an_admin_token_or_a_gateway_fails_clearly(
+    tmp_path: Path, unused_tcp_port: int
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(f"[server]\nport = {unused_tcp_port}\n")
+    code, out, err = await run_cli("shadow-report", "--config", str(config))
+    assert (code, out) == (2, "")
+    assert "admin.token is not set" in err
+    config.write_text(f'[server]\nport = {unused_tcp_port}\n[admin]\ntoken = "{ADMIN_TOKEN}"\n')
+    code, out, err = await run_cli("shadow-report", "--config", str(config))
+    assert (code, out) == (1, "")
+    assert f"cannot ask the gateway at http://127.0.0.1:{unused_tcp_port}/admin/shadow" in err
+    assert ADMIN_TOKEN not in err
