@@ -17,10 +17,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gateway.comparison.shadow import Shadow
+from gateway.config.live import ConfigSource
 from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.http.admin import SHADOW
 from gateway.http.app import create_app
 
+from ..config.test_live import ConfigFile
 from ..conftest import AUTH, TOKEN, base_url, gateway_client, make_settings, until
 from ..test_cli import run_cli
 
@@ -310,3 +312,65 @@ async def test_shadow_report_without_an_admin_token_or_a_gateway_fails_clearly(
     assert (code, out) == (1, "")
     assert f"cannot ask the gateway at http://127.0.0.1:{unused_tcp_port}/admin/shadow" in err
     assert ADMIN_TOKEN not in err
+
+
+async def test_a_reload_turns_the_shadow_on_points_it_elsewhere_and_turns_it_off(
+    aiohttp_client: AiohttpClient,
+    aiohttp_server: AiohttpServer,
+    upstream: TestServer,
+    twin: TestServer,
+    tmp_path: Path,
+) -> None:
+    other = await aiohttp_server(create_demo_app())
+    config = ConfigFile(
+        tmp_path / "gateway.toml",
+        {
+            "upstream": {"base_url": base_url(upstream)},
+            "cache": {"backend": "memory"},
+            "admin": {"token": ADMIN_TOKEN},
+        },
+    )
+    source = ConfigSource(config.path)
+    client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+
+    async def reload() -> dict[str, Any]:
+        response = await client.post("/admin/reload", headers=ADMIN)
+        assert response.status == 200
+        result: dict[str, Any] = await response.json()
+        return result
+
+    async def miss(page: int) -> None:
+        response = await client.get(f"/expenses?page={page}", headers=AUTH)
+        assert response.headers["X-Cache"] == "MISS"
+
+    await miss(1)
+    assert len(twin.app[REQUEST_LOG]) == 0
+
+    config.set("upstream", "shadow.base_url", base_url(twin))
+    config.set("upstream", "shadow.sample_ratio", 1.0)
+    assert set((await reload())["applied"]) == {
+        "upstream.shadow.base_url",
+        "upstream.shadow.sample_ratio",
+    }
+    await miss(2)
+    report = await _report(client)
+    assert (report["enabled"], report["candidate"]) == (True, base_url(twin))
+    assert report["routes"]["expenses"]["identical"] == 1
+    assert [call.raw_path for call in twin.app[REQUEST_LOG].entries] == [
+        "/expenses?page=2&limit=10"
+    ]
+
+    config.set("upstream", "shadow.base_url", base_url(other))
+    await reload()
+    report = await _report(client)
+    assert (report["candidate"], report["totals"]["compared"]) == (base_url(other), 0)
+    await miss(3)
+    assert (await _report(client))["routes"]["expenses"]["identical"] == 1
+    assert len(other.app[REQUEST_LOG]) == 1
+    assert len(twin.app[REQUEST_LOG]) == 1
+
+    config.set("upstream", "shadow.sample_ratio", 0.0)
+    await reload()
+    await miss(4)
+    assert (await _report(client))["enabled"] is False
+    assert len(other.app[REQUEST_LOG]) == 1
