@@ -4,6 +4,7 @@ serve          run the gateway
 demo-upstream  run the reference upstream alone
 check-config   validate the configuration and print it, secrets redacted
 probe          check the configured upstream against the published schema
+shadow-report  print the running gateway's report of its shadow traffic
 """
 
 from __future__ import annotations
@@ -81,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
         "--token", required=True, help="bearer token for the upstream (never printed)"
     )
     probe.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    shadow = commands.add_parser(
+        "shadow-report",
+        help="print the running gateway's report of its shadow traffic (GET /admin/shadow)",
+    )
+    _config_option(shadow)
+    shadow.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -105,6 +113,44 @@ async def _probe(settings: Settings, token: str) -> ProbeReport:
 
     async with UpstreamLink(settings.upstream) as link:
         return await run_probe(UpstreamClient(link, settings.upstream), token)
+
+
+async def _shadow_report(settings: Settings) -> dict[str, Any]:
+    """GET /admin/shadow of the gateway the settings describe (on this machine when it
+    listens on every address). Raises SystemExit(2) without an admin token and
+    SystemExit(1) when the gateway cannot be asked."""
+    import aiohttp
+    from yarl import URL
+
+    token = settings.admin.token
+    if token is None:
+        _fail("shadow-report", "admin.token is not set, so the gateway has no admin routes", 2)
+    host = settings.server.host
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    url = URL.build(scheme="http", host=host, port=settings.server.port, path="/admin/shadow")
+    headers = {"Authorization": f"Bearer {token.get_secret_value()}"}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
+            session.get(url, headers=headers) as response,
+        ):
+            body = await response.read()
+            status = response.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        _fail("shadow-report", f"cannot ask the gateway at {url}: {exc or type(exc).__name__}", 1)
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if status != 200 or not isinstance(data, dict):
+        detail = data.get("detail") if isinstance(data, dict) else None
+        _fail("shadow-report", f"{url} answered {status}: {detail or body[:200]!r}", 1)
+    return data
+
+
+def _fail(command: str, message: str, code: int) -> NoReturn:
+    print(f"records-gateway {command}: {message}", file=sys.stderr)
+    raise SystemExit(code)
 
 
 def _demo_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
@@ -145,6 +191,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         report = asyncio.run(_probe(settings, args.token))
         print(to_json(report) if args.json else to_text(report))
         raise SystemExit(report.exit_code)
+
+    if args.command == "shadow-report":
+        settings = _settings(args)
+        from gateway.comparison import terminal
+
+        shadow = asyncio.run(_shadow_report(settings))
+        print(json.dumps(shadow, indent=2) if args.json else terminal.to_text(shadow))
+        return
 
     if args.command == "demo-upstream":
         from gateway.demo import run_demo_upstream

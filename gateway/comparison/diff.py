@@ -261,12 +261,14 @@ def _json_kind(value: Any) -> str:
 
 
 def shown(value: Any) -> Any:
-    """A value as a report shows it: a JSON scalar (a Decimal as its exact text), or a
-    container's JSON text; text longer than 200 characters cut short with "..."."""
+    """A value as a report shows it, as JSON: a Decimal as its exact text, a text
+    longer than 200 characters cut short with "...", a container as it is, or as its
+    JSON text cut short when that is longer."""
     if isinstance(value, Decimal):
         return format(value, "f")
     if isinstance(value, dict | list):
-        value = orjson.dumps(value, default=lambda item: format(item, "f")).decode()
+        text = orjson.dumps(value, default=lambda item: format(item, "f")).decode()
+        return orjson.loads(text) if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
     if isinstance(value, str) and len(value) > _SHOWN_CHARS:
         return value[:_SHOWN_CHARS] + "..."
     return value

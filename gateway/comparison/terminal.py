@@ -3,6 +3,7 @@ table per route with its worst fields first, noise apart."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 _EXAMPLE_CHARS = 60
@@ -69,7 +70,5 @@ def _share(share: float | None) -> str:
 
 
 def _cut(value: Any) -> str:
-    text = "null" if value is None else str(value)
-    if isinstance(value, str):
-        text = '"' + text + '"'
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return text if len(text) <= _EXAMPLE_CHARS else text[: _EXAMPLE_CHARS - 3] + "..."

@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from gateway.cache.breaker import GuardedCache
+from gateway.comparison.shadow import Shadow
 from gateway.config.live import LiveConfig
 from gateway.errors import (
     AuthenticationRequired,
@@ -28,6 +29,7 @@ from gateway.records.routes import ROUTES
 log = logging.getLogger("gateway.admin")
 LIVE = web.AppKey("live", LiveConfig)
 CACHE = web.AppKey("cache", GuardedCache)
+SHADOW = web.AppKey("shadow", Shadow)
 _ROUTE_NAMES = tuple(route.name for route in ROUTES)
 
 
@@ -119,9 +121,36 @@ async def reload_config(request: web.Request) -> web.StreamResponse:
     return web.Response(body=orjson.dumps(result.as_json()), content_type="application/json")
 
 
+async def shadow_report(request: web.Request) -> web.StreamResponse:
+    """GET /admin/shadow: the shadow traffic's report (gateway.comparison.tally)."""
+    check_admin(request)
+    _no_query(request)
+    shadow = request.app[SHADOW]
+    body = {**shadow.tally.report(), **shadow.state()}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def reset_shadow(request: web.Request) -> web.StreamResponse:
+    """DELETE /admin/shadow: forget every comparison; the report starts again."""
+    check_admin(request)
+    _no_query(request)
+    request.app[SHADOW].reset()
+    log.info("shadow report reset", extra={"event": "shadow_reset"})
+    return web.Response(body=orjson.dumps({"reset": True}), content_type="application/json")
+
+
+def _no_query(request: web.Request) -> None:
+    problems = [
+        ParameterProblem(name, "unknown query parameter; none allowed") for name in request.query
+    ]
+    if problems:
+        raise InvalidParameters(problems)
+
+
 # (path, route name, handlers by method); registered only when admin.token is set.
 ADMIN_ROUTES: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     ("/admin/cache", "admin-cache", {"DELETE": purge_cache}),
     ("/admin/config", "admin-config", {"GET": effective_config}),
     ("/admin/reload", "admin-reload", {"POST": reload_config}),
+    ("/admin/shadow", "admin-shadow", {"GET": shadow_report, "DELETE": reset_shadow}),
 )

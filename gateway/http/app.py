@@ -24,9 +24,10 @@ from gateway.cache.clock import Clock, system_clock
 from gateway.cache.coding import IdentityBodies
 from gateway.cache.fleet import Fleet
 from gateway.cache.memory import MemoryBackend, NullBackend
+from gateway.comparison.shadow import Shadow
 from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint
 from gateway.config.settings import CacheSettings, Settings, UpstreamSettings
-from gateway.http.admin import ADMIN_ROUTES, CACHE, LIVE
+from gateway.http.admin import ADMIN_ROUTES, CACHE, LIVE, SHADOW
 from gateway.http.edge import Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
 from gateway.http.records import PIPELINE, RECORDS, RecordHandlers
@@ -244,6 +245,7 @@ async def _pipeline_ctx(
         on_change=lambda state: metrics_.upstream_circuit_changed(state.value),
     )
     upstream = UpstreamClient(link, settings.upstream, breaker=upstream_breaker, metrics=metrics_)
+    shadow = Shadow(settings.upstream, metrics=metrics_)
     pipeline = RecordPipeline(
         upstream=upstream,
         normaliser=Normaliser(app[COERCIONS]),
@@ -253,6 +255,7 @@ async def _pipeline_ctx(
         clock=clock,
         bodies=IdentityBodies(settings.cache.identity_memo_max_bytes),
         metrics=metrics_,
+        shadow=shadow,
     )
     fleet = _fleet_of(backend, keyer.prefix, live, metrics_)
     readiness = Readiness(
@@ -274,6 +277,7 @@ async def _pipeline_ctx(
                 background.add(announcing)
                 announcing.add_done_callback(background.discard)
         upstream.reconfigure(new.upstream)
+        shadow.reconfigure(new.upstream)
         readiness.interval_s = new.health.check_interval_s
         set_level(new.log.level)
 
@@ -282,6 +286,7 @@ async def _pipeline_ctx(
     app[CACHE] = cache
     app[PIPELINE] = pipeline
     app[READINESS] = readiness
+    app[SHADOW] = shadow
     app[RECORDS].pipeline = pipeline
     if fleet is not None:
         app[FLEET] = fleet
@@ -290,6 +295,7 @@ async def _pipeline_ctx(
     finally:
         app[RECORDS].pipeline = None
         await pipeline.close()
+        await shadow.close()
         if fleet is not None:
             await fleet.close()
         await backend.close()

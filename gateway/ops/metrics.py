@@ -301,6 +301,22 @@ class Metrics:
             registry=r,
             multiprocess_mode="livemax",
         )
+        self.shadow_requests = Counter(
+            "gateway_shadow_requests_total",
+            "Requests of the shadow traffic, by route and outcome: identical, different,"
+            " noise (only fields known as noise differ), candidate_error (no answer to"
+            " compare), skipped (too many candidate calls under way)",
+            ["route", "outcome"],
+            registry=r,
+        )
+        self.shadow_differences = Counter(
+            "gateway_shadow_field_differences_total",
+            "Fields of the candidate's answers that differ from the primary's (noise not"
+            " counted), by route, field path of the published schema and kind (value,"
+            " type, missing, extra, order, length)",
+            ["route", "field", "kind"],
+            registry=r,
+        )
         self.in_flight = Gauge(
             "gateway_requests_in_flight",
             "Requests being handled now",

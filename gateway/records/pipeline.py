@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -46,6 +46,7 @@ from gateway.cache.entry import (
     Lookup,
     etag_of,
 )
+from gateway.comparison.shadow import Shadow
 from gateway.config.settings import CacheSettings
 from gateway.errors import (
     UpstreamCircuitOpen,
@@ -59,7 +60,7 @@ from gateway.records.coalesce import Coalescer
 from gateway.records.credentials import Credentials
 from gateway.records.keys import Keyer
 from gateway.records.routes import RecordQuery
-from gateway.upstream.client import UpstreamClient, is_outage
+from gateway.upstream.client import UpstreamClient, UpstreamReply, is_outage
 
 log = logging.getLogger("gateway.pipeline")
 _CLOSED = CircuitState.CLOSED
@@ -196,8 +197,12 @@ class RecordPipeline:
         clock: Clock,
         bodies: IdentityBodies,
         metrics: Metrics | None = None,
+        shadow: Shadow | None = None,
     ) -> None:
+        """``shadow``: where the answers of upstream calls are offered to be compared
+        with a candidate's (gateway.comparison.shadow)."""
         self._metrics = metrics
+        self._shadow = shadow
         self._bodies = bodies
         self._upstream = upstream
         self._normaliser = normaliser
@@ -553,11 +558,17 @@ class RecordPipeline:
         whose one caller accepts gzip): a bypass for an identity caller, such as every
         request with ``cache.backend = "none"``, does not pay for a compression."""
         key, query, credentials, request_id, ttl = job
-        try:
-            fetched = await self._upstream.fetch(
+        upstream = self._upstream
+
+        def ask() -> Awaitable[UpstreamReply]:
+            return upstream.fetch(
                 query, authorization=credentials.authorization, request_id=request_id
             )
+
+        try:
+            fetched = await ask()
         except UpstreamRejected as exc:
+            self._offer(job, exc.upstream_status or 0, None, ask)
             if (
                 exc.upstream_status == 404
                 and not query.route.is_list
@@ -579,6 +590,7 @@ class RecordPipeline:
         body = self._normaliser.normalise(query, fetched.body)
         if self._metrics is not None:
             self._metrics.normalised(query.route.name, time.perf_counter() - started)
+        self._offer(job, fetched.status, fetched.body, ask)
         stores = generations is not None and self._cache is not None and ttl > 0
         coded, coding = stored_body(body) if stores or compress else (body, IDENTITY)
         entry = CacheEntry(
@@ -593,6 +605,26 @@ class RecordPipeline:
         if stores and self._cache is not None:
             stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
         return _Fetched(entry, stored, plain=body)
+
+    def _offer(
+        self,
+        job: _Read,
+        status: int,
+        body: bytes | None,
+        again: Callable[[], Awaitable[UpstreamReply]],
+    ) -> None:
+        """Offer an upstream answer to the shadow traffic (which samples, and compares
+        once this request's caller has its answer)."""
+        shadow = self._shadow
+        if shadow is not None and shadow.enabled:
+            shadow.offer(
+                job.query,
+                authorization=job.credentials.authorization,
+                request_id=job.request_id,
+                status=status,
+                body=body,
+                again=again,
+            )
 
 
 def hit_reply(entry: CacheEntry, now: float, representation: Representation) -> Reply:

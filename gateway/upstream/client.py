@@ -245,7 +245,7 @@ class UpstreamClient:
                 breaker.succeeded(ticket)
             return reply
         except UpstreamError as exc:
-            outcome = _outcome(exc)
+            outcome = outcome_of(exc)
             if is_outage(exc):
                 self.health.failed(exc.detail)
                 if breaker is not None:
@@ -378,7 +378,7 @@ def _status_error(
     )
 
 
-def _outcome(exc: UpstreamError) -> str:
+def outcome_of(exc: UpstreamError) -> str:
     """The status label of a failed call: the upstream's status, or what went wrong."""
     if exc.upstream_status is not None and not isinstance(exc, UpstreamContractError):
         return str(exc.upstream_status)

@@ -1,0 +1,376 @@
+"""Shadow traffic through the whole gateway: the reference upstream as the primary, a
+twin of it (identical, drifting, hanging or down) as the candidate, on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from pytest_aiohttp import AiohttpClient, AiohttpServer
+
+from gateway.comparison.shadow import Shadow
+from gateway.config.live import ConfigSource
+from gateway.demo import REQUEST_LOG, create_demo_app
+from gateway.http.admin import SHADOW
+from gateway.http.app import create_app
+
+from ..config.test_live import ConfigFile
+from ..conftest import AUTH, TOKEN, base_url, gateway_client, make_settings, until
+from ..test_cli import run_cli
+
+ADMIN_TOKEN = "admin-token-0123456789"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+Client = TestClient[web.Request, web.Application]
+Start = Callable[..., Awaitable[Client]]
+
+
+@pytest.fixture
+def start_gateway(aiohttp_client: AiohttpClient) -> Start:
+    """A gateway in front of ``primary`` whose shadow sends every upstream call (or the
+    ``sample_ratio`` given) to ``candidate``."""
+
+    async def start(primary: str, candidate: str | None, **shadow: Any) -> Client:
+        section: dict[str, Any] = {"sample_ratio": 1.0, **shadow}
+        if candidate is not None:
+            section["base_url"] = candidate
+        else:
+            section["sample_ratio"] = 0.0
+        settings = make_settings(
+            primary, upstream={"shadow": section}, admin={"token": ADMIN_TOKEN}
+        )
+        return await gateway_client(aiohttp_client, create_app(settings))
+
+    return start
+
+
+async def _settled(client: Client) -> Shadow:
+    """The gateway's shadow once no comparison is under way."""
+    shadow = client.app[SHADOW]
+    await until(lambda: shadow.in_flight == 0)
+    return shadow
+
+
+async def _report(client: Client) -> dict[str, Any]:
+    await _settled(client)
+    response = await client.get("/admin/shadow", headers=ADMIN)
+    assert response.status == 200
+    report: dict[str, Any] = await response.json()
+    return report
+
+
+@pytest.fixture
+async def twin(aiohttp_server: AiohttpServer) -> TestServer:
+    """A second reference upstream on the same data: an identical candidate."""
+    return await aiohttp_server(create_demo_app())
+
+
+ROUTES = ["/users", "/clients", "/expenses?limit=20", "/accounts", "/accounts?type=CASH"]
+
+
+async def test_an_identical_twin_gives_an_all_identical_report(
+    start_gateway: Start, upstream: TestServer, twin: TestServer
+) -> None:
+    client = await start_gateway(base_url(upstream), base_url(twin))
+    for target in ROUTES:
+        response = await client.get(target, headers=AUTH)
+        assert response.status == 200
+    report = await _report(client)
+    assert report["totals"]["compared"] == len(ROUTES)
+    assert report["totals"]["identical"] == len(ROUTES)
+    assert report["totals"]["identicalShare"] == 1.0
+    assert report["candidate"] == base_url(twin)
+    for route in report["routes"].values():
+        assert route["fields"] == []
+        assert route["noise"] == []
+        assert route["candidateErrors"] == {}
+    # the candidate got each request once, with the caller's own token and request id
+    candidate_calls = list(twin.app[REQUEST_LOG].entries)
+    assert sorted(call.raw_path for call in candidate_calls) == sorted(
+        call.raw_path for call in upstream.app[REQUEST_LOG].entries
+    )
+    assert {call.authorization for call in candidate_calls} == {f"Bearer {TOKEN}"}
+    assert TOKEN not in orjson.dumps(report).decode()
+
+
+async def test_hits_are_never_shadowed(
+    start_gateway: Start, upstream: TestServer, twin: TestServer
+) -> None:
+    client = await start_gateway(base_url(upstream), base_url(twin))
+    for _ in range(3):
+        assert (await client.get("/users", headers=AUTH)).status == 200
+    report = await _report(client)
+    assert report["totals"]["compared"] == 1
+    assert len(twin.app[REQUEST_LOG]) == 1
+
+
+async def test_the_caller_is_answered_while_the_candidate_still_hangs(
+    start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
+) -> None:
+    asked = asyncio.Event()
+    release = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        asked.set()
+        await release.wait()
+        return web.json_response({"data": [], "total": 0, "page": 1, "limit": 10})
+
+    hanging = web.Application()
+    hanging.router.add_get("/users", hang)
+    candidate = await aiohttp_server(hanging)
+    client = await start_gateway(base_url(upstream), base_url(candidate))
+
+    response = await client.get("/users", headers=AUTH)
+    body = await response.read()
+    assert response.status == 200
+    assert orjson.loads(body)["total"] > 0  # the primary's answer
+    await asyncio.wait_for(asked.wait(), 10)
+    assert client.app[SHADOW].in_flight == 1  # the candidate has not answered yet
+    # the cache holds the primary's answer, whatever the candidate will say
+    again = await client.get("/users", headers=AUTH)
+    assert again.headers["X-Cache"] == "HIT"
+    assert await again.read() == body
+    release.set()
+    report = await _report(client)
+    users = report["routes"]["users"]
+    assert users["different"] == 1
+    assert {item["field"] for item in users["fields"]} >= {"data", "total"}
+
+
+async def test_a_candidate_that_is_down_is_counted_as_candidate_errors(
+    start_gateway: Start, upstream: TestServer, unused_tcp_port: int
+) -> None:
+    client = await start_gateway(base_url(upstream), f"http://127.0.0.1:{unused_tcp_port}")
+    for target in ("/users", "/clients"):
+        assert (await client.get(target, headers=AUTH)).status == 200
+    report = await _report(client)
+    assert report["totals"]["candidateErrors"] == 2
+    assert report["routes"]["users"]["candidateErrors"] == {"unreachable": 1}
+    assert report["totals"]["compared"] == 0
+
+
+async def test_a_candidate_failing_with_a_status_is_counted_by_status(
+    start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
+) -> None:
+    async def fail(request: web.Request) -> web.Response:
+        return web.Response(status=503)
+
+    failing = web.Application()
+    failing.router.add_get("/users", fail)
+    candidate = await aiohttp_server(failing)
+    client = await start_gateway(base_url(upstream), base_url(candidate))
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    report = await _report(client)
+    assert report["routes"]["users"]["candidateErrors"] == {"503": 1}
+
+
+async def test_a_404_of_both_is_identical_and_a_404_of_the_candidate_alone_differs(
+    start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
+) -> None:
+    async def missing(request: web.Request) -> web.Response:
+        return web.json_response({"error": "not_found"}, status=404)
+
+    empty = web.Application()
+    empty.router.add_get("/accounts/{id}", missing)
+    candidate = await aiohttp_server(empty)
+    client = await start_gateway(base_url(upstream), base_url(candidate))
+    assert (await client.get("/accounts/no-such-account", headers=AUTH)).status == 404
+    first = (await (await client.get("/accounts?limit=1", headers=AUTH)).json())["data"][0]
+    assert (await client.get(f"/accounts/{first['id']}", headers=AUTH)).status == 200
+    report = await _report(client)
+    account = report["routes"]["account"]
+    assert account["identical"] == 1
+    assert account["different"] == 1
+    assert account["fields"][0]["field"] == "(status)"
+    assert account["fields"][0]["examples"][0]["primary"] == 200
+    assert account["fields"][0]["examples"][0]["candidate"] == 404
+
+
+async def test_beyond_max_in_flight_requests_are_skipped(
+    start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
+) -> None:
+    release = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(status=503)
+
+    hanging = web.Application()
+    hanging.router.add_get("/expenses", hang)
+    candidate = await aiohttp_server(hanging)
+    client = await start_gateway(base_url(upstream), base_url(candidate), max_in_flight=2)
+    for page in range(1, 6):
+        assert (await client.get(f"/expenses?page={page}", headers=AUTH)).status == 200
+    assert client.app[SHADOW].in_flight == 2
+    release.set()
+    report = await _report(client)
+    expenses = report["routes"]["expenses"]
+    assert expenses["skipped"] == 3
+    assert expenses["candidateErrors"] == {"503": 2}
+
+
+async def test_a_sample_ratio_of_zero_sends_nothing(
+    start_gateway: Start, upstream: TestServer, twin: TestServer
+) -> None:
+    client = await start_gateway(base_url(upstream), base_url(twin), sample_ratio=0.0)
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    report = await _report(client)
+    assert report["enabled"] is False
+    assert report["totals"]["compared"] == 0
+    assert len(twin.app[REQUEST_LOG]) == 0
+
+
+async def test_the_report_is_reset_by_delete_and_needs_the_admin_token(
+    start_gateway: Start, upstream: TestServer, twin: TestServer
+) -> None:
+    client = await start_gateway(base_url(upstream), base_url(twin))
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    await _settled(client)
+    assert (await client.get("/admin/shadow")).status == 401
+    assert (await client.get("/admin/shadow", headers=AUTH)).status == 401
+    assert (await client.delete("/admin/shadow")).status == 401
+    assert (await _report(client))["totals"]["compared"] == 1
+    response = await client.delete("/admin/shadow", headers=ADMIN)
+    assert response.status == 200
+    assert (await _report(client))["totals"]["compared"] == 0
+    refused = await client.get("/admin/shadow?route=users", headers=ADMIN)
+    assert refused.status == 400
+    assert refused.content_type == "application/problem+json"
+
+
+async def test_the_metrics_count_requests_by_outcome_and_fields_by_kind(
+    start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
+) -> None:
+    async def other_total(request: web.Request) -> web.Response:
+        return web.json_response({"data": [], "total": 0, "page": 1, "limit": 10})
+
+    app = web.Application()
+    app.router.add_get("/clients", other_total)
+    candidate = await aiohttp_server(app)
+    client = await start_gateway(base_url(upstream), base_url(candidate))
+    assert (await client.get("/clients", headers=AUTH)).status == 200
+    await _settled(client)
+    text = await (await client.get("/metrics")).text()
+    assert 'gateway_shadow_requests_total{outcome="different",route="clients"} 1.0' in text
+    assert (
+        'gateway_shadow_field_differences_total{field="total",kind="value",route="clients"} 1.0'
+        in text
+    )
+    assert 'field="data",kind="length",route="clients"} 1.0' in text
+    assert TOKEN not in text
+
+
+async def test_shadow_report_prints_the_running_gateways_report(
+    start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    async def fewer(request: web.Request) -> web.Response:
+        return web.json_response({"data": [], "total": 0, "page": 1, "limit": 10})
+
+    app = web.Application()
+    app.router.add_get("/clients", fewer)
+    candidate = await aiohttp_server(app)
+    client = await start_gateway(base_url(upstream), base_url(candidate))
+    assert (await client.get("/clients", headers=AUTH)).status == 200
+    await _settled(client)
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        f'[server]\nhost = "0.0.0.0"\nport = {client.server.port}\n'
+        f'[admin]\ntoken = "{ADMIN_TOKEN}"\n'
+    )
+
+    code, out, err = await run_cli("shadow-report", "--config", str(config))
+    assert (code, err) == (0, "")
+    assert f"candidate: {base_url(candidate)}" in out
+    assert "== clients: 1 compared, 0 identical (0.0%), 1 different" in out
+    table = out[out.index("differences (worst first)") :]
+    assert re.search(r"^\s+data\s+1\s+length 1\s+10 -> 0", table, re.MULTILINE), table
+    assert re.search(r"^\s+total\s+1\s+value 1\s+", table, re.MULTILINE), table
+    assert ADMIN_TOKEN not in out
+
+    code, out, err = await run_cli("shadow-report", "--config", str(config), "--json")
+    assert code == 0
+    assert json.loads(out)["routes"]["clients"]["different"] == 1
+
+
+async def test_shadow_report_without_an_admin_token_or_a_gateway_fails_clearly(
+    tmp_path: Path, unused_tcp_port: int
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(f"[server]\nport = {unused_tcp_port}\n")
+    code, out, err = await run_cli("shadow-report", "--config", str(config))
+    assert (code, out) == (2, "")
+    assert "admin.token is not set" in err
+    config.write_text(f'[server]\nport = {unused_tcp_port}\n[admin]\ntoken = "{ADMIN_TOKEN}"\n')
+    code, out, err = await run_cli("shadow-report", "--config", str(config))
+    assert (code, out) == (1, "")
+    assert f"cannot ask the gateway at http://127.0.0.1:{unused_tcp_port}/admin/shadow" in err
+    assert ADMIN_TOKEN not in err
+
+
+async def test_a_reload_turns_the_shadow_on_points_it_elsewhere_and_turns_it_off(
+    aiohttp_client: AiohttpClient,
+    aiohttp_server: AiohttpServer,
+    upstream: TestServer,
+    twin: TestServer,
+    tmp_path: Path,
+) -> None:
+    other = await aiohttp_server(create_demo_app())
+    config = ConfigFile(
+        tmp_path / "gateway.toml",
+        {
+            "upstream": {"base_url": base_url(upstream)},
+            "cache": {"backend": "memory"},
+            "admin": {"token": ADMIN_TOKEN},
+        },
+    )
+    source = ConfigSource(config.path)
+    client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+
+    async def reload() -> dict[str, Any]:
+        response = await client.post("/admin/reload", headers=ADMIN)
+        assert response.status == 200
+        result: dict[str, Any] = await response.json()
+        return result
+
+    async def miss(page: int) -> None:
+        response = await client.get(f"/expenses?page={page}", headers=AUTH)
+        assert response.headers["X-Cache"] == "MISS"
+
+    await miss(1)
+    assert len(twin.app[REQUEST_LOG]) == 0
+
+    config.set("upstream", "shadow.base_url", base_url(twin))
+    config.set("upstream", "shadow.sample_ratio", 1.0)
+    assert set((await reload())["applied"]) == {
+        "upstream.shadow.base_url",
+        "upstream.shadow.sample_ratio",
+    }
+    await miss(2)
+    report = await _report(client)
+    assert (report["enabled"], report["candidate"]) == (True, base_url(twin))
+    assert report["routes"]["expenses"]["identical"] == 1
+    assert [call.raw_path for call in twin.app[REQUEST_LOG].entries] == [
+        "/expenses?page=2&limit=10"
+    ]
+
+    config.set("upstream", "shadow.base_url", base_url(other))
+    await reload()
+    report = await _report(client)
+    assert (report["candidate"], report["totals"]["compared"]) == (base_url(other), 0)
+    await miss(3)
+    assert (await _report(client))["routes"]["expenses"]["identical"] == 1
+    assert len(other.app[REQUEST_LOG]) == 1
+    assert len(twin.app[REQUEST_LOG]) == 1
+
+    config.set("upstream", "shadow.sample_ratio", 0.0)
+    await reload()
+    await miss(4)
+    assert (await _report(client))["enabled"] is False
+    assert len(other.app[REQUEST_LOG]) == 1
