@@ -191,7 +191,8 @@ def _walk_list(
     if mine_ids is not None and theirs_ids is not None:
         at = {item_id: index for index, item_id in enumerate(theirs_ids)}
         common = [item_id for item_id in mine_ids if item_id in at]
-        in_their_order = [item_id for item_id in theirs_ids if item_id in set(common)]
+        shared = set(common)
+        in_their_order = [item_id for item_id in theirs_ids if item_id in shared]
         if common != in_their_order:
             yield Difference(
                 path, "order", shown(common[:_SHOWN_IDS]), shown(in_their_order[:_SHOWN_IDS])
