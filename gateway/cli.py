@@ -5,6 +5,8 @@ demo-upstream  run the reference upstream alone
 check-config   validate the configuration and print it, secrets redacted
 probe          check the configured upstream against the published schema
 shadow-report  print the running gateway's report of its shadow traffic
+compare        send the same requests to the configured upstream and to a candidate,
+               and report every field in which their answers differ
 """
 
 from __future__ import annotations
@@ -89,6 +91,36 @@ def _parser() -> argparse.ArgumentParser:
     )
     _config_option(shadow)
     shadow.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    compare = commands.add_parser(
+        "compare",
+        help="send the same requests to the configured upstream (twice) and to a candidate"
+        " and report every field in which their answers differ",
+        description="Send the same requests to the configured upstream (upstream.base_url,"
+        " asked twice to tell noise from differences) and to a candidate upstream, and"
+        " report every field in which the candidate's answers differ, noise apart. Exit 0"
+        " when nothing but noise differs, 1 otherwise, 2 on a usage or configuration error.",
+    )
+    _config_option(compare)
+    compare.add_argument(
+        "--candidate",
+        required=True,
+        metavar="URL",
+        help="base URL of the candidate upstream; for https, TLS keys from [upstream.shadow]",
+    )
+    compare.add_argument(
+        "--token",
+        required=True,
+        help="bearer token, sent to BOTH upstreams (never printed, never in the report)",
+    )
+    compare.add_argument(
+        "--requests",
+        type=Path,
+        metavar="FILE",
+        help="one path?query a line as sent to the gateway (/expenses?type=BANK);"
+        " default: a sample made from the configured upstream's own data",
+    )
+    compare.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -153,6 +185,35 @@ def _fail(command: str, message: str, code: int) -> NoReturn:
     raise SystemExit(code)
 
 
+def _compare(args: argparse.Namespace) -> NoReturn:
+    """The ``compare`` command: exit 2 before any request when the candidate's URL,
+    the requests file or the configuration is wrong."""
+    from gateway.probe.replay import candidate_settings, compare_upstreams, to_json, to_text
+    from gateway.probe.sample import read_requests
+
+    settings = _settings(args)
+    max_limit = settings.limits.max_limit
+    try:
+        candidate = candidate_settings(settings.upstream, args.candidate)
+        queries = (
+            None if args.requests is None else read_requests(args.requests, max_limit=max_limit)
+        )
+    except ConfigError as exc:
+        _fail("compare", str(exc), EXIT_CONFIG)
+    comparison = asyncio.run(
+        compare_upstreams(
+            settings.upstream,
+            candidate,
+            args.token,
+            max_limit=max_limit,
+            queries=queries,
+            source="generated" if args.requests is None else str(args.requests),
+        )
+    )
+    print(to_json(comparison) if args.json else to_text(comparison))
+    raise SystemExit(comparison.exit_code)
+
+
 def _demo_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
     """The reference upstream's TLS context from its flags (exit 2 when they do not load)."""
     from gateway.demo.server import tls_context
@@ -199,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         shadow = asyncio.run(_shadow_report(settings))
         print(json.dumps(shadow, indent=2) if args.json else terminal.to_text(shadow))
         return
+
+    if args.command == "compare":
+        _compare(args)
 
     if args.command == "demo-upstream":
         from gateway.demo import run_demo_upstream

@@ -1,0 +1,583 @@
+"""``records-gateway compare`` against twins of the reference upstream: identical ones,
+ones that change a field, fail or are down; in process and as the command."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from pytest_aiohttp import AiohttpServer
+from yarl import URL
+
+from gateway.comparison.diff import answer_of
+from gateway.comparison.tally import Tally
+from gateway.config.settings import UpstreamSettings
+from gateway.demo import REQUEST_LOG, create_demo_app, start_demo_server
+from gateway.probe.replay import (
+    Comparison,
+    Exchange,
+    candidate_settings,
+    compare_upstreams,
+    judge,
+    to_json,
+    to_text,
+)
+from gateway.probe.sample import read_requests
+from gateway.records.routes import EXPENSE, parse_record_query
+from tests.conftest import base_url
+
+ROOT = Path(__file__).parent.parent.parent
+SECRET = "compare-s3cr3t-token"
+EXPENSE_ID = "3730bf79-913a-47af-a917-9e028868b644"
+
+# What a twin does to the reference's answer: (path, status, body) -> (status, body)
+Change = Callable[[str, int, bytes], tuple[int, bytes]]
+REFERENCE = web.AppKey("reference", str)
+SESSION = web.AppKey("session", aiohttp.ClientSession)
+CHANGE: web.AppKey[Change] = web.AppKey("change")
+
+
+def twin(reference_url: str, change: Change) -> web.Application:
+    """Forwards every request (its token and request id) to the reference upstream and
+    changes the answers as ``change`` says."""
+
+    async def session_ctx(app: web.Application) -> AsyncIterator[None]:
+        async with aiohttp.ClientSession() as session:
+            app[SESSION] = session
+            yield
+
+    async def forward(request: web.Request) -> web.Response:
+        url = URL(request.app[REFERENCE] + request.raw_path, encoded=True)
+        names = ("Authorization", "X-Request-ID")
+        headers = {name: request.headers[name] for name in names if name in request.headers}
+        async with request.app[SESSION].get(url, headers=headers) as response:
+            status, body = response.status, await response.read()
+        status, body = request.app[CHANGE](request.path, status, body)
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    app = web.Application()
+    app[REFERENCE] = reference_url
+    app[CHANGE] = change
+    app.cleanup_ctx.append(session_ctx)
+    app.router.add_get("/{tail:.*}", forward)
+    return app
+
+
+def reference(aiohttp_server: AiohttpServer) -> Any:
+    return aiohttp_server(create_demo_app(tokens=frozenset({SECRET})))
+
+
+async def start_twin(aiohttp_server: AiohttpServer, upstream: TestServer, change: Change) -> str:
+    return base_url(await aiohttp_server(twin(base_url(upstream), change)))
+
+
+def each_expense(change: Callable[[dict[str, Any]], None]) -> Change:
+    """A change of every expense of an expense answer (a page or one expense)."""
+
+    def changed(path: str, status: int, body: bytes) -> tuple[int, bytes]:
+        if status != 200 or not path.startswith("/expenses"):
+            return status, body
+        document = orjson.loads(body)
+        for expense in document.get("data", [document]):
+            change(expense)
+        return status, orjson.dumps(document)
+
+    return changed
+
+
+async def compare(
+    primary_url: str, candidate_url: str, token: str = SECRET, **options: Any
+) -> Comparison:
+    primary = UpstreamSettings(base_url=primary_url)
+    candidate = candidate_settings(primary, candidate_url)
+    return await compare_upstreams(primary, candidate, token, max_limit=100, **options)
+
+
+def fields(report: dict[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
+    """The differing fields (noise apart) of each route that has any, with their kinds."""
+    return {
+        name: {item["field"]: item["kinds"] for item in route["fields"]}
+        for name, route in report["routes"].items()
+        if route["fields"]
+    }
+
+
+def noise(report: dict[str, Any]) -> dict[str, set[str]]:
+    return {
+        name: {item["field"] for item in route["noise"]}
+        for name, route in report["routes"].items()
+        if route["noise"]
+    }
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+# ------------------------------------------------------------------------- in process
+
+
+async def test_an_identical_twin_is_identical_on_every_request_and_exits_0(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    primary, candidate = await reference(aiohttp_server), await reference(aiohttp_server)
+    comparison = await compare(base_url(primary), base_url(candidate))
+    report = comparison.report()
+
+    sent = len(comparison.requests)
+    assert comparison.exit_code == report["exitCode"] == 0
+    assert report["totals"] == {
+        "compared": sent,
+        "identical": sent,
+        "identicalShare": 1.0,
+        "different": 0,
+        "noiseOnly": 0,
+        "candidateErrors": 0,
+        "skipped": 0,
+        "requests": sent,
+        "primaryErrors": 0,
+    }
+    assert set(report["routes"]) == {
+        "users",
+        "clients",
+        "expenses",
+        "expense",
+        "accounts",
+        "account",
+    }
+    assert fields(report) == {}
+    assert noise(report) == {}
+    assert report["primaryErrors"] == {}
+    assert {request["outcome"] for request in report["requests"]} == {"identical"}
+    # every request twice to the primary, once to the candidate, under its own id; the
+    # first pages the sample was made from, to the primary only
+    ids = [request.request_id for request in comparison.requests]
+    assert ids == [f"compare-{n}" for n in range(1, sent + 1)]
+    primary_ids = Counter(entry.request_id for entry in primary.app[REQUEST_LOG].entries)
+    candidate_log = list(candidate.app[REQUEST_LOG].entries)
+    seeds = {f"compare-seed-{name}": 1 for name in ("users", "clients", "expenses", "accounts")}
+    assert primary_ids == {**dict.fromkeys(ids, 2), **seeds}
+    # what reached the candidate is what the gateway would send for each request
+    assert {entry.request_id: entry.raw_path for entry in candidate_log} == {
+        request.request_id: request.target for request in comparison.requests
+    }
+    assert len(candidate_log) == sent
+    assert {entry.authorization for entry in candidate_log} == {f"Bearer {SECRET}"}
+    assert SECRET not in to_json(comparison) + to_text(comparison)
+    assert to_text(comparison).endswith(
+        f"Exit 0: {sent} requests compared; nothing but noise differs."
+    )
+
+
+async def test_a_twin_that_changes_amounts_differs_in_exactly_the_amount_fields(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    primary = await reference(aiohttp_server)
+
+    def tenfold(expense: dict[str, Any]) -> None:
+        expense["amount"] = str(Decimal(expense["amount"]) * 10)
+
+    candidate = await start_twin(aiohttp_server, primary, each_expense(tenfold))
+    comparison = await compare(base_url(primary), candidate)
+    report = comparison.report()
+
+    expenses = report["routes"]["expenses"]
+    asked = Counter(request.route for request in comparison.requests if request.fields)
+    assert fields(report) == {
+        "expenses": {"data[].amount": {"value": expenses["fields"][0]["total"]}},
+        "expense": {"amount": {"value": 5}},  # the five known ids (not the unknown one)
+    }
+    assert asked == {"expenses": expenses["different"], "expense": 5}
+    assert noise(report) == {}
+    example = report["routes"]["expense"]["fields"][0]["examples"][0]
+    request = next(r for r in comparison.requests if r.request_id == example["requestId"])
+    assert request.target == f"/expenses/{EXPENSE_ID}"
+    assert Decimal(example["candidate"]) == Decimal(example["primary"]) * 10
+    assert comparison.exit_code == report["exitCode"] == 1
+    assert to_text(comparison).splitlines()[-1] == (
+        f"Exit 1: {report['totals']['different']} different, 0 candidate errors,"
+        " 0 primary errors (not compared)."
+    )
+
+
+async def test_a_candidate_that_is_down_is_a_candidate_error_on_every_request(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    primary = await reference(aiohttp_server)
+    comparison = await compare(base_url(primary), closed_port_url())
+    report = comparison.report()
+
+    sent = len(comparison.requests)
+    assert (report["totals"]["compared"], report["totals"]["candidateErrors"]) == (0, sent)
+    assert {name: route["candidateErrors"] for name, route in report["routes"].items()} == {
+        name: {"unreachable": count}
+        for name, count in Counter(request.route for request in comparison.requests).items()
+    }
+    assert {request["outcome"] for request in report["requests"]} == {"candidate_error"}
+    assert report["requests"][0]["detail"].startswith(
+        "GET /users: cannot connect to the upstream ("
+    )
+    assert comparison.exit_code == 1
+    text = to_text(comparison)
+    assert (
+        "candidate unreachable, e.g. request compare-1 (/users?page=1&limit=20): GET /users:"
+        in text
+    )
+
+
+async def test_what_a_candidate_fails_with_is_named_route_by_route(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    primary = await reference(aiohttp_server)
+
+    def failing(path: str, status: int, body: bytes) -> tuple[int, bytes]:
+        if path == "/clients":
+            return 503, b'{"error": "down"}'
+        if path == "/users":
+            return 200, b"<html>maintenance</html>"
+        if path == "/accounts":
+            return 429, b'{"error": "slow down"}'
+        if path == f"/expenses/{EXPENSE_ID}":
+            return 200, body.replace(b'"amount":"', b'"amount":"x')
+        return status, body
+
+    candidate = await start_twin(aiohttp_server, primary, failing)
+    comparison = await compare(base_url(primary), candidate)
+    report = comparison.report()
+
+    routes = report["routes"]
+    lists = Counter(request.route for request in comparison.requests)
+    assert routes["clients"]["candidateErrors"] == {"503": lists["clients"]}
+    assert routes["users"]["candidateErrors"] == {"invalid-body": lists["users"]}
+    assert routes["accounts"]["candidateErrors"] == {"429": lists["accounts"]}
+    assert routes["expense"]["candidateErrors"] == {"invalid-body": 1}
+    assert (routes["expense"]["compared"], routes["expense"]["identical"]) == (5, 5)
+    assert routes["expenses"]["candidateErrors"] == routes["account"]["candidateErrors"] == {}
+    assert fields(report) == {}
+    invalid = next(r for r in comparison.requests if r.target == f"/expenses/{EXPENSE_ID}")
+    assert invalid.error is not None
+    assert invalid.error.detail.startswith(
+        "GET /expenses/{expenseId}: its amount cannot be brought to the published schema"
+    )
+    assert comparison.exit_code == 1
+
+
+async def test_a_candidate_that_refuses_what_the_primary_serves_differs_in_status(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    primary = await reference(aiohttp_server)
+
+    def no_accounts(path: str, status: int, body: bytes) -> tuple[int, bytes]:
+        if path.startswith("/accounts/"):
+            return 404, b'{"error": "not_found"}'
+        return status, body
+
+    candidate = await start_twin(aiohttp_server, primary, no_accounts)
+    report = (await compare(base_url(primary), candidate)).report()
+
+    account = report["routes"]["account"]
+    # every account but the unknown one, which both upstreams answer 404
+    assert (account["compared"], account["identical"]) == (13, 1)
+    assert fields(report) == {"account": {"(status)": {"value": 12}}}
+    example = account["fields"][0]["examples"][0]
+    assert (example["primary"], example["candidate"]) == (200, 404)
+    assert report["exitCode"] == 1
+
+
+async def test_a_request_the_primary_fails_is_not_compared_but_counted_apart(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    upstream = await reference(aiohttp_server)
+
+    def clients_down(path: str, status: int, body: bytes) -> tuple[int, bytes]:
+        return (503, b"{}") if path == "/clients" else (status, body)
+
+    primary = await start_twin(aiohttp_server, upstream, clients_down)
+    candidate = await reference(aiohttp_server)
+    comparison = await compare(primary, base_url(candidate))
+    report = comparison.report()
+
+    failed = [r for r in report["requests"] if r["outcome"] == "primary_error"]
+    assert {r["route"] for r in failed} == {"clients"}
+    assert report["primaryErrors"] == {"clients": {"503": len(failed)}}
+    assert report["totals"]["primaryErrors"] == len(failed) == 3  # no last page known
+    assert "clients" not in report["routes"]
+    assert (
+        report["totals"]["compared"] == report["totals"]["identical"] == len(report["requests"]) - 3
+    )
+    assert report["sample"]["gaps"] == [
+        "GET /clients: the primary gave no first page; nothing was taken from it"
+    ]
+    assert comparison.exit_code == 1
+    text = to_text(comparison)
+    assert "primary errors (these requests were not compared):\n   clients: 503 x3" in text
+    assert (
+        text.splitlines()[-1]
+        == "Exit 1: 0 different, 0 candidate errors, 3 primary errors (not compared)."
+    )
+
+
+async def test_a_token_the_primary_refuses_is_a_primary_error_never_an_identical_report(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    primary, candidate = await reference(aiohttp_server), await reference(aiohttp_server)
+    wrong = "not-the-s3cr3t"
+    comparison = await compare(base_url(primary), base_url(candidate), token=wrong)
+    report = comparison.report()
+
+    assert report["totals"]["compared"] == 0
+    assert {r["error"] for r in report["requests"]} == {"401"}
+    assert len(report["sample"]["gaps"]) == 4
+    assert comparison.exit_code == 1
+    assert wrong not in to_json(comparison) + to_text(comparison)
+
+
+def test_noise_is_learned_from_every_request_before_any_is_judged() -> None:
+    """The first request's candidate differs in paymentId; only the second request's two
+    primary answers show that paymentId is noise. Judged in order without the evidence
+    of later requests, the first would be a difference."""
+    query = parse_record_query(EXPENSE, EXPENSE_ID, (), max_limit=100)
+
+    def answer(payment_id: str) -> Any:
+        body = {"id": EXPENSE_ID, "paymentId": payment_id, "amount": "1.0000"}
+        return answer_of("expense", 200, orjson.dumps(body), {})
+
+    exchanges = [
+        Exchange("compare-1", query, answer("P-1"), answer("P-1"), answer("P-1x")),
+        Exchange("compare-2", query, answer("P-2"), answer("P-2y"), answer("P-2")),
+    ]
+    tally = Tally(primary="http://primary", candidate="http://candidate")
+    outcomes = judge(tally, exchanges)
+
+    assert [(o.request_id, o.outcome, o.fields) for o in outcomes] == [
+        ("compare-1", "noise", ("paymentId",)),
+        ("compare-2", "identical", ()),
+    ]
+    route = tally.report()["routes"]["expense"]
+    assert route["fields"] == []
+    assert [(n["field"], n["evidence"][0]["requestId"]) for n in route["noise"]] == [
+        ("paymentId", "compare-2")
+    ]
+    assert tally.regressions == 0
+
+
+async def test_noise_on_both_twins_is_reported_apart_and_exits_0(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    calls = Counter[str]()
+
+    def noisy(name: str) -> Change:
+        def stamp(expense: dict[str, Any]) -> None:
+            calls[name] += 1
+            expense["paymentId"] += f"-{name}{calls[name]}"
+
+        return each_expense(stamp)
+
+    upstream = await reference(aiohttp_server)
+    primary = await start_twin(aiohttp_server, upstream, noisy("p"))
+    candidate = await start_twin(aiohttp_server, upstream, noisy("c"))
+    comparison = await compare(primary, candidate)
+    report = comparison.report()
+
+    assert fields(report) == {}
+    assert noise(report) == {"expenses": {"data[].paymentId"}, "expense": {"paymentId"}}
+    assert report["totals"]["noiseOnly"] > 0
+    assert report["totals"]["different"] == report["totals"]["candidateErrors"] == 0
+    assert comparison.exit_code == 0
+
+
+async def test_requests_from_a_file_are_the_only_ones_sent(
+    aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    primary, candidate = await reference(aiohttp_server), await reference(aiohttp_server)
+    path = tmp_path / "requests.txt"
+    path.write_text("/expenses?type=BANK&limit=20\n# lookups\n/accounts/Caja%20General\n")
+    queries = read_requests(path, max_limit=100)
+    comparison = await compare(
+        base_url(primary), base_url(candidate), queries=queries, source=str(path)
+    )
+
+    assert [(r.request_id, r.target, r.outcome) for r in comparison.requests] == [
+        ("compare-1", "/expenses?page=1&limit=20&type=BANK", "identical"),
+        ("compare-2", "/accounts/Caja%20General", "identical"),
+    ]
+    primary_log = primary.app[REQUEST_LOG]
+    assert sorted((e.request_id or "", e.raw_path) for e in primary_log.entries) == [
+        ("compare-1", "/expenses?page=1&limit=20&type=BANK"),
+        ("compare-1", "/expenses?page=1&limit=20&type=BANK"),
+        ("compare-2", "/accounts/Caja%20General"),
+        ("compare-2", "/accounts/Caja%20General"),
+    ]
+    assert len(candidate.app[REQUEST_LOG]) == 2
+    assert comparison.report()["sample"] == {"source": str(path), "gaps": []}
+    assert to_text(comparison).splitlines()[-2] == f"sample: 2 requests, from {path}"
+
+
+# ---------------------------------------------------------------------- the command
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    return {**env, **extra}
+
+
+async def run_compare_command(primary_url: str, *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        "compare",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=clean_env(GATEWAY_UPSTREAM__BASE_URL=primary_url),
+        cwd=ROOT,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=45)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_command_against_an_identical_twin_exits_0_and_never_prints_the_token() -> None:
+    tokens = frozenset({SECRET})
+    async with (
+        await start_demo_server(tokens=tokens) as primary,
+        await start_demo_server(tokens=tokens) as candidate,
+    ):
+        code, out, err = await run_compare_command(
+            primary.url, "--candidate", candidate.url, "--token", SECRET
+        )
+        sent = len(candidate.app[REQUEST_LOG])
+
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[:2] == [f"primary:   {primary.url}", f"candidate: {candidate.url}"]
+    assert f"compared {sent} requests: {sent} identical (100.0%), 0 different," in out
+    assert out.rstrip().endswith(f"Exit 0: {sent} requests compared; nothing but noise differs.")
+    assert SECRET not in out + err
+
+
+async def test_command_json_is_the_report_with_the_documented_keys() -> None:
+    tokens = frozenset({SECRET})
+    async with (
+        await start_demo_server(tokens=tokens) as primary,
+        await start_demo_server(tokens=tokens) as candidate,
+    ):
+        code, out, err = await run_compare_command(
+            primary.url, "--candidate", candidate.url, "--token", SECRET, "--json"
+        )
+
+    assert code == 0, err
+    report = json.loads(out)
+    assert list(report) == [
+        "primary",
+        "candidate",
+        "since",
+        "totals",
+        "routes",
+        "primaryErrors",
+        "requests",
+        "sample",
+        "exitCode",
+    ]
+    assert (report["primary"], report["candidate"], report["exitCode"]) == (
+        primary.url,
+        candidate.url,
+        0,
+    )
+    assert report["totals"]["requests"] == len(report["requests"]) == report["totals"]["identical"]
+    assert report["requests"][0] == {
+        "id": "compare-1",
+        "route": "users",
+        "target": "/users?page=1&limit=20",
+        "outcome": "identical",
+    }
+    assert report["sample"] == {"source": "generated", "gaps": []}
+    assert SECRET not in out + err
+
+
+async def test_command_against_a_candidate_that_is_down_exits_1() -> None:
+    async with await start_demo_server(tokens=frozenset({SECRET})) as primary:
+        code, out, err = await run_compare_command(
+            primary.url, "--candidate", closed_port_url(), "--token", SECRET
+        )
+
+    assert code == 1, err
+    assert "   candidate errors: unreachable x" in out
+    assert out.rstrip().splitlines()[-1].startswith("Exit 1: 0 different, ")
+    assert SECRET not in out + err
+
+
+async def test_command_with_a_requests_file_sends_those_requests(tmp_path: Path) -> None:
+    path = tmp_path / "requests.txt"
+    path.write_text("# two requests\n/accounts?type=CASH\n\n/accounts/Caja%20General\n")
+    tokens = frozenset({SECRET})
+    async with (
+        await start_demo_server(tokens=tokens) as primary,
+        await start_demo_server(tokens=tokens) as candidate,
+    ):
+        code, out, err = await run_compare_command(
+            primary.url, "--candidate", candidate.url, "--token", SECRET, "--requests", str(path)
+        )
+        received = sorted(entry.raw_path for entry in candidate.app[REQUEST_LOG].entries)
+
+    assert code == 0, err
+    assert received == ["/accounts/Caja%20General", "/accounts?page=1&limit=10&type=CASH"]
+    assert f"sample: 2 requests, from {path}" in out
+
+
+async def test_command_with_a_bad_line_in_the_requests_file_exits_2_naming_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "requests.txt"
+    path.write_text("/users\n# then\n/expenses?status=PAID&limit=5000\n")
+    async with await start_demo_server(tokens=frozenset({SECRET})) as primary:
+        code, out, err = await run_compare_command(
+            primary.url, "--candidate", primary.url, "--token", SECRET, "--requests", str(path)
+        )
+        reached = len(primary.app[REQUEST_LOG])
+
+    assert code == 2
+    assert out == ""
+    assert err.strip().splitlines() == [
+        f"records-gateway compare: --requests {path}, line 3:"
+        " '/expenses?status=PAID&limit=5000': limit: must be an integer from 1 to 100"
+    ]
+    assert reached == 0
+
+
+async def test_command_with_a_bad_candidate_or_configuration_exits_2() -> None:
+    code, out, err = await run_compare_command(
+        "http://127.0.0.1:9", "--candidate", "ftp://records.example", "--token", SECRET
+    )
+    assert (code, out) == (2, "")
+    assert err.strip().splitlines() == [
+        "records-gateway compare: --candidate: must be an absolute http:// or https:// URL"
+    ]
+
+    code, out, err = await run_compare_command(
+        "ftp://records.example", "--candidate", "http://127.0.0.1:9", "--token", SECRET
+    )
+    assert (code, out) == (2, "")
+    assert err.startswith("records-gateway: configuration error: upstream.base_url:")
+
+
+async def test_command_help_says_the_token_goes_to_both_upstreams() -> None:
+    code, out, _ = await run_compare_command("http://127.0.0.1:9", "--help")
+    assert code == 0
+    assert "sent to BOTH upstreams" in " ".join(out.split())
