@@ -16,6 +16,8 @@ from typing import Any
 
 import aiohttp
 import orjson
+import pytest
+import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from pytest_aiohttp import AiohttpServer
@@ -23,8 +25,10 @@ from yarl import URL
 
 from gateway.comparison.diff import answer_of
 from gateway.comparison.tally import Tally
-from gateway.config.settings import UpstreamSettings
+from gateway.config.settings import Settings, UpstreamSettings
 from gateway.demo import REQUEST_LOG, create_demo_app, start_demo_server
+from gateway.demo.server import tls_context
+from gateway.errors import ConfigError
 from gateway.probe.replay import (
     Comparison,
     Exchange,
@@ -426,6 +430,88 @@ async def test_requests_from_a_file_are_the_only_ones_sent(
     assert len(candidate.app[REQUEST_LOG]) == 2
     assert comparison.report()["sample"] == {"source": str(path), "gaps": []}
     assert to_text(comparison).splitlines()[-2] == f"sample: 2 requests, from {path}"
+
+
+async def test_an_https_candidate_is_reached_with_the_tls_keys_of_the_shadow_section(
+    aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    ca, client_ca = trustme.CA(), trustme.CA()
+    server, client = ca.issue_cert("127.0.0.1"), client_ca.issue_cert("compare@example.test")
+    files = {name: tmp_path / f"{name}.pem" for name in ("ca", "cert", "key", "client_ca")}
+    files.update(client_cert=tmp_path / "client.pem", client_key=tmp_path / "client.key")
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    server.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    server.private_key_pem.write_to_path(str(files["key"]))
+    client_ca.cert_pem.write_to_path(str(files["client_ca"]))
+    client.cert_chain_pems[0].write_to_path(str(files["client_cert"]))
+    client.private_key_pem.write_to_path(str(files["client_key"]))
+    # the candidate asks every caller for a certificate its client CA issued
+    tls = tls_context(files["cert"], files["key"], files["client_ca"])
+    primary = await reference(aiohttp_server)
+    queries = [parse_record_query(EXPENSE, EXPENSE_ID, (), max_limit=100)]
+    async with await start_demo_server(tokens=frozenset({SECRET}), tls=tls) as candidate:
+        shadow = {
+            "base_url": candidate.url,
+            "ca_file": files["ca"],
+            "client_cert_file": files["client_cert"],
+            "client_key_file": files["client_key"],
+        }
+        for section in ({"shadow": shadow}, {}):
+            upstream = Settings(upstream={"base_url": base_url(primary), **section}).upstream
+            settings = candidate_settings(upstream, candidate.url)
+            comparison = await compare_upstreams(
+                upstream, settings, SECRET, max_limit=100, queries=queries
+            )
+            if section:
+                assert (settings.ca_file, settings.client_cert_file) == (
+                    files["ca"],
+                    files["client_cert"],
+                )
+                assert [r.outcome for r in comparison.requests] == ["identical"]
+                assert comparison.exit_code == 0
+            else:
+                # without the shadow's keys: the system's trust store, no certificate
+                assert (settings.ca_file, settings.client_cert_file) == (None, None)
+                assert [r.outcome for r in comparison.requests] == ["candidate_error"]
+                error = comparison.requests[0].error
+                assert error is not None
+                assert (error.what, "certificate was not trusted" in error.detail) == (
+                    "unreachable",
+                    True,
+                )
+        received = [entry.request_id for entry in candidate.app[REQUEST_LOG].entries]
+    assert received == ["compare-1"]
+
+
+def test_an_http_candidate_takes_no_tls_key_and_a_bad_url_names_the_flag(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    upstream = Settings(
+        upstream={
+            "base_url": "http://primary.example",
+            "timeout_s": 3,
+            "bank_code_param": "bank_code",
+            "shadow": {"base_url": "https://shadow.example", "ca_file": ca_file},
+        }
+    ).upstream
+
+    settings = candidate_settings(upstream, "http://candidate.example:8080/v2/")
+    assert (settings.base_url, settings.ca_file, settings.timeout_s) == (
+        "http://candidate.example:8080/v2",
+        None,
+        3,
+    )
+    assert settings.bank_code_param == "bank_code"
+    assert candidate_settings(upstream, "https://candidate.example").ca_file == ca_file
+    for url, problem in (
+        ("candidate.example", "--candidate: must be an absolute http:// or https:// URL"),
+        ("https://u:p@candidate.example", "--candidate: must not carry credentials"),
+        ("http://candidate.example/?v=2", "--candidate: must not carry a query or a fragment"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            candidate_settings(upstream, url)
+        assert str(caught.value).startswith(problem)
 
 
 # ---------------------------------------------------------------------- the command
