@@ -16,10 +16,19 @@ from gateway.comparison.tally import Tally
 from gateway.comparison.workers import WorkerReports
 from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
 
-from ..process.test_supervisor import AUTH, GatewayProcess, serve, started  # noqa: F401
+from ..process.test_supervisor import AUTH, GatewayProcess, serve
 
 ADMIN_TOKEN = "admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture
+async def started() -> AsyncIterator[list[GatewayProcess]]:
+    """Gateway processes a test started, killed after it if still running."""
+    processes: list[GatewayProcess] = []
+    yield processes
+    for process in processes:
+        await process.kill()
 
 
 @pytest.fixture
@@ -71,15 +80,19 @@ async def test_two_workers_give_one_report_and_one_reset(
                 await asyncio.sleep(0.1)
         assert {r["workers"] for r in reports} == {2}
 
-        async with aiohttp.ClientSession() as http:
-            async with http.delete(f"{gateway.url}/admin/shadow", headers=ADMIN) as response:
-                assert response.status == 200
+        async with (
+            aiohttp.ClientSession() as http,
+            http.delete(f"{gateway.url}/admin/shadow", headers=ADMIN) as response,
+        ):
+            assert response.status == 200
         # every report after the reset, from either worker, starts again
         for report in await _reports(gateway, 6):
             assert report["totals"]["compared"] == 0
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"{gateway.url}/users", headers=AUTH) as r:
-                assert r.status == 200
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{gateway.url}/users", headers=AUTH) as response,
+        ):
+            assert response.status == 200
         async with asyncio.timeout(20):
             while not all(r["totals"]["compared"] == 1 for r in await _reports(gateway, 6)):
                 await asyncio.sleep(0.1)
