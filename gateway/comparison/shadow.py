@@ -4,9 +4,9 @@ again to a candidate upstream, and the two answers are compared (``diff``) into 
 
 What the caller gets never depends on the candidate: the pipeline offers a request
 once the primary's answer is in hand (:meth:`Shadow.offer` is synchronous and does no
-I/O), and the candidate is asked in a task of its own that starts on a later turn of
-the event loop, after the caller's answer was handed over. Nothing of the candidate's
-answer is stored or served. At most ``max_in_flight`` candidate calls run at once
+I/O), the candidate is asked in a task of its own, and nothing is parsed or compared
+before the candidate's answer is in, by when the callers have theirs. Nothing of the
+candidate's answer is stored or served. At most ``max_in_flight`` candidate calls run at once
 (a request sampled beyond that is counted ``skipped``); each is bounded by the
 upstream's timeouts; none goes through the primary's circuit breaker or metrics of
 upstream calls.
@@ -258,12 +258,15 @@ class Shadow:
     ) -> None:
         route = query.route.name
         params = dict(query.params)
+        # the candidate first: nothing is parsed before its answer is in, by when the
+        # callers of this request (woken a turn or two of the loop after the offer)
+        # have theirs
+        asked = client.fetch(query, authorization=authorization, request_id=request_id)
+        candidate = await _ask(asked, route, params)
         try:
             primary = answer_of(route, status, body, params)
         except NotComparable:
             return  # the gateway could not publish it either: nothing to compare
-        asked = client.fetch(query, authorization=authorization, request_id=request_id)
-        candidate = await _ask(asked, route, params)
         if isinstance(candidate, str):
             tally.candidate_failed(route, candidate)
             self._count(route, "candidate_error")
