@@ -26,6 +26,7 @@ from gateway.config.settings import Settings, load_settings, redacted
 from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
+    from gateway.demo.drift import Drift
     from gateway.probe.conformance import ProbeReport
 
 EXIT_CONFIG = 2
@@ -70,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="PEM",
         help="require of every caller a client certificate this CA issued (mutual TLS)",
+    )
+    demo.add_argument(
+        "--drift",
+        action="append",
+        metavar="KIND",
+        help="answer unlike the data set in this known way, as a candidate twin (repeatable):"
+        " amount-scale, order, drop-bank, enum-case or noise",
     )
 
     check = commands.add_parser("check-config", help="validate and print the configuration")
@@ -230,6 +238,16 @@ def _demo_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
         _usage_error(f"the TLS files do not load: {exc}")
 
 
+def _demo_drift(args: argparse.Namespace) -> Drift:
+    """The reference upstream's drift from its flags (exit 2 for an unknown kind)."""
+    from gateway.demo.drift import Drift
+
+    try:
+        return Drift.of(args.drift or ())
+    except ValueError as exc:
+        _usage_error(str(exc))
+
+
 def _usage_error(message: str) -> NoReturn:
     print(f"records-gateway demo-upstream: {message}", file=sys.stderr)
     raise SystemExit(EXIT_CONFIG)
@@ -274,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             seed=args.seed,
             tokens=frozenset(args.tokens or ["demo-token"]),
             tls=_demo_tls(args),
+            drift=_demo_drift(args),
         )
         return
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.demo import DriftKind
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -205,3 +207,60 @@ async def test_demo_upstream_command_serves_with_latency_and_its_tokens() -> Non
         process.send_signal(signal.SIGINT)
         code = await asyncio.wait_for(process.wait(), timeout=20)
     assert code == 0
+
+
+async def test_demo_upstream_drifts_as_its_drift_flags_say() -> None:
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        "demo-upstream",
+        "--port",
+        str(port),
+        "--drift",
+        "order",
+        "--drift",
+        "noise",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=clean_env(),
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    try:
+        await _wait_for_line(process.stdout, rf"127\.0\.0\.1:{port}, drifting: order, noise$")
+        headers = {"Authorization": "Bearer demo-token"}
+        base = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession(headers=headers) as session:
+            async with session.get(f"{base}/users") as response:
+                names = [user["username"] for user in (await response.json())["data"]]
+            payment_ids = []
+            for _ in range(2):
+                async with session.get(f"{base}/expenses", params={"limit": "3"}) as response:
+                    payment_ids.append([e["paymentId"] for e in (await response.json())["data"]])
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(process.wait(), timeout=20)
+    assert code == 0
+    assert len(names) > 1
+    assert names == sorted(names, reverse=True)
+    first, second = payment_ids
+    assert len(first) == 3
+    for one, two in zip(first, second, strict=True):
+        assert one != two
+        assert one.rsplit("-", 1)[0] == two.rsplit("-", 1)[0]
+
+
+async def test_demo_upstream_refuses_an_unknown_drift_naming_the_known_ones() -> None:
+    code, out, err = await run_cli("demo-upstream", "--drift", "order", "--drift", "sideways")
+
+    assert code == 2
+    assert out == ""
+    assert err.strip().splitlines() == [
+        "records-gateway demo-upstream: unknown drift kind 'sideways'; the known kinds are"
+        " amount-scale, order, drop-bank, enum-case, noise"
+    ]
+    _, usage, _ = await run_cli("demo-upstream", "--help")
+    for kind in DriftKind:
+        assert kind.value in usage

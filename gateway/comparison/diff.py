@@ -31,7 +31,7 @@ from typing import Any, get_args
 
 import orjson
 
-from gateway.normalise.coercions import CanonicalError
+from gateway.normalise.coercions import CanonicalError, json_type
 from gateway.normalise.normaliser import dump_canonical, json_path, parse_lossless
 from gateway.normalise.pages import ROUTE_MODELS, Page, canonical_body
 from gateway.normalise.schema import CanonicalModel, NormaliseContext
@@ -137,7 +137,7 @@ def _walk(
     if mine is None:
         yield Difference(path, "extra", None, shown(theirs))
         return
-    kind_mine, kind_theirs = _json_kind(mine), _json_kind(theirs)
+    kind_mine, kind_theirs = json_type(mine), json_type(theirs)
     if kind_mine != kind_theirs:
         yield Difference(path, "type", shown(mine), shown(theirs))
         return
@@ -245,20 +245,6 @@ def _ids(items: list[Any]) -> list[Any] | None:
 
 def _sort_key(value: Any) -> bytes:
     return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS)
-
-
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float | Decimal):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return "null"
 
 
 def shown(value: Any) -> Any:

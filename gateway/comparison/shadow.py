@@ -4,9 +4,9 @@ again to a candidate upstream, and the two answers are compared (``diff``) into 
 
 What the caller gets never depends on the candidate: the pipeline offers a request
 once the primary's answer is in hand (:meth:`Shadow.offer` is synchronous and does no
-I/O), and the candidate is asked in a task of its own that starts on a later turn of
-the event loop, after the caller's answer was handed over. Nothing of the candidate's
-answer is stored or served. At most ``max_in_flight`` candidate calls run at once
+I/O), the candidate is asked in a task of its own, and nothing is parsed or compared
+before the candidate's answer is in, by when the callers have theirs. Nothing of the
+candidate's answer is stored or served. At most ``max_in_flight`` candidate calls run at once
 (a request sampled beyond that is counted ``skipped``); each is bounded by the
 upstream's timeouts; none goes through the primary's circuit breaker or metrics of
 upstream calls.
@@ -30,7 +30,8 @@ import contextvars
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from gateway.comparison.diff import (
     STATUS_FIELD,
@@ -41,6 +42,7 @@ from gateway.comparison.diff import (
     field_label,
 )
 from gateway.comparison.tally import Tally
+from gateway.comparison.workers import WorkerReports
 from gateway.config.settings import ShadowSettings, UpstreamSettings
 from gateway.errors import UpstreamContractError, UpstreamError, UpstreamRejected
 from gateway.ops.metrics import Metrics
@@ -91,8 +93,12 @@ class Shadow:
         *,
         metrics: Metrics | None = None,
         sample: Callable[[], float] = random.random,
+        shared: Path | None = None,
     ) -> None:
-        """``sample`` draws the number in [0, 1) that decides each sampling."""
+        """``sample`` draws the number in [0, 1) that decides each sampling; ``shared``
+        is the folder this process's workers share, when there are several
+        (gateway.comparison.workers): the report is then theirs together."""
+        self._workers = None if shared is None else WorkerReports(shared)
         self._settings: ShadowSettings = settings.shadow
         self._keys = _candidate_keys(settings)
         self._primary = settings.base_url
@@ -145,7 +151,7 @@ class Shadow:
         self._keys = keys
         self._primary = settings.base_url
         if (self._primary, self._settings.base_url) != before:
-            self.reset()
+            self._restart()
 
     def state(self) -> dict[str, object]:
         """What the shadow does now, for the report: on or off, its sample and bound,
@@ -158,8 +164,40 @@ class Shadow:
         }
 
     def reset(self) -> None:
-        """Forget every comparison: a new report (comparisons under way go to the old)."""
+        """Forget every comparison (of every worker): a new report (comparisons under
+        way go to the old)."""
+        self._restart()
+        if self._workers is not None:
+            self._workers.announce_reset()
+            self._workers.publish(self.tally)
+
+    def _restart(self) -> None:
         self.tally = Tally(primary=self._primary, candidate=self._settings.base_url or "")
+
+    def report(self) -> dict[str, Any]:
+        """The report (``Tally.report``) of this process, or of every worker of the
+        instance, with :meth:`state` and how many workers it adds up."""
+        tally, workers = self.tally, 1
+        if self._workers is not None:
+            self.publish()
+            tally, workers = self._workers.gather(self.tally)
+        return {**tally.report(), **self.state(), "workers": workers}
+
+    def publish(self) -> None:
+        """Hand this worker's counts to the others, and take a reset one of them
+        announced (once a second, with several workers; nothing otherwise)."""
+        workers = self._workers
+        if workers is None:
+            return
+        if workers.reset_due():
+            self._restart()
+        try:
+            workers.publish(self.tally)
+        except OSError as exc:
+            log.warning(
+                "shadow: this worker's counts could not be written for the others",
+                extra={"event": "shadow", "error": str(exc)},
+            )
 
     def _retire(self) -> None:
         """Close the candidate's current connections once the calls on them end."""
@@ -220,12 +258,15 @@ class Shadow:
     ) -> None:
         route = query.route.name
         params = dict(query.params)
+        # the candidate first: nothing is parsed before its answer is in, by when the
+        # callers of this request (woken a turn or two of the loop after the offer)
+        # have theirs
+        asked = client.fetch(query, authorization=authorization, request_id=request_id)
+        candidate = await _ask(asked, route, params)
         try:
             primary = answer_of(route, status, body, params)
         except NotComparable:
             return  # the gateway could not publish it either: nothing to compare
-        asked = client.fetch(query, authorization=authorization, request_id=request_id)
-        candidate = await _ask(asked, route, params)
         if isinstance(candidate, str):
             tally.candidate_failed(route, candidate)
             self._count(route, "candidate_error")
@@ -270,6 +311,8 @@ class Shadow:
         if self._link is not None:
             await self._link.close()
         self._link = self._client = None
+        if self._workers is not None:
+            self._workers.remove()
 
 
 async def _ask(call: Awaitable[UpstreamReply], route: str, params: dict[str, str]) -> Answer | str:

@@ -56,6 +56,14 @@ class FieldTally:
     def total(self) -> int:
         return sum(self.kinds.values())
 
+    def snapshot(self) -> dict[str, Any]:
+        return {"kinds": dict(self.kinds), "examples": list(self.examples)}
+
+    def absorb(self, snapshot: dict[str, Any]) -> None:
+        self.kinds.update(snapshot["kinds"])
+        room = EXAMPLES_KEPT - len(self.examples)
+        self.examples.extend(snapshot["examples"][: max(room, 0)])
+
     def report(self, path: str) -> dict[str, Any]:
         return {
             "field": path,
@@ -76,6 +84,29 @@ class RouteTally:
     noise: dict[str, FieldTally] = field(default_factory=dict)
     # fields whose difference was checked against a second primary answer at least once
     rechecked: set[str] = field(default_factory=set)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything counted, as JSON-ready data that :meth:`absorb` adds up."""
+        return {
+            "outcomes": dict(self.outcomes),
+            "candidateErrors": dict(self.candidate_errors),
+            "fields": {path: tally.snapshot() for path, tally in self.fields.items()},
+            "noise": {path: tally.snapshot() for path, tally in self.noise.items()},
+            "rechecked": sorted(self.rechecked),
+        }
+
+    def absorb(self, snapshot: dict[str, Any]) -> None:
+        """Add the counts of another process's :meth:`snapshot`."""
+        self.outcomes.update(snapshot["outcomes"])
+        self.candidate_errors.update(snapshot["candidateErrors"])
+        for mine, theirs in ((self.fields, snapshot["fields"]), (self.noise, snapshot["noise"])):
+            for path, counted in theirs.items():
+                if path not in mine:
+                    if len(mine) >= _FIELDS_KEPT:
+                        continue
+                    mine[path] = FieldTally()
+                mine[path].absorb(counted)
+        self.rechecked.update(snapshot["rechecked"][:_FIELDS_KEPT])
 
     @property
     def compared(self) -> int:
@@ -123,15 +154,29 @@ class Tally:
         self.candidate = candidate
         self._routes: dict[str, RouteTally] = {}
         self._since = time.time()
+        self._changes = 0
 
-    def reset(self, *, primary: str | None = None, candidate: str | None = None) -> None:
-        """Forget every comparison (and, when given, compare other upstreams)."""
-        self._routes = {}
-        self._since = time.time()
-        if primary is not None:
-            self.primary = primary
-        if candidate is not None:
-            self.candidate = candidate
+    @property
+    def changes(self) -> int:
+        """How many times something was counted (a snapshot is worth writing again
+        only when this moved)."""
+        return self._changes
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything counted, as JSON-ready data: what another process's
+        :meth:`absorb` adds to its own (the workers of one instance, one report)."""
+        return {
+            "primary": self.primary,
+            "candidate": self.candidate,
+            "since": self._since,
+            "routes": {name: tally.snapshot() for name, tally in self._routes.items()},
+        }
+
+    def absorb(self, snapshot: dict[str, Any]) -> None:
+        """Add the counts of :meth:`snapshot` of a tally of the same two upstreams."""
+        self._since = min(self._since, float(snapshot["since"]))
+        for name, routed in snapshot["routes"].items():
+            self.route(name).absorb(routed)
 
     def route(self, name: str) -> RouteTally:
         tally = self._routes.get(name)
@@ -156,6 +201,7 @@ class Tally:
         of that request) were rechecked; the fields of ``primary_against_itself`` are
         noise."""
         tally = self.route(route)
+        self._changes += 1
         for difference in checked:
             if len(tally.rechecked) < _FIELDS_KEPT:
                 tally.rechecked.add(difference.field)
@@ -187,6 +233,7 @@ class Tally:
                     counted = tally.fields[difference.field] = FieldTally()
                 counted.add(difference, request_id)
         tally.outcomes[outcome] += 1
+        self._changes += 1
         return outcome
 
     def candidate_failed(self, route: str, what: str) -> None:
@@ -195,9 +242,11 @@ class Tally:
         tally = self.route(route)
         tally.outcomes["candidate_error"] += 1
         tally.candidate_errors[what] += 1
+        self._changes += 1
 
     def skipped(self, route: str) -> None:
         self.route(route).outcomes["skipped"] += 1
+        self._changes += 1
 
     @property
     def regressions(self) -> int:

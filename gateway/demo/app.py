@@ -50,6 +50,11 @@ Lookups
     comparisons case-insensitively; otherwise 404. Unknown paths are 404 and other
     methods 405, with the same JSON error body.
 
+Drift
+    With ``drift`` kinds (``drift.py``), the app is a candidate twin that answers
+    unlike itself in those known ways; selection, paging and errors are unchanged.
+    ``app[DRIFT]`` says which kinds are on.
+
 Every request, rejected ones included, is recorded in the ``RequestLog`` under
 ``REQUEST_LOG`` before latency and authentication; with ``latency_ms > 0`` every
 request then waits that long before being answered.
@@ -58,6 +63,7 @@ request then waits that long before being answered.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import orjson
@@ -65,6 +71,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from gateway.demo.dataset import Dataset, generate_dataset
+from gateway.demo.drift import Drift
 from gateway.demo.params import (
     InvalidParameter,
     parse_account_filters,
@@ -82,10 +89,12 @@ class DemoConfig:
     tokens: frozenset[str]
     latency_ms: float
     seed: int
+    drift: Drift
 
 
 DEMO_CONFIG = web.AppKey("demo_config", DemoConfig)
 DATASET = web.AppKey("dataset", Dataset)
+DRIFT = web.AppKey("drift", Drift)
 RECORD_STORE = web.AppKey("record_store", RecordStore)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
 
@@ -95,20 +104,25 @@ def create_demo_app(
     tokens: frozenset[str] = DEFAULT_TOKENS,
     latency_ms: float = 0.0,
     seed: int = 42,
+    drift: Iterable[str] = (),
 ) -> web.Application:
-    """The reference upstream app, serving ``generate_dataset(seed)``."""
+    """The reference upstream app, serving ``generate_dataset(seed)``; with ``drift``
+    (kind names or a ``Drift``), a candidate that differs in those ways."""
     if not tokens:
         raise ValueError("tokens: at least one accepted token is required")
     if not latency_ms >= 0:
         raise ValueError(f"latency_ms: must be zero or positive, got {latency_ms!r}")
-    config = DemoConfig(tokens=frozenset(tokens), latency_ms=latency_ms, seed=seed)
+    config = DemoConfig(
+        tokens=frozenset(tokens), latency_ms=latency_ms, seed=seed, drift=Drift.of(drift)
+    )
     dataset = generate_dataset(seed)
     request_log = RequestLog()
 
     app = web.Application(middlewares=[_edge_middleware(config, request_log)])
     app[DEMO_CONFIG] = config
     app[DATASET] = dataset
-    app[RECORD_STORE] = RecordStore(dataset)
+    app[DRIFT] = config.drift
+    app[RECORD_STORE] = RecordStore(dataset, config.drift)
     app[REQUEST_LOG] = request_log
     app.router.add_get("/users", users)
     app.router.add_get("/clients", clients)

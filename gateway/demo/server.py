@@ -13,11 +13,12 @@ import asyncio
 import signal
 import ssl
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from aiohttp import web
 
-from gateway.demo.app import DEFAULT_TOKENS, create_demo_app
+from gateway.demo.app import DEFAULT_TOKENS, DRIFT, create_demo_app
 
 
 class DemoServer:
@@ -59,10 +60,11 @@ async def start_demo_server(
     latency_ms: float = 0.0,
     seed: int = 42,
     tls: ssl.SSLContext | None = None,
+    drift: Iterable[str] = (),
 ) -> DemoServer:
     """Serve ``create_demo_app(...)`` on ``host:port`` (0: a free port) until closed;
     over HTTPS with ``tls``."""
-    app = create_demo_app(tokens=tokens, latency_ms=latency_ms, seed=seed)
+    app = create_demo_app(tokens=tokens, latency_ms=latency_ms, seed=seed, drift=drift)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -84,9 +86,10 @@ def run_demo_upstream(
     seed: int = 42,
     tokens: frozenset[str] = DEFAULT_TOKENS,
     tls: ssl.SSLContext | None = None,
+    drift: Iterable[str] = (),
 ) -> None:
     """Serve the reference upstream in the foreground until SIGINT or SIGTERM."""
-    asyncio.run(_serve_until_signalled(host, port, latency_ms, seed, tokens, tls))
+    asyncio.run(_serve_until_signalled(host, port, latency_ms, seed, tokens, tls, drift))
 
 
 async def _serve_until_signalled(
@@ -96,6 +99,7 @@ async def _serve_until_signalled(
     seed: int,
     tokens: frozenset[str],
     tls: ssl.SSLContext | None,
+    drift: Iterable[str],
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -103,10 +107,18 @@ async def _serve_until_signalled(
         loop.add_signal_handler(signum, stop.set)
     try:
         server = await start_demo_server(
-            host=host, port=port, tokens=tokens, latency_ms=latency_ms, seed=seed, tls=tls
+            host=host,
+            port=port,
+            tokens=tokens,
+            latency_ms=latency_ms,
+            seed=seed,
+            tls=tls,
+            drift=drift,
         )
         try:
-            print(f"reference upstream listening on {server.url}", flush=True)
+            drift_on = server.app[DRIFT]
+            drifting = f", drifting: {drift_on}" if drift_on else ""
+            print(f"reference upstream listening on {server.url}{drifting}", flush=True)
             await stop.wait()
         finally:
             await server.close()

@@ -7,6 +7,9 @@ lookups and one bytes join, never a JSON encoding of records. The matches of the
 last few hundred distinct ``/expenses`` filter combinations are kept, so repeated
 filtered queries cost no more than unfiltered ones.
 
+A ``Drift`` (``drift.py``) is applied to the prepared items, or to a page's order; its
+``noise`` kind alone costs a decoding and an encoding of each expense answer.
+
 Sort orders: users by username; clients by case-folded name, then id; accounts by id
 (code-point order); expenses by issueDate descending, then id ascending.
 """
@@ -21,6 +24,7 @@ from typing import TypeVar
 import orjson
 
 from gateway.demo.dataset import Account, Dataset, Expense
+from gateway.demo.drift import NO_DRIFT, Drift, DriftKind, PaymentIdNoise
 from gateway.demo.params import AccountFilters, ExpenseFilters, PageRequest
 from gateway.demo.representations import (
     account_listed_json,
@@ -41,13 +45,15 @@ _ENVELOPE = (
 )
 
 
-def page_envelope(items: Sequence[bytes], page: PageRequest) -> bytes:
-    """The page envelope around ``page``'s slice of ``items`` (already JSON)."""
+def page_envelope(items: Sequence[bytes], page: PageRequest, *, reverse: bool = False) -> bytes:
+    """The page envelope around ``page``'s slice of ``items`` (already JSON), the
+    slice reversed with ``reverse``."""
     total = len(items)
     total_pages = -(-total // page.limit)
     start = page.offset
+    chosen = items[start : start + page.limit]
     return _ENVELOPE % (
-        b",".join(items[start : start + page.limit]),
+        b",".join(reversed(chosen) if reverse else chosen),
         total,
         page.page,
         page.limit,
@@ -86,10 +92,15 @@ class RecordStore:
         "_expense_date_keys",
         "_expense_selections",
         "_expenses",
+        "_noise",
+        "_reverse",
         "_users",
     )
 
-    def __init__(self, dataset: Dataset) -> None:
+    def __init__(self, dataset: Dataset, drift: Drift = NO_DRIFT) -> None:
+        self._reverse = DriftKind.ORDER in drift
+        self._noise = PaymentIdNoise() if DriftKind.NOISE in drift else None
+
         users = sorted(dataset.users, key=lambda user: user.username)
         self._users = tuple(orjson.dumps(user_json(user)) for user in users)
 
@@ -98,10 +109,12 @@ class RecordStore:
 
         accounts = sorted(dataset.accounts, key=lambda account: account.id)
         self._accounts: tuple[Account, ...] = tuple(accounts)
-        self._accounts_listed = tuple(orjson.dumps(account_listed_json(a)) for a in accounts)
+        self._accounts_listed = tuple(
+            orjson.dumps(drift.account(account_listed_json(a))) for a in accounts
+        )
         self._account_by_key: dict[str, bytes] = {}
         self._account_by_folded_key: dict[str, bytes] = {}
-        singles = [(a, orjson.dumps(account_single_json(a))) for a in accounts]
+        singles = [(a, orjson.dumps(drift.account(account_single_json(a)))) for a in accounts]
         # Ids win over names, exact matches over case-insensitive ones.
         for key, single in [(a.id, b) for a, b in singles] + [(a.name, b) for a, b in singles]:
             self._account_by_key.setdefault(key, single)
@@ -109,7 +122,7 @@ class RecordStore:
 
         expenses = sorted(dataset.expenses, key=lambda expense: expense.id)
         expenses.sort(key=lambda expense: expense.issue_date, reverse=True)
-        self._expenses = tuple(orjson.dumps(expense_json(e)) for e in expenses)
+        self._expenses = tuple(orjson.dumps(drift.expense(expense_json(e))) for e in expenses)
         self._expense_by_id = dict(zip((e.id for e in expenses), self._expenses, strict=True))
         # Ascending keys for bisect: the list itself runs from the latest issueDate.
         self._expense_date_keys = tuple(-e.issue_date.toordinal() for e in expenses)
@@ -125,14 +138,14 @@ class RecordStore:
         self._expense_by_user = _index((i, _user_keys(e)) for i, e in numbered)
 
     def users_page(self, page: PageRequest) -> bytes:
-        return page_envelope(self._users, page)
+        return page_envelope(self._users, page, reverse=self._reverse)
 
     def clients_page(self, page: PageRequest) -> bytes:
-        return page_envelope(self._clients_listed, page)
+        return page_envelope(self._clients_listed, page, reverse=self._reverse)
 
     def accounts_page(self, filters: AccountFilters, page: PageRequest) -> bytes:
         if filters.type is None and filters.bank_code is None:
-            return page_envelope(self._accounts_listed, page)
+            return page_envelope(self._accounts_listed, page, reverse=self._reverse)
         selected = [
             item
             for account, item in zip(self._accounts, self._accounts_listed, strict=True)
@@ -142,7 +155,7 @@ class RecordStore:
                 or (account.bank is not None and account.bank.code == filters.bank_code)
             )
         ]
-        return page_envelope(selected, page)
+        return page_envelope(selected, page, reverse=self._reverse)
 
     def account(self, key: str) -> bytes | None:
         """An account by id or name: exact first, then case-insensitive."""
@@ -153,11 +166,19 @@ class RecordStore:
 
     def expense(self, expense_id: str) -> bytes | None:
         """An expense by its UUID in canonical form, hex digits in either case."""
-        return self._expense_by_id.get(expense_id.lower())
+        found = self._expense_by_id.get(expense_id.lower())
+        if found is None or self._noise is None:
+            return found
+        return self._noise.stamp(found)
 
     def expenses_page(self, filters: ExpenseFilters, page: PageRequest) -> bytes:
+        body = page_envelope(self._expense_selection(filters), page, reverse=self._reverse)
+        return body if self._noise is None else self._noise.stamp(body)
+
+    def _expense_selection(self, filters: ExpenseFilters) -> Sequence[bytes]:
+        """The prepared expenses that ``filters`` selects, in list order."""
         if filters == _NO_EXPENSE_FILTERS:
-            return page_envelope(self._expenses, page)
+            return self._expenses
         selected = self._expense_selections.get(filters)
         if selected is None:
             items = self._expenses
@@ -166,7 +187,7 @@ class RecordStore:
                 # Oldest first: dicts keep insertion order.
                 del self._expense_selections[next(iter(self._expense_selections))]
             self._expense_selections[filters] = selected
-        return page_envelope(selected, page)
+        return selected
 
     def _select_expenses(self, filters: ExpenseFilters) -> Sequence[int]:
         """Positions of the matching expenses, in list order."""

@@ -125,8 +125,7 @@ async def shadow_report(request: web.Request) -> web.StreamResponse:
     """GET /admin/shadow: the shadow traffic's report (gateway.comparison.tally)."""
     check_admin(request)
     _no_query(request)
-    shadow = request.app[SHADOW]
-    body = {**shadow.tally.report(), **shadow.state()}
+    body = request.app[SHADOW].report()
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 

@@ -14,6 +14,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -45,7 +46,7 @@ from gateway.normalise.normaliser import CoercionCounts, Normaliser
 from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.health import Readiness
 from gateway.ops.logs import set_level
-from gateway.ops.metrics import METRICS_FLUSH_S, Metrics
+from gateway.ops.metrics import METRICS_FLUSH_S, Metrics, multiprocess_dir
 from gateway.records.keys import Keyer
 from gateway.records.pipeline import CachePolicy, RecordPipeline
 from gateway.records.routes import ROUTES
@@ -126,6 +127,7 @@ async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
     """Hand the request tallies to prometheus-client once a second (a scrape flushes
     its own process; this is how the other workers' requests reach the sum)."""
     metrics_ = app[METRICS]
+    shadow = app[SHADOW]
 
     def flush() -> None:
         # A failed write (a full disk under PROMETHEUS_MULTIPROC_DIR) loses that
@@ -134,6 +136,7 @@ async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
             metrics_.flush()
         except Exception:
             log.exception("metrics: handing the request tallies over failed")
+        shadow.publish()
 
     async def flush_every_second() -> None:
         while True:
@@ -245,7 +248,10 @@ async def _pipeline_ctx(
         on_change=lambda state: metrics_.upstream_circuit_changed(state.value),
     )
     upstream = UpstreamClient(link, settings.upstream, breaker=upstream_breaker, metrics=metrics_)
-    shadow = Shadow(settings.upstream, metrics=metrics_)
+    shared = multiprocess_dir()
+    shadow = Shadow(
+        settings.upstream, metrics=metrics_, shared=None if shared is None else Path(shared)
+    )
     pipeline = RecordPipeline(
         upstream=upstream,
         normaliser=Normaliser(app[COERCIONS]),

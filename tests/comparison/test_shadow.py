@@ -264,6 +264,9 @@ async def test_the_metrics_count_requests_by_outcome_and_fields_by_kind(
         in text
     )
     assert 'field="data",kind="length",route="clients"} 1.0' in text
+    # the candidate's call is not an upstream call; the primary's recheck is one
+    assert 'gateway_upstream_requests_total{route="clients",status="200"} 2.0' in text
+    assert len(upstream.app[REQUEST_LOG].for_path("/clients")) == 2
     assert TOKEN not in text
 
 

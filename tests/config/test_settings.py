@@ -80,6 +80,26 @@ def test_file_then_environment_then_overrides(
         ),
         ('[upstream]\nbase_url = "http://u:p@x.example"\n', "upstream.base_url: must not carry"),
         ("a = " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
+        (
+            "[upstream.shadow]\nsample_ratio = 0.5\n",
+            "upstream.shadow.base_url: needed when sample_ratio is above 0",
+        ),
+        (
+            "[upstream.shadow]\nsample_ratio = 1.5\nbase_url = 'http://c'\n",
+            "upstream.shadow.sample_ratio: Input should be less than or equal to 1",
+        ),
+        (
+            "[upstream.shadow]\nbase_url = 'http://c'\ntls_verify = false\n",
+            "upstream.shadow.tls_verify: used only with an https:// base_url",
+        ),
+        (
+            "[upstream.shadow]\nbase_url = 'https://u:p@c'\n",
+            "upstream.shadow.base_url: must not carry credentials",
+        ),
+        (
+            "[upstream.shadow]\nmax_in_flight = 0\n",
+            "upstream.shadow.max_in_flight: Input should be greater than or equal to 1",
+        ),
     ],
 )
 def test_bad_files_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -221,3 +241,22 @@ def test_redis_passwords_are_redacted() -> None:
     assert data["cache"]["redis_sentinel_password"] == "**********"
     assert "secret-1" not in repr(data)
     assert "secret-2" not in repr(data)
+
+
+def test_the_shadows_candidate_takes_the_upstreams_timeouts_and_its_own_tls(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(
+        write(
+            tmp_path,
+            "[upstream]\ntimeout_s = 3\n"
+            "[upstream.shadow]\nbase_url = 'https://candidate.example/v2/'\n"
+            "sample_ratio = 0.25\nmax_in_flight = 4\ntls_verify = false\n",
+        )
+    )
+    assert settings.upstream.shadow.enabled
+    candidate = settings.upstream.candidate()
+    assert candidate.base_url == "https://candidate.example/v2"
+    assert (candidate.timeout_s, candidate.tls_verify) == (3.0, False)
+    assert candidate.max_connections == 5
+    assert not candidate.shadow.enabled

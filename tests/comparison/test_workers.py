@@ -1,0 +1,127 @@
+"""The shadow report of a gateway with two workers (real processes): one report for
+both, whichever worker answers it, and one reset for both."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from gateway.comparison.tally import Tally
+from gateway.comparison.workers import WorkerReports
+from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
+
+from ..process.test_supervisor import AUTH, GatewayProcess, serve
+
+ADMIN_TOKEN = "admin-token-0123456789"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture
+async def started() -> AsyncIterator[list[GatewayProcess]]:
+    """Gateway processes a test started, killed after it if still running."""
+    processes: list[GatewayProcess] = []
+    yield processes
+    for process in processes:
+        await process.kill()
+
+
+@pytest.fixture
+async def twin() -> AsyncIterator[DemoServer]:
+    server = await start_demo_server()
+    yield server
+    await server.close()
+
+
+async def _reports(gateway: GatewayProcess, count: int) -> list[dict[str, Any]]:
+    """``count`` reports, each over a new connection (so both workers answer some)."""
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        reports = []
+        for _ in range(count):
+            async with http.get(f"{gateway.url}/admin/shadow", headers=ADMIN) as response:
+                assert response.status == 200
+                reports.append(await response.json())
+        return reports
+
+
+async def test_two_workers_give_one_report_and_one_reset(
+    tmp_path: Path, started: list[GatewayProcess], twin: DemoServer
+) -> None:
+    upstream = await start_demo_server()
+    try:
+        extra = (
+            f'[server]\nworkers = 2\n[admin]\ntoken = "{ADMIN_TOKEN}"\n'
+            f'[upstream.shadow]\nbase_url = "{twin.url}"\nsample_ratio = 1.0\n'
+        )
+        gateway = await serve(started, tmp_path, upstream.url, extra=extra, workers=2)
+        misses = 40
+        connector = aiohttp.TCPConnector(force_close=True)  # a new connection each time
+        async with aiohttp.ClientSession(connector=connector) as http:
+            for page in range(1, misses + 1):
+                async with http.get(f"{gateway.url}/expenses?page={page}", headers=AUTH) as r:
+                    assert r.status == 200
+        pids = {line["pid"] for line in gateway.lines if line.get("logger") == "gateway.access"}
+        assert len(pids) == 2, "both workers answered"
+        async with asyncio.timeout(20):
+            while len(twin.app[REQUEST_LOG]) < misses:
+                await asyncio.sleep(0.05)
+        # whichever worker answers, the report counts both workers' comparisons
+        async with asyncio.timeout(20):
+            while True:
+                reports = await _reports(gateway, 6)
+                if all(r["totals"]["identical"] == misses for r in reports):
+                    break
+                await asyncio.sleep(0.1)
+        assert {r["workers"] for r in reports} == {2}
+
+        async with (
+            aiohttp.ClientSession() as http,
+            http.delete(f"{gateway.url}/admin/shadow", headers=ADMIN) as response,
+        ):
+            assert response.status == 200
+        # every report after the reset, from either worker, starts again
+        for report in await _reports(gateway, 6):
+            assert report["totals"]["compared"] == 0
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{gateway.url}/users", headers=AUTH) as response,
+        ):
+            assert response.status == 200
+        async with asyncio.timeout(20):
+            while not all(r["totals"]["compared"] == 1 for r in await _reports(gateway, 6)):
+                await asyncio.sleep(0.1)
+        assert not any(ADMIN_TOKEN in orjson.dumps(line).decode() for line in gateway.lines)
+    finally:
+        await upstream.close()
+
+
+def test_a_worker_takes_a_reset_another_announced_and_reports_add_up(tmp_path: Path) -> None:
+    first, second = WorkerReports(tmp_path, pid=1), WorkerReports(tmp_path, pid=2)
+    mine = Tally(primary="http://a", candidate="http://b")
+    theirs = Tally(primary="http://a", candidate="http://b")
+    mine.record("users", "r1", [])
+    theirs.record("users", "r2", [])
+    theirs.candidate_failed("users", "timeout")
+    second.publish(theirs)
+    total, workers = first.gather(mine)
+    users = total.report()["routes"]["users"]
+    assert (workers, users["identical"], users["candidateErrors"]) == (2, 2, {"timeout": 1})
+
+    second.announce_reset()
+    assert first.reset_due()
+    assert not first.reset_due()
+    fresh = Tally(primary="http://a", candidate="http://b")
+    total, workers = first.gather(fresh)
+    assert (workers, total.report()["routes"]) == (1, {})  # the other's file is older
+
+    # a worker still comparing other upstreams (before its reload) is left out
+    other = Tally(primary="http://a", candidate="http://c")
+    other.record("users", "r3", [])
+    second.publish(other)
+    assert first.gather(fresh)[1] == 1
