@@ -196,12 +196,19 @@ def _fail(command: str, message: str, code: int) -> NoReturn:
 def _compare(args: argparse.Namespace) -> NoReturn:
     """The ``compare`` command: exit 2 before any request when the candidate's URL,
     the requests file or the configuration is wrong."""
-    from gateway.probe.replay import candidate_settings, compare_upstreams, to_json, to_text
+    from gateway.probe.replay import (
+        bearer,
+        candidate_settings,
+        compare_upstreams,
+        to_json,
+        to_text,
+    )
     from gateway.probe.sample import read_requests
 
     settings = _settings(args)
     max_limit = settings.limits.max_limit
     try:
+        bearer(args.token)
         candidate = candidate_settings(settings.upstream, args.candidate)
         queries = (
             None if args.requests is None else read_requests(args.requests, max_limit=max_limit)

@@ -56,8 +56,14 @@ from gateway.config.settings import (
     UpstreamSettings,
     describe_validation_error,
 )
-from gateway.errors import ConfigError, UpstreamContractError, UpstreamError
+from gateway.errors import (
+    AuthenticationRequired,
+    ConfigError,
+    UpstreamContractError,
+    UpstreamError,
+)
 from gateway.probe.sample import Sample, sample_requests, seed_queries, target
+from gateway.records.credentials import parse_authorization
 from gateway.records.routes import RecordQuery
 from gateway.upstream.client import UpstreamClient, outcome_of
 from gateway.upstream.link import UpstreamLink
@@ -180,6 +186,15 @@ def candidate_settings(upstream: UpstreamSettings, base_url: str) -> UpstreamSet
         raise ConfigError(f"{where}: {message}") from exc
 
 
+def bearer(token: str) -> str:
+    """The Authorization header sent to both upstreams; ConfigError (naming
+    ``--token``, never quoting it) for a token the gateway would refuse from a caller."""
+    try:
+        return parse_authorization(f"Bearer {token}").authorization
+    except AuthenticationRequired as exc:
+        raise ConfigError(f"--token: {exc}") from None
+
+
 async def compare_upstreams(
     primary: UpstreamSettings,
     candidate: UpstreamSettings,
@@ -213,7 +228,7 @@ async def run_compare(
 ) -> Comparison:
     """Send every request (None: the sample made from the primary's first pages) to
     both upstreams, then judge them all (see the module's docstring)."""
-    authorization = f"Bearer {token}"
+    authorization = bearer(token)
     sample = (
         Sample(tuple(queries))
         if queries is not None

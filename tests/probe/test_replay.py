@@ -715,6 +715,16 @@ async def test_command_with_a_bad_candidate_or_configuration_exits_2() -> None:
     assert err.startswith("records-gateway: configuration error: upstream.base_url:")
 
 
+async def test_command_with_a_token_the_gateway_would_refuse_exits_2() -> None:
+    for token, problem in (("", "the bearer token is empty"), ("a\x7fb", "control characters")):
+        code, out, err = await run_compare_command(
+            "http://127.0.0.1:9", "--candidate", "http://127.0.0.1:9", "--token", token
+        )
+        assert (code, out) == (2, "")
+        assert err.startswith("records-gateway compare: --token: ")
+        assert problem in err
+
+
 async def test_command_help_says_the_token_goes_to_both_upstreams() -> None:
     code, out, _ = await run_compare_command("http://127.0.0.1:9", "--help")
     assert code == 0
