@@ -484,6 +484,28 @@ async def test_requests_from_a_file_are_the_only_ones_sent(
     assert to_text(comparison).splitlines()[-2] == f"sample: 2 requests, from {path}"
 
 
+async def test_the_bank_code_filter_goes_out_under_the_upstreams_own_name(
+    aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    primary, candidate = await reference(aiohttp_server), await reference(aiohttp_server)
+    path = tmp_path / "requests.txt"
+    path.write_text("/accounts?bankCode=007\n")
+    upstream = UpstreamSettings(base_url=base_url(primary), bank_code_param="bank_code")
+    comparison = await compare_upstreams(
+        upstream,
+        candidate_settings(upstream, base_url(candidate)),
+        SECRET,
+        max_limit=100,
+        queries=read_requests(path, max_limit=100),
+    )
+
+    assert [r.target for r in comparison.requests] == ["/accounts?page=1&limit=10&bankCode=007"]
+    for server in (primary, candidate):
+        assert {e.raw_path for e in server.app[REQUEST_LOG].entries} == {
+            "/accounts?page=1&limit=10&bank_code=007"
+        }
+
+
 async def test_an_https_candidate_is_reached_with_the_tls_keys_of_the_shadow_section(
     aiohttp_server: AiohttpServer, tmp_path: Path
 ) -> None:
