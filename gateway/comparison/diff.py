@@ -194,8 +194,13 @@ def _walk_list(
         shared = set(common)
         in_their_order = [item_id for item_id in theirs_ids if item_id in shared]
         if common != in_their_order:
+            # the ids from the first place where the orders part
+            first = next(
+                i for i, (a, b) in enumerate(zip(common, in_their_order, strict=True)) if a != b
+            )
+            shown_ids = slice(first, first + _SHOWN_IDS)
             yield Difference(
-                path, "order", shown(common[:_SHOWN_IDS]), shown(in_their_order[:_SHOWN_IDS])
+                path, "order", shown(common[shown_ids]), shown(in_their_order[shown_ids])
             )
         for index, item_id in enumerate(mine_ids):
             other = at.get(item_id)

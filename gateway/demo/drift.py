@@ -13,8 +13,10 @@ records are returned: filters, sorting and paging run on the dataset as usual (a
 ``order``
     the ``data`` of every list page reversed; same items, same envelope.
 ``drop-bank``
-    a CASH account has no ``bank`` key at all instead of ``"bank": null``. Only the
-    ``/accounts`` list has that key; the other account shapes carry ``bankCode``.
+    no account carries a ``bank`` object: the key is left out of every account that
+    has one. In this upstream only BANK accounts have one (a CASH account's is null,
+    which a published answer shows the same as no key), and only the ``/accounts``
+    list has that key; the other account shapes carry ``bankCode``.
 ``enum-case``
     an expense's ``status`` in lower case: ``"paid"``.
 ``noise``
@@ -96,7 +98,7 @@ class Drift:
     def account(self, body: JsonObject) -> JsonObject:
         """An account's representation, any shape, as this drift sends it (changed in
         place)."""
-        if DriftKind.DROP_BANK in self.kinds and body["type"] == "CASH":
+        if DriftKind.DROP_BANK in self.kinds:
             body.pop("bank", None)
         return body
 

@@ -72,6 +72,13 @@ def test_the_same_items_in_another_order_are_one_order_difference() -> None:
     ]
 
 
+def test_an_order_difference_shows_the_ids_from_where_the_orders_part() -> None:
+    mine = page(*(expense(n) for n in range(5)))
+    theirs = page(expense(0), expense(1), expense(3), expense(2), expense(4))
+    differences = compare("expenses", answer("expenses", mine), answer("expenses", theirs))
+    assert differences == [Difference("data", "order", IDS[2:], [IDS[3], IDS[2], IDS[4]])]
+
+
 def test_an_item_left_out_is_a_length_difference_and_a_missing_item_not_every_later_one() -> None:
     mine = page(expense(0), expense(1), expense(2))
     theirs = page(expense(0), expense(2), total=3)

@@ -377,3 +377,114 @@ async def test_a_reload_turns_the_shadow_on_points_it_elsewhere_and_turns_it_off
     await miss(4)
     assert (await _report(client))["enabled"] is False
     assert len(other.app[REQUEST_LOG]) == 1
+
+
+# the drifting twin: each kind of drift is reported as exactly the fields it changes
+
+TRAFFIC = [
+    "/users",
+    "/clients",
+    "/expenses?limit=20",
+    "/expenses?limit=20&page=2",
+    "/accounts",
+    "/accounts?limit=20",
+]
+
+
+MISSES = len(TRAFFIC) + 8
+
+
+async def _drive(client: Client) -> None:
+    """``MISSES`` misses on every route: the lists, then expenses and accounts by id."""
+    for target in TRAFFIC:
+        assert (await client.get(target, headers=AUTH)).status == 200
+    expenses = await (await client.get("/expenses?limit=3", headers=AUTH)).json()
+    for item in expenses["data"]:
+        assert (await client.get(f"/expenses/{item['id']}", headers=AUTH)).status == 200
+    accounts = await (await client.get("/accounts?limit=3", headers=AUTH)).json()
+    for item in accounts["data"]:
+        assert (await client.get(f"/accounts/{item['id']}", headers=AUTH)).status == 200
+
+
+def _found(report: dict[str, Any]) -> dict[str, dict[str, set[str]]]:
+    """Per route, the fields that differ and their kinds (noise apart, as "noise:")."""
+    found: dict[str, dict[str, set[str]]] = {}
+    for name, route in report["routes"].items():
+        fields = {item["field"]: set(item["kinds"]) for item in route["fields"]}
+        fields.update({f"noise:{item['field']}": set(item["kinds"]) for item in route["noise"]})
+        if fields:
+            found[name] = fields
+    return found
+
+
+@pytest.mark.parametrize(
+    ("drift", "expected"),
+    [
+        (
+            "amount-scale",
+            {"expenses": {"data[].amount": {"value"}}, "expense": {"amount": {"value"}}},
+        ),
+        (
+            "order",
+            {
+                "users": {"data": {"order"}},
+                "clients": {"data": {"order"}},
+                "expenses": {"data": {"order"}},
+                "accounts": {"data": {"order"}},
+            },
+        ),
+        (
+            # the published bankCode of a listed account is its bank's code
+            "drop-bank",
+            {"accounts": {"data[].bank": {"missing"}, "data[].bankCode": {"missing"}}},
+        ),
+        (
+            "enum-case",
+            {"expenses": {"data[].status": {"value"}}, "expense": {"status": {"value"}}},
+        ),
+        (
+            # on the candidate alone, a changing paymentId is a regression, not noise
+            "noise",
+            {"expenses": {"data[].paymentId": {"value"}}, "expense": {"paymentId": {"value"}}},
+        ),
+    ],
+)
+async def test_a_drifting_twin_is_reported_as_exactly_its_drifted_fields(
+    start_gateway: Start,
+    upstream: TestServer,
+    aiohttp_server: AiohttpServer,
+    drift: str,
+    expected: dict[str, dict[str, set[str]]],
+) -> None:
+    candidate = await aiohttp_server(create_demo_app(drift=[drift]))
+    client = await start_gateway(base_url(upstream), base_url(candidate))
+    await _drive(client)
+    report = await _report(client)
+    assert _found(report) == expected
+    different = {name for name, route in report["routes"].items() if route["different"]}
+    assert different == set(expected)
+    assert report["totals"]["candidateErrors"] == 0
+    # every miss was compared once; the candidate got each of them once
+    assert report["totals"]["compared"] == MISSES == len(candidate.app[REQUEST_LOG])
+
+
+async def test_noise_on_both_twins_is_reported_as_noise_not_as_differences(
+    start_gateway: Start, aiohttp_server: AiohttpServer
+) -> None:
+    primary = await aiohttp_server(create_demo_app(drift=["noise"]))
+    candidate = await aiohttp_server(create_demo_app(drift=["noise"]))
+    client = await start_gateway(base_url(primary), base_url(candidate))
+    await _drive(client)
+    report = await _report(client)
+    assert _found(report) == {
+        "expenses": {"noise:data[].paymentId": {"value"}},
+        "expense": {"noise:paymentId": {"value"}},
+    }
+    assert report["totals"]["different"] == 0
+    assert report["routes"]["expenses"]["noiseOnly"] == 3
+    assert report["routes"]["expense"]["noiseOnly"] == 3
+    evidence = report["routes"]["expense"]["noise"][0]["evidence"][0]
+    assert evidence["primary"] != evidence["candidate"]  # the primary against itself
+    metrics = await (await client.get("/metrics")).text()
+    assert 'gateway_shadow_requests_total{outcome="noise",route="expenses"} 3.0' in metrics
+    assert "gateway_shadow_field_differences_total{" not in metrics
