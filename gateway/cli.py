@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from gateway.probe.conformance import ProbeReport
 
 EXIT_CONFIG = 2
+# the largest shadow report shadow-report reads (a gateway's is far smaller)
+_REPORT_MAX_BYTES = 16 * 1024 * 1024
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -174,8 +176,12 @@ async def _shadow_report(settings: Settings) -> dict[str, Any]:
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
             session.get(url, headers=headers) as response,
         ):
-            body = await response.read()
             status = response.status
+            body = b""
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                body += chunk
+                if len(body) > _REPORT_MAX_BYTES:
+                    _fail("shadow-report", f"{url} answered more than a report's size", 1)
     except (aiohttp.ClientError, TimeoutError) as exc:
         _fail("shadow-report", f"cannot ask the gateway at {url}: {exc or type(exc).__name__}", 1)
     try:
@@ -186,6 +192,16 @@ async def _shadow_report(settings: Settings) -> dict[str, Any]:
         detail = data.get("detail") if isinstance(data, dict) else None
         _fail("shadow-report", f"{url} answered {status}: {detail or body[:200]!r}", 1)
     return data
+
+
+def _print_shadow_report(report: dict[str, Any], as_json: bool) -> None:
+    """Print what GET /admin/shadow answered (exit 1 when it is not a report)."""
+    from gateway.comparison import terminal
+
+    try:
+        print(json.dumps(report, indent=2) if as_json else terminal.to_text(report))
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        _fail("shadow-report", f"the gateway's answer is not a shadow report ({exc!r})", 1)
 
 
 def _fail(command: str, message: str, code: int) -> NoReturn:
@@ -280,10 +296,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if args.command == "shadow-report":
         settings = _settings(args)
-        from gateway.comparison import terminal
-
-        shadow = asyncio.run(_shadow_report(settings))
-        print(json.dumps(shadow, indent=2) if args.json else terminal.to_text(shadow))
+        _print_shadow_report(asyncio.run(_shadow_report(settings)), args.json)
         return
 
     if args.command == "compare":

@@ -68,8 +68,8 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Difference:
-    """One field that differs: its folded path, the kind, and the two values as
-    shown in a report (JSON values; containers as their JSON text, cut short)."""
+    """One field that differs: its folded path, the kind, and the two values (as
+    parsed; :func:`shown` makes them what a report shows)."""
 
     field: str
     kind: str
@@ -132,14 +132,14 @@ def _walk(
     if mine is None and theirs is None:
         return
     if theirs is None:
-        yield Difference(path, "missing", shown(mine), None)
+        yield Difference(path, "missing", mine, None)
         return
     if mine is None:
-        yield Difference(path, "extra", None, shown(theirs))
+        yield Difference(path, "extra", None, theirs)
         return
     kind_mine, kind_theirs = json_type(mine), json_type(theirs)
     if kind_mine != kind_theirs:
-        yield Difference(path, "type", shown(mine), shown(theirs))
+        yield Difference(path, "type", mine, theirs)
         return
     if kind_mine == "object":
         mine_sent = mine_sent if isinstance(mine_sent, dict) else {}
@@ -148,27 +148,27 @@ def _walk(
             inner = f"{path}.{key}" if path else key
             if key not in theirs:
                 if value is not None:
-                    yield Difference(inner, "missing", shown(value), None)
+                    yield Difference(inner, "missing", value, None)
                 continue
             yield from _walk(
                 inner, value, theirs[key], mine_sent.get(key), theirs_sent.get(key), enums
             )
         for key, value in theirs.items():
             if key not in mine and value is not None:
-                yield Difference(f"{path}.{key}" if path else key, "extra", None, shown(value))
+                yield Difference(f"{path}.{key}" if path else key, "extra", None, value)
         return
     if kind_mine == "array":
         yield from _walk_list(path, mine, theirs, mine_sent, theirs_sent, enums)
         return
     if mine != theirs or (isinstance(mine, Decimal) and str(mine) != str(theirs)):
-        yield Difference(path, "value", shown(mine), shown(theirs))
+        yield Difference(path, "value", mine, theirs)
     elif (
         path in enums
         and isinstance(mine_sent, str)
         and isinstance(theirs_sent, str)
         and mine_sent != theirs_sent
     ):
-        yield Difference(path, "value", shown(mine_sent), shown(theirs_sent))
+        yield Difference(path, "value", mine_sent, theirs_sent)
 
 
 def _walk_list(
@@ -199,13 +199,11 @@ def _walk_list(
                 i for i, (a, b) in enumerate(zip(common, in_their_order, strict=True)) if a != b
             )
             shown_ids = slice(first, first + _SHOWN_IDS)
-            yield Difference(
-                path, "order", shown(common[shown_ids]), shown(in_their_order[shown_ids])
-            )
+            yield Difference(path, "order", common[shown_ids], in_their_order[shown_ids])
         for index, item_id in enumerate(mine_ids):
             other = at.get(item_id)
             if other is None:
-                yield Difference(items, "missing", shown(item_id), None)
+                yield Difference(items, "missing", item_id, None)
                 continue
             yield from _walk(
                 items,
@@ -218,11 +216,11 @@ def _walk_list(
         known = set(mine_ids)
         for item_id in theirs_ids:
             if item_id not in known:
-                yield Difference(items, "extra", None, shown(item_id))
+                yield Difference(items, "extra", None, item_id)
         return
     if len(mine) == len(theirs):
         if mine != theirs and sorted(map(_sort_key, mine)) == sorted(map(_sort_key, theirs)):
-            yield Difference(path, "order", shown(mine), shown(theirs))
+            yield Difference(path, "order", mine, theirs)
             return
         for index, (left, right) in enumerate(zip(mine, theirs, strict=True)):
             yield from _walk(

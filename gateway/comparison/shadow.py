@@ -29,13 +29,15 @@ import contextlib
 import contextvars
 import logging
 import random
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gateway.comparison.diff import (
     STATUS_FIELD,
     Answer,
+    Difference,
     NotComparable,
     answer_of,
     compare,
@@ -107,8 +109,12 @@ class Shadow:
         self.tally = Tally(primary=settings.base_url, candidate=settings.shadow.base_url or "")
         self._client: UpstreamClient | None = None
         self._link: UpstreamLink | None = None
+        # comparisons under way with the current candidate (what max_in_flight bounds)
         self._running: set[asyncio.Task[None]] = set()
-        self._retiring: set[asyncio.Task[None]] = set()
+        # comparisons still under way with candidates a reload replaced, and their links
+        self._retired: set[asyncio.Task[None]] = set()
+        self._retired_links: set[UpstreamLink] = set()
+        self._closers: set[asyncio.Task[None]] = set()
         if self._settings.enabled:
             self._connect(settings)
 
@@ -118,8 +124,8 @@ class Shadow:
 
     @property
     def in_flight(self) -> int:
-        """Candidate comparisons under way now."""
-        return len(self._running)
+        """Comparisons under way now (with any candidate)."""
+        return len(self._running) + len(self._retired)
 
     def _connect(self, settings: UpstreamSettings) -> None:
         candidate = settings.candidate()
@@ -147,6 +153,9 @@ class Shadow:
                 self._connect(settings)
             else:
                 log.info("shadow traffic off", extra={"event": "shadow"})
+        elif self._client is not None:
+            # the same files: read again, so that a certificate renewed in place is taken
+            self._client.reconfigure(settings.candidate())
         self._settings = settings.shadow
         self._keys = keys
         self._primary = settings.base_url
@@ -168,8 +177,14 @@ class Shadow:
         way go to the old)."""
         self._restart()
         if self._workers is not None:
-            self._workers.announce_reset()
-            self._workers.publish(self.tally)
+            try:
+                self._workers.announce_reset()
+                self._workers.publish(self.tally)
+            except OSError as exc:
+                log.warning(
+                    "shadow: the reset could not be told to the other workers",
+                    extra={"event": "shadow", "error": str(exc)},
+                )
 
     def _restart(self) -> None:
         self.tally = Tally(primary=self._primary, candidate=self._settings.base_url or "")
@@ -200,20 +215,27 @@ class Shadow:
             )
 
     def _retire(self) -> None:
-        """Close the candidate's current connections once the calls on them end."""
-        link, running = self._link, set(self._running)
+        """Close the candidate's current connections once the comparisons on them end
+        (they no longer count against ``max_in_flight``)."""
+        link, running = self._link, self._running
         self._link = self._client = None
+        self._running = set()
         if link is None:
             return
+        self._retired |= running
+        self._retired_links.add(link)
 
         async def close_after() -> None:
-            if running:
-                await asyncio.wait(running)
-            await link.close()
+            try:
+                if running:
+                    await asyncio.wait(running)
+            finally:
+                self._retired_links.discard(link)
+                await link.close()
 
-        task = asyncio.ensure_future(close_after())
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
+        closer = asyncio.ensure_future(close_after())
+        self._closers.add(closer)
+        closer.add_done_callback(self._closers.discard)
 
     def offer(
         self,
@@ -243,7 +265,11 @@ class Shadow:
         # a context of its own: the caller's (its trace, its log fields) is not touched
         task = asyncio.get_running_loop().create_task(mirror, context=contextvars.Context())
         self._running.add(task)
-        task.add_done_callback(self._running.discard)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._retired.discard(task)
 
     async def _mirror(
         self,
@@ -258,24 +284,30 @@ class Shadow:
     ) -> None:
         route = query.route.name
         params = dict(query.params)
-        # the candidate first: nothing is parsed before its answer is in, by when the
-        # callers of this request (woken a turn or two of the loop after the offer)
-        # have theirs
-        asked = client.fetch(query, authorization=authorization, request_id=request_id)
-        candidate = await _ask(asked, route, params)
+        # never shown in a report, should an upstream echo it in a field
+        secrets = tuple({authorization, authorization.partition(" ")[2].strip()} - {""})
         try:
-            primary = answer_of(route, status, body, params)
-        except NotComparable:
-            return  # the gateway could not publish it either: nothing to compare
+            reply = await client.fetch(query, authorization=authorization, request_id=request_id)
+        except UpstreamError as exc:
+            candidate: Sent | str = _sent_of(exc)
+        else:
+            candidate = Sent(reply.status, reply.body)
         if isinstance(candidate, str):
-            tally.candidate_failed(route, candidate)
-            self._count(route, "candidate_error")
-            log.debug(
-                "shadow: the candidate gave no answer to compare",
-                extra={"event": "shadow", "route": route, "error": candidate},
-            )
+            self._failed(tally, route, candidate)
             return
-        differences = compare(route, primary, candidate)
+        primary = Sent(status, body)
+        if primary == candidate:
+            outcome = tally.record(route, request_id, [])  # the same bytes: nothing to parse
+            self._count(route, outcome)
+            return
+        # parsing and comparing whole bodies takes a while: not in the event loop
+        judged = await asyncio.to_thread(_judge, route, params, primary, candidate)
+        if judged is None:
+            return  # the primary's answer does not parse (the pipeline would not offer it)
+        if isinstance(judged, str):
+            self._failed(tally, route, judged)
+            return
+        first, differences = judged
         if (
             differences
             and differences[0].field != STATUS_FIELD
@@ -284,51 +316,99 @@ class Shadow:
                 or self._sample() < self._settings.recheck_ratio
             )
         ):
-            second = await _ask(again(), route, params)
-            if isinstance(second, Answer) and second.status == primary.status:
-                tally.learn_noise(route, differences, compare(route, primary, second), request_id)
-        outcome = tally.record(route, request_id, differences)
+            try:
+                second = await again()
+            except UpstreamError:
+                pass  # the primary cannot say now: the differences stand as they are
+            else:
+                itself = await asyncio.to_thread(
+                    _recheck, route, params, first, Sent(second.status, second.body)
+                )
+                if itself is not None:
+                    tally.learn_noise(route, differences, itself, request_id, secrets=secrets)
+        outcome = tally.record(route, request_id, differences, secrets=secrets)
         self._count(route, outcome)
         metrics = self._metrics
         if metrics is not None and outcome == "different":
-            noisy = tally.noisy(route)
-            for difference in differences:
-                if difference.field not in noisy:
-                    label = field_label(route, difference.field)
-                    metrics.shadow_differences.labels(route, label, difference.kind).inc()
+            counts = Counter(
+                (field_label(route, d.field), d.kind)
+                for d in differences
+                if not tally.is_noise(route, d)
+            )
+            for (label, kind), count in counts.items():
+                metrics.shadow_differences.labels(route, label, kind).inc(count)
+
+    def _failed(self, tally: Tally, route: str, what: str) -> None:
+        tally.candidate_failed(route, what)
+        self._count(route, "candidate_error")
+        log.debug(
+            "shadow: the candidate gave no answer to compare",
+            extra={"event": "shadow", "route": route, "error": what},
+        )
 
     def _count(self, route: str, outcome: str) -> None:
         if self._metrics is not None:
             self._metrics.shadow_requests.labels(route, outcome).inc()
 
     async def close(self) -> None:
-        """Stop every comparison under way and close the candidate's connections."""
-        for task in (*self._running, *self._retiring):
+        """Stop every comparison under way and close every candidate connection."""
+        tasks = (*self._running, *self._retired, *self._closers)
+        for task in tasks:
             task.cancel()
-        for task in (*self._running, *self._retiring):
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._link is not None:
-            await self._link.close()
+        links = [*self._retired_links, *([self._link] if self._link is not None else [])]
+        self._retired_links.clear()
         self._link = self._client = None
+        for link in links:
+            await link.close()
         if self._workers is not None:
             self._workers.remove()
 
 
-async def _ask(call: Awaitable[UpstreamReply], route: str, params: dict[str, str]) -> Answer | str:
-    """The answer of one upstream call, or what went wrong instead (a status, or
-    ``timeout``, ``unreachable``, ``invalid-body``)."""
-    try:
-        reply = await call
-    except UpstreamRejected as exc:
-        if exc.upstream_status in COMPARED_STATUSES:
-            return Answer(exc.upstream_status or 0)
-        return outcome_of(exc)
-    except UpstreamContractError:
+class Sent(NamedTuple):
+    """An upstream's answer as it came: its status, and the body of a 2xx."""
+
+    status: int
+    body: bytes | None
+
+
+def _sent_of(exc: UpstreamError) -> Sent | str:
+    """A failed call as an answer to compare (a 401, 403 or 404), or what went wrong
+    instead (a status, or ``timeout``, ``unreachable``, ``invalid-body``)."""
+    if isinstance(exc, UpstreamRejected) and exc.upstream_status in COMPARED_STATUSES:
+        return Sent(exc.upstream_status or 0, None)
+    if isinstance(exc, UpstreamContractError):
         return "invalid-body"
-    except UpstreamError as exc:
-        return outcome_of(exc)
+    return outcome_of(exc)
+
+
+def _judge(
+    route: str, params: dict[str, str], primary: Sent, candidate: Sent
+) -> tuple[Answer, list[Difference]] | str | None:
+    """The primary's answer and the candidate's differences from it; ``invalid-body``
+    when the candidate's body cannot be compared, None when the primary's cannot (run
+    in a worker thread)."""
     try:
-        return answer_of(route, reply.status, reply.body, params)
+        theirs = answer_of(route, candidate.status, candidate.body, params)
     except NotComparable:
         return "invalid-body"
+    try:
+        mine = answer_of(route, primary.status, primary.body, params)
+    except NotComparable:
+        return None
+    return mine, compare(route, mine, theirs)
+
+
+def _recheck(
+    route: str, params: dict[str, str], first: Answer, second: Sent
+) -> list[Difference] | None:
+    """The differences of the primary's second answer from its first (None when they
+    cannot be compared: another status, a body that does not fit)."""
+    if second.status != first.status:
+        return None
+    try:
+        return compare(route, first, answer_of(route, second.status, second.body, params))
+    except NotComparable:
+        return None

@@ -9,68 +9,112 @@ a lost connection, a body that does not fit the published schema); ``skipped`` (
 traffic only: too many candidate calls under way already).
 
 Noise is told from regressions as Diffy does: the primary is asked the same request
-a second time, and a field that differs between the primary's two answers is noise
-for that route (timestamps, generated values). Differences of noisy fields are
-counted, and reported apart from the others.
+a second time, and a difference between the primary's two answers is noise for that
+route (timestamps, generated values). Noise is known by field *and kind*: a list whose
+length changes between two primary answers (live data) makes the length of that list
+noise, not the order of its items nor a record the candidate leaves out. Differences
+that are noise are counted, and reported apart from the others.
 
 Every value a report holds comes from the answers' bodies (cut short) and the
-request's id; no header is kept, so no token can appear in it.
+request's id; no header is kept, and a value that holds the caller's token (an
+upstream that echoes it) has it replaced by ``[redacted]``.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.comparison.diff import KINDS, Difference
+import orjson
+
+from gateway.comparison.diff import KINDS, Difference, shown
 
 OUTCOMES = ("identical", "different", "noise", "candidate_error", "skipped")
 EXAMPLES_KEPT = 5
-# more distinct field paths than a route's published schema has are not kept
-_FIELDS_KEPT = 256
+REDACTED = "[redacted]"
+# more (field, kind) pairs than a route's published schema has are not kept
+_FIELDS_KEPT = 1024
+_serials = itertools.count(1)
+
+# a field path and a kind of difference: what is counted, and what noise is known by
+Spot = tuple[str, str]
+
+
+def _spot(difference: Difference) -> Spot:
+    return (difference.field, difference.kind)
+
+
+def _scrubbed(value: Any, secrets: tuple[str, ...]) -> Any:
+    """``value`` as a report shows it (``diff.shown``), with every secret in it
+    replaced by ``[redacted]``."""
+    value = shown(value)
+    if not secrets or value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        for secret in sorted(secrets, key=len, reverse=True):  # a whole header first
+            value = value.replace(secret, REDACTED)
+        return value
+    text = orjson.dumps(value).decode()
+    if not any(secret in text for secret in secrets):
+        return value
+    return _scrubbed(text, secrets)  # (a container holding one: shown as its text)
 
 
 @dataclass(slots=True)
-class FieldTally:
-    """The differences of one field path: how many of each kind, and the first few."""
+class SpotTally:
+    """The differences of one field of one kind: how many, and the first few."""
 
-    kinds: Counter[str] = field(default_factory=Counter)
+    count: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, difference: Difference, request_id: str) -> None:
-        self.kinds[difference.kind] += 1
+    def add(self, difference: Difference, request_id: str, secrets: tuple[str, ...]) -> None:
+        self.count += 1
         if len(self.examples) < EXAMPLES_KEPT:
             self.examples.append(
                 {
                     "requestId": request_id,
                     "kind": difference.kind,
-                    "primary": difference.primary,
-                    "candidate": difference.candidate,
+                    "primary": _scrubbed(difference.primary, secrets),
+                    "candidate": _scrubbed(difference.candidate, secrets),
                 }
             )
 
-    @property
-    def total(self) -> int:
-        return sum(self.kinds.values())
-
     def snapshot(self) -> dict[str, Any]:
-        return {"kinds": dict(self.kinds), "examples": list(self.examples)}
+        return {"count": self.count, "examples": list(self.examples)}
 
     def absorb(self, snapshot: dict[str, Any]) -> None:
-        self.kinds.update(snapshot["kinds"])
+        self.count += int(snapshot["count"])
         room = EXAMPLES_KEPT - len(self.examples)
-        self.examples.extend(snapshot["examples"][: max(room, 0)])
+        self.examples.extend(list(snapshot["examples"])[: max(room, 0)])
 
-    def report(self, path: str) -> dict[str, Any]:
-        return {
-            "field": path,
-            "total": self.total,
-            "kinds": {kind: self.kinds[kind] for kind in KINDS if self.kinds[kind]},
-            "examples": list(self.examples),
-        }
+
+def _counted(spots: dict[Spot, SpotTally], difference: Difference) -> SpotTally | None:
+    """The tally of ``difference``'s spot, made when there is room."""
+    spot = _spot(difference)
+    counted = spots.get(spot)
+    if counted is None and len(spots) < _FIELDS_KEPT:
+        counted = spots[spot] = SpotTally()
+    return counted
+
+
+def _by_field(spots: Iterable[tuple[Spot, SpotTally]]) -> list[dict[str, Any]]:
+    """Spots grouped by field, worst first: each field's total, count of each kind,
+    and up to five examples."""
+    fields: dict[str, dict[str, Any]] = {}
+    for (path, kind), counted in spots:
+        entry = fields.setdefault(path, {"field": path, "total": 0, "kinds": {}, "examples": []})
+        entry["total"] += counted.count
+        if counted.count:
+            entry["kinds"][kind] = counted.count
+        entry["examples"].extend(counted.examples)
+    for entry in fields.values():
+        entry["kinds"] = {kind: entry["kinds"][kind] for kind in KINDS if kind in entry["kinds"]}
+        entry["examples"] = entry["examples"][:EXAMPLES_KEPT]
+    return sorted(fields.values(), key=lambda entry: (-entry["total"], entry["field"]))
 
 
 @dataclass(slots=True)
@@ -79,34 +123,38 @@ class RouteTally:
 
     outcomes: Counter[str] = field(default_factory=Counter)
     candidate_errors: Counter[str] = field(default_factory=Counter)
-    fields: dict[str, FieldTally] = field(default_factory=dict)
-    # the primary against itself: the evidence that a field is noise
-    noise: dict[str, FieldTally] = field(default_factory=dict)
-    # fields whose difference was checked against a second primary answer at least once
-    rechecked: set[str] = field(default_factory=set)
+    spots: dict[Spot, SpotTally] = field(default_factory=dict)
+    # the primary against itself: the evidence that a difference is noise
+    noise: dict[Spot, SpotTally] = field(default_factory=dict)
+    # differences checked against a second primary answer at least once
+    rechecked: set[Spot] = field(default_factory=set)
 
     def snapshot(self) -> dict[str, Any]:
         """Everything counted, as JSON-ready data that :meth:`absorb` adds up."""
         return {
             "outcomes": dict(self.outcomes),
             "candidateErrors": dict(self.candidate_errors),
-            "fields": {path: tally.snapshot() for path, tally in self.fields.items()},
-            "noise": {path: tally.snapshot() for path, tally in self.noise.items()},
+            "spots": [[*spot, counted.snapshot()] for spot, counted in self.spots.items()],
+            "noise": [[*spot, counted.snapshot()] for spot, counted in self.noise.items()],
             "rechecked": sorted(self.rechecked),
         }
 
     def absorb(self, snapshot: dict[str, Any]) -> None:
         """Add the counts of another process's :meth:`snapshot`."""
-        self.outcomes.update(snapshot["outcomes"])
-        self.candidate_errors.update(snapshot["candidateErrors"])
-        for mine, theirs in ((self.fields, snapshot["fields"]), (self.noise, snapshot["noise"])):
-            for path, counted in theirs.items():
-                if path not in mine:
+        self.outcomes.update({str(k): int(v) for k, v in snapshot["outcomes"].items()})
+        self.candidate_errors.update(
+            {str(k): int(v) for k, v in snapshot["candidateErrors"].items()}
+        )
+        for mine, theirs in ((self.spots, snapshot["spots"]), (self.noise, snapshot["noise"])):
+            for path, kind, counted in theirs:
+                spot = (str(path), str(kind))
+                if spot not in mine:
                     if len(mine) >= _FIELDS_KEPT:
                         continue
-                    mine[path] = FieldTally()
-                mine[path].absorb(counted)
-        self.rechecked.update(snapshot["rechecked"][:_FIELDS_KEPT])
+                    mine[spot] = SpotTally()
+                mine[spot].absorb(counted)
+        for path, kind in snapshot["rechecked"][:_FIELDS_KEPT]:
+            self.rechecked.add((str(path), str(kind)))
 
     @property
     def compared(self) -> int:
@@ -115,9 +163,19 @@ class RouteTally:
 
     def report(self) -> dict[str, Any]:
         compared = self.compared
-        noisy = set(self.noise)
-        regressions = [(path, tally) for path, tally in self.fields.items() if path not in noisy]
-        noise = [(path, tally) for path, tally in self.fields.items() if path in noisy]
+        noise = self.noise
+        regressions = [(spot, tally) for spot, tally in self.spots.items() if spot not in noise]
+        noisy = [(spot, tally) for spot, tally in self.spots.items() if spot in noise]
+        # noise the primary showed that no candidate answer did (yet)
+        noisy += [(spot, SpotTally()) for spot in noise if spot not in self.spots]
+        noise_fields = _by_field(noisy)
+        for entry in noise_fields:
+            entry["evidence"] = [
+                example
+                for (path, _), evidence in noise.items()
+                if path == entry["field"]
+                for example in evidence.examples
+            ][:EXAMPLES_KEPT]
         return {
             "compared": compared,
             "identical": self.outcomes["identical"],
@@ -126,28 +184,13 @@ class RouteTally:
             "noiseOnly": self.outcomes["noise"],
             "candidateErrors": dict(self.candidate_errors.most_common()),
             "skipped": self.outcomes["skipped"],
-            "fields": [tally.report(path) for path, tally in _worst_first(regressions)],
-            "noise": [
-                {**tally.report(path), "evidence": self.noise[path].examples}
-                for path, tally in _worst_first(noise)
-            ]
-            + [
-                {"field": path, "total": 0, "kinds": {}, "examples": [], "evidence": evidence}
-                for path, evidence in sorted(
-                    (path, tally.examples)
-                    for path, tally in self.noise.items()
-                    if path not in self.fields
-                )
-            ],
+            "fields": _by_field(regressions),
+            "noise": noise_fields,
         }
 
 
-def _worst_first(fields: Iterable[tuple[str, FieldTally]]) -> list[tuple[str, FieldTally]]:
-    return sorted(fields, key=lambda item: (-item[1].total, item[0]))
-
-
 class Tally:
-    """The comparisons of every route since the start or the last :meth:`reset`."""
+    """The comparisons of every route since it was made."""
 
     def __init__(self, *, primary: str, candidate: str) -> None:
         self.primary = primary
@@ -155,6 +198,8 @@ class Tally:
         self._routes: dict[str, RouteTally] = {}
         self._since = time.time()
         self._changes = 0
+        # this tally among every tally of the process (a new one is a new report)
+        self.serial = next(_serials)
 
     @property
     def changes(self) -> int:
@@ -173,10 +218,11 @@ class Tally:
         }
 
     def absorb(self, snapshot: dict[str, Any]) -> None:
-        """Add the counts of :meth:`snapshot` of a tally of the same two upstreams."""
+        """Add the counts of :meth:`snapshot` of a tally of the same two upstreams.
+        Raises KeyError, TypeError or ValueError for data of another shape."""
         self._since = min(self._since, float(snapshot["since"]))
         for name, routed in snapshot["routes"].items():
-            self.route(name).absorb(routed)
+            self.route(str(name)).absorb(routed)
 
     def route(self, name: str) -> RouteTally:
         tally = self._routes.get(name)
@@ -185,10 +231,11 @@ class Tally:
         return tally
 
     def needs_recheck(self, route: str, differences: list[Difference]) -> bool:
-        """Whether a field of ``differences`` was never checked against a second primary
-        answer on ``route`` (then the primary is asked again, whatever the sample)."""
+        """Whether a difference of this field and kind was never checked against a
+        second primary answer on ``route`` (then the primary is asked again, whatever
+        the sample)."""
         rechecked = self.route(route).rechecked
-        return any(difference.field not in rechecked for difference in differences)
+        return any(_spot(difference) not in rechecked for difference in differences)
 
     def learn_noise(
         self,
@@ -196,42 +243,47 @@ class Tally:
         checked: Iterable[Difference],
         primary_against_itself: list[Difference],
         request_id: str,
+        *,
+        secrets: tuple[str, ...] = (),
     ) -> None:
         """What a second primary answer said: ``checked`` (the candidate's differences
-        of that request) were rechecked; the fields of ``primary_against_itself`` are
-        noise."""
+        of that request) were rechecked; the differences of ``primary_against_itself``
+        (each field with its kind) are noise. ``secrets``: text never to show."""
         tally = self.route(route)
         self._changes += 1
         for difference in checked:
             if len(tally.rechecked) < _FIELDS_KEPT:
-                tally.rechecked.add(difference.field)
+                tally.rechecked.add(_spot(difference))
         for difference in primary_against_itself:
-            evidence = tally.noise.get(difference.field)
-            if evidence is None:
-                if len(tally.noise) >= _FIELDS_KEPT:
-                    continue
-                evidence = tally.noise[difference.field] = FieldTally()
-            evidence.add(difference, request_id)
+            evidence = _counted(tally.noise, difference)
+            if evidence is not None:
+                evidence.add(difference, request_id, secrets)
 
-    def noisy(self, route: str) -> frozenset[str]:
-        return frozenset(self.route(route).noise)
+    def is_noise(self, route: str, difference: Difference) -> bool:
+        """Whether ``difference`` (its field and kind) is noise on ``route``."""
+        return _spot(difference) in self.route(route).noise
 
-    def record(self, route: str, request_id: str, differences: list[Difference]) -> str:
+    def record(
+        self,
+        route: str,
+        request_id: str,
+        differences: list[Difference],
+        *,
+        secrets: tuple[str, ...] = (),
+    ) -> str:
         """Count one request compared; returns its outcome (identical, different or
-        noise, by the noise known now)."""
+        noise, by the noise known now). ``secrets``: text never to show (the caller's
+        token)."""
         tally = self.route(route)
         if not differences:
             outcome = "identical"
         else:
-            noisy = tally.noise
-            outcome = "noise" if all(d.field in noisy for d in differences) else "different"
+            noise = tally.noise
+            outcome = "noise" if all(_spot(d) in noise for d in differences) else "different"
             for difference in differences:
-                counted = tally.fields.get(difference.field)
-                if counted is None:
-                    if len(tally.fields) >= _FIELDS_KEPT:
-                        continue
-                    counted = tally.fields[difference.field] = FieldTally()
-                counted.add(difference, request_id)
+                counted = _counted(tally.spots, difference)
+                if counted is not None:
+                    counted.add(difference, request_id, secrets)
         tally.outcomes[outcome] += 1
         self._changes += 1
         return outcome

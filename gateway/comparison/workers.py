@@ -39,7 +39,8 @@ class WorkerReports:
         self._own = directory / f"{_PREFIX}{pid or os.getpid()}.json"
         self._marker = directory / _MARKER
         self.epoch = self._marked_epoch()
-        self._written: tuple[int, int] | None = None  # (epoch, changes) of the file
+        # (epoch, tally, changes) of what the file holds
+        self._written: tuple[int, int, int] | None = None
 
     def _marked_epoch(self) -> int:
         try:
@@ -62,7 +63,7 @@ class WorkerReports:
 
     def publish(self, tally: Tally) -> None:
         """Write this worker's counts, when they changed since the last write."""
-        written = (self.epoch, tally.changes)
+        written = (self.epoch, tally.serial, tally.changes)
         if written == self._written:
             return
         _replace(self._own, orjson.dumps({"epoch": self.epoch, "tally": tally.snapshot()}))
@@ -70,18 +71,42 @@ class WorkerReports:
 
     def gather(self, tally: Tally) -> tuple[Tally, int]:
         """Every worker's counts of the same two upstreams since the newest reset, added
-        up (this worker's ``tally`` as it is now); and how many workers they came from."""
-        self.publish(tally)
+        up (this worker's ``tally`` as it is now, whatever the folder holds); and how
+        many workers they came from."""
+        try:
+            self.publish(tally)
+            paths = sorted(self._directory.glob(f"{_PREFIX}*.json"))
+        except OSError as exc:
+            log.warning(
+                "shadow: the workers' counts could not be read; this worker's alone",
+                extra={"event": "shadow", "error": str(exc)},
+            )
+            paths = []
         total = Tally(primary=tally.primary, candidate=tally.candidate)
-        workers = 0
-        for path in sorted(self._directory.glob(f"{_PREFIX}*.json")):
+        total.absorb(tally.snapshot())
+        workers = 1
+        for path in paths:
+            if path == self._own:
+                continue
             snapshot = self._read(path)
             if snapshot is None or snapshot.get("epoch") != self.epoch:
                 continue
-            counted = snapshot["tally"]
-            if (counted["primary"], counted["candidate"]) != (tally.primary, tally.candidate):
+            counted = snapshot.get("tally")
+            if not isinstance(counted, dict) or (
+                counted.get("primary"),
+                counted.get("candidate"),
+            ) != (tally.primary, tally.candidate):
                 continue  # a worker that has not taken a reload yet
-            total.absorb(counted)
+            added = Tally(primary=tally.primary, candidate=tally.candidate)
+            try:
+                added.absorb(counted)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                log.warning(
+                    "shadow: a worker's counts are not in the expected form; left out",
+                    extra={"event": "shadow", "file": path.name},
+                )
+                continue
+            total.absorb(added.snapshot())
             workers += 1
         return total, workers
 

@@ -236,7 +236,9 @@ async def run_compare(
     )
     exchanges = await exchange_all(primary, candidate, sample.queries, authorization)
     tally = Tally(primary=primary.base_url, candidate=candidate.base_url)
-    return Comparison(tally, tuple(judge(tally, exchanges)), source, sample.gaps)
+    # never shown in a report, should an upstream echo it in a field
+    secrets = tuple({authorization, token} - {""})
+    return Comparison(tally, tuple(judge(tally, exchanges, secrets)), source, sample.gaps)
 
 
 async def generated_sample(
@@ -295,9 +297,12 @@ async def _answer(
         return Failed("invalid-body", f"GET {query.route.template}: {exc.reason}")
 
 
-def judge(tally: Tally, exchanges: Sequence[Exchange]) -> list[RequestOutcome]:
+def judge(
+    tally: Tally, exchanges: Sequence[Exchange], secrets: tuple[str, ...] = ()
+) -> list[RequestOutcome]:
     """Learn the noise of every request first, then record every request (see the
-    module's docstring); what became of each, in order."""
+    module's docstring); what became of each, in order. ``secrets`` (the token) are
+    never shown in the report's values."""
     checked: list[tuple[Exchange, Failed | list[Difference]]] = []
     for exchange in exchanges:
         primary = _primary_answers(exchange)
@@ -310,9 +315,9 @@ def judge(tally: Tally, exchanges: Sequence[Exchange]) -> list[RequestOutcome]:
         if first.status == again.status:
             # (two statuses of the primary say nothing of which fields are noise)
             itself = compare(route, first, again)
-            tally.learn_noise(route, differences, itself, exchange.request_id)
+            tally.learn_noise(route, differences, itself, exchange.request_id, secrets=secrets)
         checked.append((exchange, differences))
-    return [_record(tally, exchange, result) for exchange, result in checked]
+    return [_record(tally, exchange, result, secrets) for exchange, result in checked]
 
 
 def _primary_answers(exchange: Exchange) -> tuple[Answer, Answer] | Failed:
@@ -327,7 +332,12 @@ def _primary_answers(exchange: Exchange) -> tuple[Answer, Answer] | Failed:
     return first, again
 
 
-def _record(tally: Tally, exchange: Exchange, result: Failed | list[Difference]) -> RequestOutcome:
+def _record(
+    tally: Tally,
+    exchange: Exchange,
+    result: Failed | list[Difference],
+    secrets: tuple[str, ...],
+) -> RequestOutcome:
     request_id, route = exchange.request_id, exchange.query.route.name
     where = target(exchange.query)
     if isinstance(result, Failed):
@@ -336,7 +346,7 @@ def _record(tally: Tally, exchange: Exchange, result: Failed | list[Difference])
     if isinstance(theirs, Failed):
         tally.candidate_failed(route, theirs.what)
         return RequestOutcome(request_id, route, where, "candidate_error", error=theirs)
-    verdict = tally.record(route, request_id, result)
+    verdict = tally.record(route, request_id, result, secrets=secrets)
     fields = tuple(sorted({difference.field for difference in result}))
     return RequestOutcome(request_id, route, where, verdict, fields)
 

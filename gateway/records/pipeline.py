@@ -568,7 +568,6 @@ class RecordPipeline:
         try:
             fetched = await ask()
         except UpstreamRejected as exc:
-            self._offer(job, exc.upstream_status or 0, None, ask)
             if (
                 exc.upstream_status == 404
                 and not query.route.is_list
@@ -585,12 +584,12 @@ class RecordPipeline:
                     generations=generations,
                 )
                 await self._cache.set(key, negative, self.policy.negative_ttl_s)
+            self._offer(job, exc.upstream_status or 0, None, ask)
             raise
         started = time.perf_counter()
         body = self._normaliser.normalise(query, fetched.body)
         if self._metrics is not None:
             self._metrics.normalised(query.route.name, time.perf_counter() - started)
-        self._offer(job, fetched.status, fetched.body, ask)
         stores = generations is not None and self._cache is not None and ttl > 0
         coded, coding = stored_body(body) if stores or compress else (body, IDENTITY)
         entry = CacheEntry(
@@ -604,6 +603,8 @@ class RecordPipeline:
         stored = False
         if stores and self._cache is not None:
             stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
+        # once stored: a comparison is not begun before what its caller waits for is done
+        self._offer(job, fetched.status, fetched.body, ask)
         return _Fetched(entry, stored, plain=body)
 
     def _offer(

@@ -4,12 +4,15 @@ twin of it (identical, drifting, hanging or down) as the candidate, on loopback.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
+import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -488,3 +491,142 @@ async def test_noise_on_both_twins_is_reported_as_noise_not_as_differences(
     metrics = await (await client.get("/metrics")).text()
     assert 'gateway_shadow_requests_total{outcome="noise",route="expenses"} 3.0' in metrics
     assert "gateway_shadow_field_differences_total{" not in metrics
+
+
+async def test_noise_is_known_by_field_and_kind_so_live_data_hides_no_regression(
+    start_gateway: Start, aiohttp_server: AiohttpServer
+) -> None:
+    """A primary whose list grows between two calls (live data) makes the list's length
+    and its extra record noise; a candidate that reorders the list and leaves a record
+    out still differs."""
+    grown = {"users": 5}
+
+    def user(n: int) -> dict[str, Any]:
+        return {"id": f"11111111-1111-4111-8111-{n:012d}", "username": f"u{n}", "role": "ADMIN"}
+
+    async def primary_users(request: web.Request) -> web.Response:
+        grown["users"] += 1  # a record more on every call
+        items = [user(n) for n in range(grown["users"])]
+        return web.json_response({"data": items, "total": len(items), "page": 1, "limit": 50})
+
+    async def candidate_users(request: web.Request) -> web.Response:
+        items = [user(n) for n in range(1, grown["users"])][::-1]  # reordered, one gone
+        return web.json_response({"data": items, "total": grown["users"], "page": 1, "limit": 50})
+
+    primary_app, candidate_app = web.Application(), web.Application()
+    primary_app.router.add_get("/users", primary_users)
+    candidate_app.router.add_get("/users", candidate_users)
+    primary, candidate = await aiohttp_server(primary_app), await aiohttp_server(candidate_app)
+    client = await start_gateway(base_url(primary), base_url(candidate), recheck_ratio=1.0)
+    for limit in range(20, 30):
+        assert (await client.get(f"/users?limit={limit}", headers=AUTH)).status == 200
+        await _settled(client)
+    users = (await _report(client))["routes"]["users"]
+    assert (users["compared"], users["different"], users["noiseOnly"]) == (10, 10, 0)
+    assert {item["field"]: item["kinds"] for item in users["fields"]} == {
+        "data": {"order": 10},
+        "data[]": {"missing": 10},
+    }
+    # what the primary did to itself (length, extra, value) is noise, and only that
+    noise = {item["field"]: item["kinds"] for item in users["noise"]}
+    assert noise == {"data": {"length": 10}, "data[]": {}, "total": {}}
+    assert {(item["field"], e["kind"]) for item in users["noise"] for e in item["evidence"]} == {
+        ("data", "length"),
+        ("data[]", "extra"),
+        ("total", "value"),
+    }
+
+
+async def test_a_token_an_upstream_echoes_is_never_shown(
+    start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
+) -> None:
+    async def echo(request: web.Request) -> web.Response:
+        """The reference upstream's answer, with the caller's header as every phone."""
+        headers = {"Authorization": request.headers["Authorization"]}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{base_url(upstream)}/users", headers=headers) as answer,
+        ):
+            page = await answer.json()
+        for item in page["data"]:
+            item["phone"] = request.headers["Authorization"]
+        return web.json_response(page)
+
+    echoing = web.Application()
+    echoing.router.add_get("/users", echo)
+    candidate = await aiohttp_server(echoing)
+    client = await start_gateway(base_url(upstream), base_url(candidate))
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    report = await _report(client)
+    phones = report["routes"]["users"]["fields"][0]
+    assert phones["field"] == "data[].phone"
+    assert {example["candidate"] for example in phones["examples"]} == {"[redacted]"}
+    assert TOKEN not in orjson.dumps(report).decode()
+
+
+@pytest.mark.parametrize("change", ["another candidate", "off", "nothing"])
+async def test_a_stop_after_a_reload_closes_every_candidate_connection(
+    aiohttp_client: AiohttpClient,
+    aiohttp_server: AiohttpServer,
+    upstream: TestServer,
+    tmp_path: Path,
+    change: str,
+) -> None:
+    """A comparison hangs on the candidate, a reload replaces the candidate (or turns
+    the shadow off), and the gateway stops: every candidate session is closed (an
+    unclosed one is a ResourceWarning, an error in this suite)."""
+    asked = asyncio.Event()
+
+    async def hang(request: web.Request) -> web.Response:
+        asked.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    hanging = web.Application()
+    hanging.router.add_get("/users", hang)
+    first, second = await aiohttp_server(hanging), await aiohttp_server(web.Application())
+    config = ConfigFile(
+        tmp_path / "gateway.toml",
+        {
+            "upstream": {
+                "base_url": base_url(upstream),
+                "shadow": {"base_url": base_url(first), "sample_ratio": 1.0},
+            },
+            "admin": {"token": ADMIN_TOKEN},
+        },
+    )
+    source = ConfigSource(config.path)
+    client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    await asyncio.wait_for(asked.wait(), 10)
+    shadow = client.app[SHADOW]
+    if change == "another candidate":
+        config.set("upstream", "shadow.base_url", base_url(second))
+    elif change == "off":
+        config.set("upstream", "shadow.sample_ratio", 0.0)
+    assert (await client.post("/admin/reload", headers=ADMIN)).status == 200
+    assert shadow.in_flight == 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        await client.close()
+        gc.collect()
+    assert [str(w.message) for w in caught] == []
+    assert shadow.in_flight == 0
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"totals": {}, "routes": null}', b"[1]"])
+async def test_shadow_report_refuses_an_answer_that_is_not_a_report(
+    aiohttp_server: AiohttpServer, tmp_path: Path, body: bytes
+) -> None:
+    async def garbage(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/admin/shadow", garbage)
+    server = await aiohttp_server(app)
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[server]\nport = {server.port}\n[admin]\ntoken = "{ADMIN_TOKEN}"\n')
+    code, out, err = await run_cli("shadow-report", "--config", str(config))
+    assert (code, out) == (1, "")
+    assert "records-gateway shadow-report:" in err
+    assert "Traceback" not in err

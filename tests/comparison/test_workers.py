@@ -125,3 +125,43 @@ def test_a_worker_takes_a_reset_another_announced_and_reports_add_up(tmp_path: P
     other.record("users", "r3", [])
     second.publish(other)
     assert first.gather(fresh)[1] == 1
+
+
+def test_a_new_report_is_written_even_with_as_many_counts_as_the_old(tmp_path: Path) -> None:
+    """A reload to another candidate starts a new tally; once it has counted as much as
+    the old one had, its file must still be written (not taken for the old one)."""
+    own, other = WorkerReports(tmp_path, pid=1), WorkerReports(tmp_path, pid=2)
+    old = Tally(primary="http://a", candidate="http://b")
+    old.record("users", "r1", [])
+    own.publish(old)
+    new = Tally(primary="http://a", candidate="http://c")
+    new.record("users", "r2", [])
+    assert new.changes == old.changes
+    own.publish(new)
+    total, workers = other.gather(Tally(primary="http://a", candidate="http://c"))
+    assert (workers, total.report()["routes"]["users"]["identical"]) == (2, 1)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"not json",
+        b"[]",
+        b'{"epoch": 0}',
+        b'{"epoch": 0, "tally": {"primary": "http://a", "candidate": "http://b"}}',
+        b'{"epoch": 0, "tally": {"primary": "http://a", "candidate": "http://b", "since": "x",'
+        b' "routes": {}}}',
+        b'{"epoch": 0, "tally": {"primary": "http://a", "candidate": "http://b", "since": 1,'
+        b' "routes": {"users": {"outcomes": {"identical": "many"}}}}}',
+        b'{"epoch": 0, "tally": {"primary": "http://a", "candidate": "http://b", "since": 1,'
+        b' "routes": {"users": {"outcomes": {}, "candidateErrors": {}, "spots": [["a"]],'
+        b' "noise": [], "rechecked": []}}}}',
+    ],
+)
+def test_a_damaged_worker_file_is_left_out(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "shadow-99.json").write_bytes(content)
+    mine = Tally(primary="http://a", candidate="http://b")
+    mine.record("users", "r1", [])
+    total, workers = WorkerReports(tmp_path, pid=1).gather(mine)
+    assert workers == 1
+    assert total.report()["routes"]["users"]["identical"] == 1

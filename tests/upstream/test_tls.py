@@ -27,6 +27,7 @@ from gateway.config.live import ConfigSource
 from gateway.config.settings import load_settings
 from gateway.demo.server import DemoServer, start_demo_server, tls_context
 from gateway.errors import ConfigError
+from gateway.http.admin import SHADOW
 from gateway.http.app import create_app
 from gateway.http.records import PIPELINE
 
@@ -345,3 +346,36 @@ async def test_tls_keys_wait_for_the_restart_a_new_base_url_needs(
     assert result["applied"] == []
     assert result["needsRestart"] == ["upstream.base_url", "upstream.ca_file"]
     assert (await users(client))[0] == 200, "still the upstream it runs with, trusted as before"
+
+
+async def test_a_reload_reads_the_shadow_candidates_ca_file_again(
+    aiohttp_client: AiohttpClient, https_upstream: DemoServer, pki: Pki, tmp_path: Path
+) -> None:
+    ca_file = tmp_path / "candidate-ca.pem"
+    ca_file.write_bytes(pki.ca.read_bytes())
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    async with await start_demo_server() as primary:
+        config = tmp_path / "gateway.toml"
+        config.write_text(
+            f'[upstream]\nbase_url = "{primary.url}"\n'
+            f'[upstream.shadow]\nbase_url = "{https_upstream.url}"\nsample_ratio = 1.0\n'
+            f'ca_file = "{ca_file}"\n[admin]\ntoken = "{ADMIN}"\n'
+        )
+        source = ConfigSource(config)
+        client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+
+        async def report_after(target: str) -> dict[str, Any]:
+            assert (await client.get(target, headers=AUTH)).status == 200
+            async with asyncio.timeout(10):
+                while client.app[SHADOW].in_flight:
+                    await asyncio.sleep(0.01)
+            response = await client.get("/admin/shadow", headers=admin)
+            totals: dict[str, Any] = (await response.json())["totals"]
+            return totals
+
+        assert (await report_after("/users?page=1"))["identical"] == 1
+        # the same path, another CA in it: the candidate is no longer trusted
+        ca_file.write_bytes(pki.other_ca.read_bytes())
+        assert (await client.post("/admin/reload", headers=admin)).status == 200
+        assert (await report_after("/users?page=2"))["candidateErrors"] == 1
+        await client.close()
