@@ -29,6 +29,7 @@ from gateway.http.binding import UPSTREAMS, Upstreams
 from ..config.test_live import ConfigFile
 from ..conftest import (
     AUTH,
+    FakeClock,
     base_url,
     gateway_client,
     near_cache_live,
@@ -93,11 +94,14 @@ Start = Callable[..., Awaitable[Client]]
 
 @pytest.fixture
 def start(aiohttp_client: AiohttpClient) -> Start:
-    """A gateway whose settings come from ``config``, as the CLI makes it."""
+    """A gateway whose settings come from ``config``, as the CLI makes it (with the
+    wall time of cache entries from ``clock``, when given)."""
 
-    async def start(config: ConfigFile) -> Client:
+    async def start(config: ConfigFile, clock: FakeClock | None = None) -> Client:
         source = ConfigSource(config.path)
-        return await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+        times = {} if clock is None else {"clock": clock}
+        app = create_app(source.load(), source=source, **times)
+        return await gateway_client(aiohttp_client, app)
 
     return start
 
@@ -243,6 +247,7 @@ async def test_a_switch_under_load_fails_no_request_and_sends_the_new_ones_to_th
 
     switches = [r for r in caplog.records if getattr(r, "event", None) == "upstream_switch"]
     assert [(r.from_url, r.to_url) for r in switches] == [(base_url(old), base_url(new))]
+    assert switches[0].in_flight >= len(in_flight)
     drains = [r for r in caplog.records if getattr(r, "event", None) == "upstream_drained"]
     assert [r.unfinished for r in drains] == [0]
     metrics = await (await client.get("/metrics")).text()
@@ -302,6 +307,34 @@ async def test_a_switch_starts_cold_and_switching_back_finds_the_old_entries(
     await drained(client)
 
 
+async def test_switching_back_finds_the_old_entries_only_while_they_live(
+    start: Start, aiohttp_server: AiohttpServer, tmp_path: Path, clock: FakeClock
+) -> None:
+    first = await aiohttp_server(create_demo_app(seed=1))
+    second = await aiohttp_server(create_demo_app(seed=2))
+    cache = {
+        "backend": "memory",
+        "ttl_s": {"users": 60, "clients": 60},
+        "stale_while_revalidate_s": 30,
+        "stale_if_error_s": 0,
+    }
+    config = config_file(tmp_path, base_url(first), cache)
+    client = await start(config, clock)
+    assert await x_cache(client) == "MISS"
+    assert await x_cache(client, "/clients") == "MISS"
+
+    await switch(client, config, base_url(second))
+    clock.advance(70)  # /users and /clients: past their TTL, within the stale window
+    await switch(client, config, base_url(first))
+    assert await x_cache(client) == "STALE"  # (and refreshed from the first upstream)
+    await drained(client)
+    await until(lambda: users_calls(first) == 2)
+    clock.advance(30)  # /clients: past its TTL and its stale window, gone
+    assert await x_cache(client, "/clients") == "MISS"
+    assert len(first.app[REQUEST_LOG].for_path("/clients")) == 2
+    assert len(second.app[REQUEST_LOG]) == 0
+
+
 @pytest.mark.parametrize(
     ("backend", "after_switching_back"), [("memory", "MISS"), ("redis", "HIT")]
 )
@@ -350,12 +383,20 @@ async def test_instances_switched_to_an_upstream_share_its_purges_with_those_sta
     started_on_second = await start(config_file(tmp_path / "on-second", base_url(second), cache))
     config = config_file(tmp_path / "switched", base_url(first), cache)
     switched = await start(config)
-    await switch(switched, config, base_url(second))
     await near_cache_live(started_on_second)
-    await near_cache_live(switched)
-
-    # one key space: what one instance filled, the other finds
     assert await x_cache(started_on_second) == "MISS"
+
+    # before the switch: nothing shared, neither entries nor purges
+    await near_cache_live(switched)
+    assert await x_cache(switched) == "MISS"
+    response = await switched.delete("/admin/cache?route=users", headers=ADMIN_AUTH)
+    assert (await response.json())["instances"] == {"told": 1, "confirmed": 1}
+    assert await x_cache(started_on_second) == "HIT"
+    assert (users_calls(first), users_calls(second)) == (1, 1)
+
+    await switch(switched, config, base_url(second))
+    await near_cache_live(switched)
+    # one key space: what one instance filled, the other finds
     assert await x_cache(switched) == "HIT"
     assert len(near_of(started_on_second)) == 1
     # one invalidation channel and one set of purge generations
@@ -363,8 +404,7 @@ async def test_instances_switched_to_an_upstream_share_its_purges_with_those_sta
     assert (await response.json())["instances"] == {"told": 2, "confirmed": 2}
     assert len(near_of(started_on_second)) == 0
     assert await x_cache(started_on_second) == "MISS"
-    assert users_calls(second) == 2
-    assert users_calls(first) == 0
+    assert (users_calls(first), users_calls(second)) == (1, 2)
 
 
 async def test_readiness_follows_the_upstream_in_use(
