@@ -18,12 +18,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
+from gateway.cache.fleet import Fleet
 from gateway.cache.near import NearCache, TieredBackend
 from gateway.config.settings import Settings
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.fastpath.server import make_runner
-from gateway.http.admin import CACHE
 from gateway.http.app import create_app
+from gateway.http.binding import UPSTREAMS
 from gateway.ops.logs import JsonFormatter
 
 from . import profiles  # noqa: F401  (loads the Hypothesis profile)
@@ -42,6 +43,7 @@ _SERVING_MODULES = frozenset(
         "tests.fastpath.test_fingerprints",
         "tests.http.test_openapi",
         "tests.http.test_records",
+        "tests.http.test_upstream_switch",
         "tests.http.test_wire",
         "tests.ops.test_health",
         "tests.ops.test_logs",
@@ -288,9 +290,16 @@ def token_upstream(tokens: list[str]) -> web.Application:
     return app
 
 
+def fleet_of(client: TestClient[web.Request, web.Application]) -> Fleet:
+    """The fleet announcements of a gateway whose cache is Redis."""
+    fleet = client.app[UPSTREAMS].current.fleet
+    assert fleet is not None
+    return fleet
+
+
 def near_of(client: TestClient[web.Request, web.Application]) -> NearCache:
     """The near cache of a gateway whose cache is Redis."""
-    backend = client.app[CACHE].backend
+    backend = client.app[UPSTREAMS].current.cache.backend
     assert isinstance(backend, TieredBackend)
     return backend.near
 

@@ -3,12 +3,12 @@
 
 A reload re-reads the config file (and the environment and flags, as at start),
 validates it whole, and applies what can change while serving: the cache TTLs and
-stale windows, the log level and access log, the upstream timeouts and TLS files
-(read again on every reload, so that a certificate renewed in place is taken), the
-readiness check interval, ``limits.max_limit`` and the
-shadow traffic (``upstream.shadow``). A file that fails validation is refused
-with a log line and the running configuration is kept. Other changes (addresses,
-the cache backend, the upstream URL, secrets) need a restart and are reported so.
+stale windows, the log level and access log, the upstream's URL, timeouts and TLS
+files (read again on every reload, so that a certificate renewed in place is taken),
+the readiness check interval, ``limits.max_limit`` and the shadow traffic
+(``upstream.shadow``). A file that fails validation, or settings a running part cannot
+take, are refused with a log line and the running configuration is kept. Other changes
+(addresses, the cache backend, secrets) need a restart and are reported so.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ LIVE_KEYS = (
     "cache.honor_client_no_cache",
     "log.level",
     "log.access",
+    "upstream.base_url",
     "upstream.timeout_s",
     "upstream.connect_timeout_s",
     "upstream.ca_file",
@@ -51,12 +52,6 @@ LIVE_KEYS = (
     "upstream.shadow.tls_verify",
     "limits.max_limit",
     "health.check_interval_s",
-)
-_UPSTREAM_TLS_KEYS = (
-    "upstream.ca_file",
-    "upstream.client_cert_file",
-    "upstream.client_key_file",
-    "upstream.tls_verify",
 )
 
 
@@ -123,7 +118,10 @@ class LiveConfig:
         self._appliers: list[Callable[[Settings], None]] = []
 
     def on_change(self, apply: Callable[[Settings], None]) -> None:
-        """Register a part that takes new settings (called with every applied reload)."""
+        """Register a part that takes new settings (called with every applied reload,
+        in the order registered). A part that cannot take them raises ConfigError
+        before it changes anything: the reload is then refused, and the parts called
+        before it are called again with the running settings."""
         self._appliers.append(apply)
 
     def effective(self) -> dict[str, Any]:
@@ -132,6 +130,8 @@ class LiveConfig:
     def reload(self) -> ReloadResult:
         try:
             new = self._source.load()
+            merged = self._live_part(new)
+            self._apply(merged)
         except ConfigError as exc:
             log.error(
                 "config reload refused; the running configuration stays",
@@ -142,20 +142,13 @@ class LiveConfig:
         before = _flatten(self.settings.model_dump())
         after = _flatten(new.model_dump())
         changed = sorted(key for key in after if before.get(key) != after[key])
-        # the TLS files go with the upstream they were checked against: with a new
-        # base_url (which needs a restart) they wait for that restart too
-        moved = new.upstream.base_url != self.settings.upstream.base_url
-        held = _UPSTREAM_TLS_KEYS if moved else ()
-        applied = [key for key in changed if key in LIVE_KEYS and key not in held]
-        needs_restart = [key for key in changed if key not in LIVE_KEYS or key in held]
+        applied = [key for key in changed if key in LIVE_KEYS]
+        needs_restart = [key for key in changed if key not in LIVE_KEYS]
         if needs_restart:
             log.warning(
                 "config reload: these changes need a restart and were not applied",
                 extra={"event": "config_reload", "keys": needs_restart},
             )
-        merged = self._live_part(new)
-        for apply in self._appliers:
-            apply(merged)
         self.settings = merged
         log.info(
             "config reloaded",
@@ -163,13 +156,23 @@ class LiveConfig:
         )
         return ReloadResult(ok=True, applied=applied, needs_restart=needs_restart)
 
+    def _apply(self, merged: Settings) -> None:
+        """Hand ``merged`` to every part; when one refuses it (ConfigError), the parts
+        before it take the running settings again and the error is raised."""
+        done: list[Callable[[Settings], None]] = []
+        try:
+            for apply in self._appliers:
+                apply(merged)
+                done.append(apply)
+        except ConfigError:
+            for apply in reversed(done):
+                apply(self.settings)
+            raise
+
     def _live_part(self, new: Settings) -> Settings:
-        """The running settings with only the live keys taken from ``new`` (the
-        upstream's TLS keys only while its base_url stays)."""
+        """The running settings with only the live keys taken from ``new``."""
         current = self.settings
-        tls = (
-            current.upstream if new.upstream.base_url != current.upstream.base_url else new.upstream
-        )
+        upstream = new.upstream
         return current.model_copy(
             update={
                 "cache": current.cache.model_copy(
@@ -186,12 +189,13 @@ class LiveConfig:
                 ),
                 "upstream": current.upstream.model_copy(
                     update={
-                        "timeout_s": new.upstream.timeout_s,
-                        "connect_timeout_s": new.upstream.connect_timeout_s,
-                        "ca_file": tls.ca_file,
-                        "client_cert_file": tls.client_cert_file,
-                        "client_key_file": tls.client_key_file,
-                        "tls_verify": tls.tls_verify,
+                        "base_url": upstream.base_url,
+                        "timeout_s": upstream.timeout_s,
+                        "connect_timeout_s": upstream.connect_timeout_s,
+                        "ca_file": upstream.ca_file,
+                        "client_cert_file": upstream.client_cert_file,
+                        "client_key_file": upstream.client_key_file,
+                        "tls_verify": upstream.tls_verify,
                         "shadow": new.upstream.shadow,
                     }
                 ),

@@ -1,8 +1,9 @@
 """Admin routes under /admin, present only when ``admin.token`` is set.
 
-``DELETE /admin/cache`` purges every entry of this namespace and upstream;
-``DELETE /admin/cache?route=expenses`` purges one route for every token. With the
-redis backend the purge is seen by every instance sharing the Redis.
+``DELETE /admin/cache`` purges every entry of this namespace and of the upstream in
+use; ``DELETE /admin/cache?route=expenses`` purges one route for every token. With the
+redis backend the purge is seen by every instance sharing the Redis and the upstream;
+the memory backend's purge drops what it holds of every upstream.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import logging
 import orjson
 from aiohttp import web
 
-from gateway.cache.breaker import GuardedCache
 from gateway.comparison.shadow import Shadow
 from gateway.config.live import LiveConfig
 from gateway.errors import (
@@ -22,13 +22,13 @@ from gateway.errors import (
     InvalidParameters,
     ParameterProblem,
 )
+from gateway.http.binding import UPSTREAMS
 from gateway.http.edge import REQUEST_ID, Handler
 from gateway.http.problems import problem_response
 from gateway.records.routes import ROUTES
 
 log = logging.getLogger("gateway.admin")
 LIVE = web.AppKey("live", LiveConfig)
-CACHE = web.AppKey("cache", GuardedCache)
 SHADOW = web.AppKey("shadow", Shadow)
 _ROUTE_NAMES = tuple(route.name for route in ROUTES)
 
@@ -62,7 +62,7 @@ async def purge_cache(request: web.Request) -> web.StreamResponse:
         problems.append(ParameterProblem("route", "must be one of " + ", ".join(_ROUTE_NAMES)))
     if problems:
         raise InvalidParameters(problems)
-    backend = request.app[CACHE].backend
+    backend = request.app[UPSTREAMS].current.cache.backend
     try:
         purged = await backend.purge(route)
     except CacheUnavailable as exc:

@@ -1,8 +1,8 @@
 """The app factory: routes, the edge around them, and the lifetimes of shared resources.
 
-The typed app state is declared beside the handlers that read it (``LIVE`` and
-``CACHE`` in ``admin``, ``PIPELINE`` and ``RECORDS`` in ``records``, ``READINESS``,
-``METRICS`` and ``OPENAPI`` in ``service``); ``COERCIONS`` here.
+The typed app state is declared beside the types it holds (``LIVE`` in ``admin``,
+``RECORDS`` in ``records``, ``UPSTREAMS`` in ``binding``, ``METRICS`` and ``OPENAPI``
+in ``service``); ``COERCIONS`` here.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +29,15 @@ from gateway.cache.memory import MemoryBackend, NullBackend
 from gateway.comparison.shadow import Shadow
 from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint
 from gateway.config.settings import CacheSettings, Settings, UpstreamSettings
-from gateway.http.admin import ADMIN_ROUTES, CACHE, LIVE, SHADOW
+from gateway.errors import ConfigError
+from gateway.http.admin import ADMIN_ROUTES, LIVE, SHADOW
+from gateway.http.binding import UPSTREAMS, UpstreamBinding, Upstreams
 from gateway.http.edge import Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
-from gateway.http.records import PIPELINE, RECORDS, RecordHandlers
+from gateway.http.records import RECORDS, RecordHandlers
 from gateway.http.service import (
     METRICS,
     OPENAPI,
-    READINESS,
     healthz,
     metrics,
     openapi_json,
@@ -55,8 +57,6 @@ from gateway.upstream.link import UpstreamLink
 
 log = logging.getLogger("gateway.app")
 COERCIONS = web.AppKey("coercions", CoercionCounts)
-# the fleet's announcements, set only when the cache is Redis
-FLEET = web.AppKey("fleet", Fleet)
 
 
 def create_app(
@@ -215,55 +215,82 @@ def _key_secret(settings: CacheSettings) -> bytes:
     return MemoryBackend.new_secret()
 
 
-async def _pipeline_ctx(
-    app: web.Application, *, clock: Clock, monotonic: Callable[[], float]
-) -> AsyncIterator[None]:
-    """The upstream session and the cache backend for the life of the app."""
-    live = app[LIVE]
-    settings = live.settings
-    metrics_ = app[METRICS]
+@dataclass(frozen=True, slots=True)
+class ProcessParts:
+    """What every upstream binding of the process shares, kept across switches: the
+    running configuration, the metrics, the normaliser (and its coercion counts), the
+    memo of identity bodies, the secret of the token fingerprints (random per process
+    without ``cache.key_secret``), the clocks, the shadow traffic (whose report goes
+    on across switches, starting again when the primary changes), and the memory or
+    null backend (``local_backend``; None with Redis, whose backends are each
+    binding's own)."""
+
+    live: LiveConfig
+    metrics: Metrics
+    normaliser: Normaliser
+    bodies: IdentityBodies
+    secret: bytes
+    clock: Clock
+    monotonic: Callable[[], float]
+    shadow: Shadow
+    local_backend: CacheBackend | None
+
+
+def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
+    """Everything bound to ``settings.upstream.base_url`` (``gateway.http.binding``),
+    its background work started. Raises ValueError, naming the key, when the
+    upstream's TLS files do not load, before anything is made."""
+    metrics_ = parts.metrics
+    link = UpstreamLink(settings.upstream)  # the one part that may fail: made first
     keyer = Keyer(
         namespace=settings.cache.namespace,
         base_url=settings.upstream.base_url,
-        secret=_key_secret(settings.cache),
+        secret=parts.secret,
     )
-    backend = create_backend(settings.cache, prefix=keyer.prefix, clock=clock)
-    backend.start()
+    own_backend = None
+    backend = parts.local_backend
+    if backend is None:
+        backend = own_backend = create_backend(
+            settings.cache, prefix=keyer.prefix, clock=parts.clock
+        )
+        backend.start()
+    binding: UpstreamBinding
+
+    def cache_changed(state: CircuitState) -> None:
+        if binding.serving:
+            metrics_.circuit_changed(backend.name, state.value)
+
+    def upstream_changed(state: CircuitState) -> None:
+        if binding.serving:
+            metrics_.upstream_circuit_changed(state.value)
+
     metrics_.circuit_changed(backend.name, CircuitState.CLOSED.value)
     cache = GuardedCache(
         backend,
-        _breaker(
-            settings.cache,
-            on_change=lambda state: metrics_.circuit_changed(backend.name, state.value),
-        ),
+        _breaker(settings.cache, on_change=cache_changed),
         on_error=metrics_.cache_errors.labels(backend.name).inc,
     )
-    link = UpstreamLink(settings.upstream)
     upstream_breaker = _breaker(
         settings.upstream,
         streak_window_s=settings.upstream.breaker_window_s,
         name="upstream",
         skipping="answering from the cache only, without calling the upstream",
-        monotonic=monotonic,
-        on_change=lambda state: metrics_.upstream_circuit_changed(state.value),
+        monotonic=parts.monotonic,
+        on_change=upstream_changed,
     )
     upstream = UpstreamClient(link, settings.upstream, breaker=upstream_breaker, metrics=metrics_)
-    shared = multiprocess_dir()
-    shadow = Shadow(
-        settings.upstream, metrics=metrics_, shared=None if shared is None else Path(shared)
-    )
     pipeline = RecordPipeline(
         upstream=upstream,
-        normaliser=Normaliser(app[COERCIONS]),
+        normaliser=parts.normaliser,
         cache=None if settings.cache.backend == "none" else cache,
         keyer=keyer,
         policy=CachePolicy.from_settings(settings.cache),
-        clock=clock,
-        bodies=IdentityBodies(settings.cache.identity_memo_max_bytes),
+        clock=parts.clock,
+        bodies=parts.bodies,
         metrics=metrics_,
-        shadow=shadow,
+        shadow=parts.shadow,
     )
-    fleet = _fleet_of(backend, keyer.prefix, live, metrics_)
+    fleet = _fleet_of(backend, keyer.prefix, parts.live, metrics_)
     readiness = Readiness(
         upstream=upstream.health,
         upstream_check=upstream.check,
@@ -273,36 +300,83 @@ async def _pipeline_ctx(
         fleet=None if fleet is None else fleet.report,
         upstream_circuit=lambda: upstream_breaker.state.value,
     )
+    binding = UpstreamBinding(
+        pipeline, cache, readiness, link, fleet=fleet, own_backend=own_backend
+    )
+    return binding
+
+
+async def _pipeline_ctx(
+    app: web.Application, *, clock: Clock, monotonic: Callable[[], float]
+) -> AsyncIterator[None]:
+    """The upstream binding (the upstream's session, the cache backend, the pipeline)
+    for the life of the app; a reload that changes ``upstream.base_url`` switches to a
+    new one (``gateway.http.binding``)."""
+    live = app[LIVE]
+    settings = live.settings
+    metrics_ = app[METRICS]
+    shared = multiprocess_dir()
+    local_backend: CacheBackend | None = None
+    if settings.cache.backend != "redis":
+        local_backend = create_backend(settings.cache, prefix="", clock=clock)
+        local_backend.start()
+    parts = ProcessParts(
+        live=live,
+        metrics=metrics_,
+        normaliser=Normaliser(app[COERCIONS]),
+        bodies=IdentityBodies(settings.cache.identity_memo_max_bytes),
+        secret=_key_secret(settings.cache),
+        clock=clock,
+        monotonic=monotonic,
+        shadow=Shadow(
+            settings.upstream, metrics=metrics_, shared=None if shared is None else Path(shared)
+        ),
+        local_backend=local_backend,
+    )
+    app[SHADOW] = parts.shadow
+    upstreams = Upstreams(bind_upstream(settings, parts), records=app[RECORDS])
+    app[UPSTREAMS] = upstreams
+    background: set[asyncio.Future[None]] = set()
 
     def apply(new: Settings) -> None:
-        old_ttls = pipeline.policy.ttl_s
-        pipeline.policy = CachePolicy.from_settings(new.cache)
-        for route, ttl in pipeline.policy.ttl_s.items():
+        current = upstreams.current
+        old_ttls = current.pipeline.policy.ttl_s
+        if new.upstream.base_url != current.base_url:
+            try:
+                binding = bind_upstream(new, parts)
+            except ValueError as exc:
+                raise ConfigError(f"upstream.{exc}") from exc
+            upstreams.switch(binding)
+            metrics_.upstream_switched()
+            log.info(
+                "upstream switched: new requests go to the new upstream, those in flight"
+                " finish on the old one",
+                extra={
+                    "event": "upstream_switch",
+                    "from_url": current.base_url,
+                    "to_url": binding.base_url,
+                    "in_flight": current.pipeline.reads_in_progress,
+                },
+            )
+        else:
+            current.pipeline.policy = CachePolicy.from_settings(new.cache)
+            current.upstream.reconfigure(new.upstream)
+            current.readiness.interval_s = new.health.check_interval_s
+        now = upstreams.current
+        for route, ttl in now.pipeline.policy.ttl_s.items():
             if old_ttls.get(route) != ttl:
-                announcing = asyncio.ensure_future(backend.announce(route))
+                announcing = asyncio.ensure_future(now.cache.backend.announce(route))
                 background.add(announcing)
                 announcing.add_done_callback(background.discard)
-        upstream.reconfigure(new.upstream)
-        shadow.reconfigure(new.upstream)
-        readiness.interval_s = new.health.check_interval_s
+        parts.shadow.reconfigure(new.upstream)
         set_level(new.log.level)
 
-    background: set[asyncio.Future[None]] = set()
     live.on_change(apply)
-    app[CACHE] = cache
-    app[PIPELINE] = pipeline
-    app[READINESS] = readiness
-    app[SHADOW] = shadow
-    app[RECORDS].pipeline = pipeline
-    if fleet is not None:
-        app[FLEET] = fleet
     try:
         yield
     finally:
         app[RECORDS].pipeline = None
-        await pipeline.close()
-        await shadow.close()
-        if fleet is not None:
-            await fleet.close()
-        await backend.close()
-        await link.close()
+        await upstreams.close()
+        await parts.shadow.close()
+        if local_backend is not None:
+            await local_backend.close()

@@ -66,7 +66,8 @@ class RecordHandlers:
     def __init__(self, edge: Edge, live: LiveConfig) -> None:
         self.edge = edge
         self.live = live
-        self.pipeline: RecordPipeline | None = None  # the app's, once it has started
+        # the current upstream binding's (gateway.http.binding), once the app has started
+        self.pipeline: RecordPipeline | None = None
         self._memos = {route.name: QueryMemo() for route in ROUTES}
         # the record routes by path (list routes) and by the path above the id (id routes)
         self._list_routes = {route.template: route for route in ROUTES if not route.path_param}
@@ -126,7 +127,10 @@ class RecordHandlers:
         async def read(request: web.Request) -> web.StreamResponse:
             headers = request.headers
             credentials = parse_authorization(headers.get("Authorization"))
-            pipeline = request.app[PIPELINE]
+            # taken once: the request is served by this upstream binding's pipeline to
+            # its end, whatever upstream a reload switches to meanwhile
+            pipeline = self.pipeline
+            assert pipeline is not None, "the record handlers run once the app has started"
             fingerprint = pipeline.keyer.fingerprint(credentials.authorization)
             trace = current_trace()
             if trace is not None:
@@ -163,4 +167,3 @@ RECORDS = web.AppKey("records", RecordHandlers)
 # The cache read already made for this request (by the fast path, which then handed
 # the request on): its handler's read takes it instead of reading the cache again.
 PRIOR_READ = web.RequestKey("prior_read", StoredRead)
-PIPELINE = web.AppKey("pipeline", RecordPipeline)

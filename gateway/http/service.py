@@ -6,13 +6,12 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
+from gateway.http.binding import UPSTREAMS
 from gateway.http.replies import JSON
-from gateway.ops.health import Readiness
 from gateway.ops.metrics import CONTENT_TYPE, Metrics
 
 _HEALTHY = b'{"status":"ok"}'
 
-READINESS = web.AppKey("readiness", Readiness)
 METRICS = web.AppKey("metrics", Metrics)
 OPENAPI = web.AppKey("openapi", bytes)  # the document, written once at start
 
@@ -23,8 +22,9 @@ async def healthz(request: web.Request) -> web.StreamResponse:
 
 
 async def readyz(request: web.Request) -> web.StreamResponse:
-    """Readiness: each component ok, degraded or down; 503 when nothing can be served."""
-    status, report = await request.app[READINESS].report()
+    """Readiness of the upstream in use and its cache: each component ok, degraded or
+    down; 503 when nothing can be served."""
+    status, report = await request.app[UPSTREAMS].current.readiness.report()
     return web.Response(
         status=status,
         body=orjson.dumps(report),

@@ -279,6 +279,11 @@ class Metrics:
             ["state"],
             registry=r,
         )
+        self.upstream_switches = Counter(
+            "gateway_upstream_switches_total",
+            "Reloads that pointed the gateway at another upstream.base_url",
+            registry=r,
+        )
         self.upstream_retries = Counter(
             "gateway_upstream_retries_total",
             "Upstream requests sent again on a new connection because the pooled one"
@@ -378,6 +383,11 @@ class Metrics:
         """The upstream circuit went to ``state`` (closed, half-open or open)."""
         self.upstream_circuit_state.set(CIRCUIT_VALUES[state])
         self.upstream_circuit_changes.labels(state).inc()
+
+    def upstream_switched(self) -> None:
+        """A reload pointed the gateway at another upstream, whose circuit starts closed."""
+        self.upstream_switches.inc()
+        self.upstream_circuit_state.set(CIRCUIT_VALUES["closed"])
 
     def exposition(self) -> bytes:
         """The text exposition: this process's registry, or every worker's sum."""

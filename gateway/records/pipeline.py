@@ -211,6 +211,10 @@ class RecordPipeline:
         self.policy = policy
         self._clock = clock
         self._inflight: Coalescer[_Fetched] = Coalescer()
+        # reads in progress (read, stored_fresh), and the future of quiet() while
+        # someone waits for them to end
+        self._reads = 0
+        self._quiet: asyncio.Future[None] | None = None
 
     @property
     def keyer(self) -> Keyer:
@@ -233,6 +237,30 @@ class RecordPipeline:
     def in_flight(self) -> int:
         """Upstream fetches and background refreshes running now."""
         return len(self._inflight)
+
+    @property
+    def reads_in_progress(self) -> int:
+        """Calls of :meth:`read` and :meth:`stored_fresh` that have not returned yet."""
+        return self._reads
+
+    async def quiet(self) -> None:
+        """Return once no read of this pipeline is in progress (at once when none is).
+        A read counts from its first step: at once for a call awaited where it is
+        made, as the handlers make theirs; from the task's first step for one made a
+        task (the fast path's ``stored_fresh``), which comes before the first step of
+        any task created after it."""
+        while self._reads:
+            if self._quiet is None:
+                self._quiet = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._quiet)
+
+    def _read_ended(self) -> None:
+        self._reads -= 1
+        quiet = self._quiet
+        if not self._reads and quiet is not None:
+            self._quiet = None
+            if not quiet.done():
+                quiet.set_result(None)
 
     async def close(self) -> None:
         """Cancel background refreshes and fetches still in flight."""
@@ -274,7 +302,11 @@ class RecordPipeline:
         cache = self._cache
         if cache is None or not self.policy.ttl_s.get(key.route):
             return StoredRead(None, key.text, None)
-        lookup = await cache.get(key)
+        self._reads += 1
+        try:
+            lookup = await cache.get(key)
+        finally:
+            self._read_ended()
         entry = None if lookup is None else lookup.entry
         if entry is not None and entry.status == 200 and entry.left(self._clock()) > 0:
             return StoredRead(entry, key.text, lookup)
@@ -316,6 +348,7 @@ class RecordPipeline:
         if key is None:
             key = self._keyer.key(query, credentials)
         job = _Read(key, query, credentials, request_id, ttl)
+        self._reads += 1
         try:
             return await self._read(job, directives, gzip, prior)
         except CacheCorrupt as exc:
@@ -328,6 +361,8 @@ class RecordPipeline:
             return _served(
                 fetched.entry, self._represent_fill(fetched, gzip), MISS, detail, left=ttl
             )
+        finally:
+            self._read_ended()
 
     async def _read(
         self, job: _Read, directives: Directives, gzip: bool, prior: StoredRead | None = None

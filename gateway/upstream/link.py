@@ -203,6 +203,11 @@ class UpstreamLink:
                 url, headers=headers, timeout=left, allow_redirects=False, ssl=self._ssl
             )
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has closed the pool (no request can go out on it)."""
+        return self._session.closed and self._fresh.closed
+
     async def close(self) -> None:
         await self._session.close()
         await self._fresh.close()

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import OutOfMemoryError
 
 from gateway.demo import RequestLog
-from gateway.http.admin import CACHE
+from gateway.http.binding import UPSTREAMS
 from gateway.ops.circuit import CircuitState
 
 from ..conftest import AUTH, GatewayFactory, base_url, redis_cache
@@ -130,7 +130,7 @@ async def test_a_full_noeviction_redis_degrades_readiness_and_opens_the_breaker(
     for page in range(4, 14):
         await served_from_the_upstream(client, f"/users?page={page}")
     assert await circuit_state(client) == OPEN
-    assert client.app[CACHE].breaker.state is CircuitState.OPEN
+    assert client.app[UPSTREAMS].current.cache.breaker.state is CircuitState.OPEN
     cache = (await ready(client))[1]["components"]["cache"]
     assert (cache["status"], cache["circuit"]) == ("degraded", "open")
     assert cache["lastError"] == OOM

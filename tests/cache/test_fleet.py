@@ -18,8 +18,7 @@ from gateway.cache.fleet import Fleet
 from gateway.config.live import ConfigSource
 from gateway.demo import RequestLog
 from gateway.http.admin import LIVE
-from gateway.http.app import FLEET
-from gateway.http.records import PIPELINE
+from gateway.http.binding import UPSTREAMS
 from gateway.records.credentials import parse_authorization
 from gateway.records.routes import ROUTES, parse_record_query
 
@@ -29,6 +28,7 @@ from ..conftest import (
     FakeClock,
     GatewayFactory,
     base_url,
+    fleet_of,
     near_cache_live,
     near_of,
     redis_cache,
@@ -74,7 +74,7 @@ async def fetch(client: Client, path: str) -> tuple[int, bytes, str, str]:
 
 
 def prefix_of(client: Client) -> str:
-    pipeline = client.app[PIPELINE]
+    pipeline = client.app[UPSTREAMS].current.pipeline
     return pipeline.keyer.prefix
 
 
@@ -121,7 +121,8 @@ def lease_of_users(client: Client) -> str:
     """The Redis key of the fill lease of ``GET /users`` with AUTH's token."""
     users = next(route for route in ROUTES if route.name == "users")
     query = parse_record_query(users, None, [], max_limit=100)
-    key = client.app[PIPELINE].keyer.key(query, parse_authorization(AUTH["Authorization"]))
+    keyer = client.app[UPSTREAMS].current.keyer
+    key = keyer.key(query, parse_authorization(AUTH["Authorization"]))
     return lease_key(key)
 
 
@@ -283,7 +284,7 @@ async def test_instances_that_disagree_on_the_cache_configuration_are_reported(
 
     async def announce_all() -> None:
         for client in (first, second):
-            await client.app[FLEET].announce()
+            await fleet_of(client).announce()
 
     await announce_all()
     for client in (first, second):
@@ -320,13 +321,13 @@ async def test_instances_that_disagree_on_the_cache_configuration_are_reported(
     logged = [r for r in caplog.records if getattr(r, "event", None) == "fleet_disagreement"]
     assert len(logged) == 2  # once by each instance, not once per announcement
     assert {r.__dict__["theirs"] for r in logged} == {
-        first.app[FLEET].report()["fingerprint"],
-        second.app[FLEET].report()["fingerprint"],
+        fleet_of(first).report()["fingerprint"],
+        fleet_of(second).report()["fingerprint"],
     }
 
     # the instance that differed stops: the fleet agrees again
     await first.close()
-    await second.app[FLEET].announce()
+    await fleet_of(second).announce()
     report = await (await second.get("/readyz")).json()
     assert report["components"]["fleet"]["status"] == "ok"
     assert report["components"]["fleet"]["instances"] == 1

@@ -25,7 +25,7 @@ from gateway.cache.near import invalidation_channel
 from gateway.cache.topology import connect
 from gateway.config.settings import CacheSettings
 from gateway.demo import RequestLog
-from gateway.http.records import PIPELINE
+from gateway.http.binding import UPSTREAMS
 
 from ..conftest import (
     AUTH,
@@ -101,7 +101,7 @@ async def test_cluster_spreads_entries_over_every_shard_and_purges_across_slots(
     for path in paths:
         assert (await fetch(client, path))[2] == "HIT"  # read from Redis: no near cache
     assert len(upstream_log) == 60
-    prefix = client.app[PIPELINE].keyer.prefix
+    prefix = client.app[UPSTREAMS].current.pipeline.keyer.prefix
     per_node = []
     for node in redis_cluster_nodes:
         host, port = node.split(":")
@@ -168,7 +168,7 @@ async def test_sentinel_mode_serves_and_purges(
     # what was written went to the primary the sentinels name
     host, port = redis_sentinel.master_address()
     primary = redis.Redis(host=host, port=port)
-    prefix = client.app[PIPELINE].keyer.prefix
+    prefix = client.app[UPSTREAMS].current.pipeline.keyer.prefix
     assert len([key async for key in primary.scan_iter(f"{prefix}:e:*")]) == 1
     await primary.aclose()
 
@@ -433,7 +433,7 @@ async def test_a_cluster_purge_while_the_generations_node_stalls(
     first, second = await instances(
         gateway_factory, upstream, cluster_cache(redis_cluster_nodes, redis_timeout_ms=200), 2
     )
-    prefix = first.app[PIPELINE].keyer.prefix
+    prefix = first.app[UPSTREAMS].current.pipeline.keyer.prefix
     assert key_slot(generation_key(prefix, "users").encode()) == key_slot(
         invalidation_channel(prefix).encode()
     )
@@ -494,7 +494,7 @@ async def test_subscriptions_follow_the_channels_slot_to_another_node(
     instance learns it from Redis's MOVED and subscribes there, and purges are
     confirmed by both again."""
     clients = await instances(gateway_factory, upstream, cluster_cache(redis_cluster_nodes), 2)
-    prefix = clients[0].app[PIPELINE].keyer.prefix
+    prefix = clients[0].app[UPSTREAMS].current.pipeline.keyer.prefix
     slot = key_slot(invalidation_channel(prefix).encode())
     nodes = [
         redis.Redis(host=host, port=int(port))

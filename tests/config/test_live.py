@@ -16,10 +16,10 @@ from pytest_aiohttp import AiohttpClient, AiohttpServer
 from gateway.config.live import ConfigSource, LiveConfig
 from gateway.config.settings import Settings
 from gateway.demo import REQUEST_LOG, create_demo_app
+from gateway.errors import ConfigError
 from gateway.http.admin import LIVE
 from gateway.http.app import create_app
-from gateway.http.records import PIPELINE
-from gateway.http.service import READINESS
+from gateway.http.binding import UPSTREAMS
 
 from ..conftest import AUTH, FakeClock, base_url, gateway_client
 
@@ -138,7 +138,7 @@ async def test_a_new_ttl_applies_to_the_next_miss(start: Start, config: ConfigFi
         None,
     )
     assert live(client).settings.cache.ttl_s.users == 120
-    assert client.app[PIPELINE].policy.ttl_s["users"] == 120
+    assert client.app[UPSTREAMS].current.pipeline.policy.ttl_s["users"] == 120
     assert await cache_control(client, "/users?page=2") == ("MISS", "private, max-age=120")
     # an entry stored before the reload keeps the TTL it was stored with
     assert await cache_control(client, "/users") == ("HIT", "private, max-age=300")
@@ -178,7 +178,7 @@ async def test_upstream_timeout_limits_and_check_interval_apply(
     config.set("health", "check_interval_s", 0.5)
     result = live(client).reload()
     assert result.applied == ["health.check_interval_s", "limits.max_limit", "upstream.timeout_s"]
-    assert client.app[READINESS].interval_s == 0.5
+    assert client.app[UPSTREAMS].current.readiness.interval_s == 0.5
 
     too_many = await client.get("/clients?limit=50", headers=AUTH)
     assert too_many.status == 400
@@ -202,28 +202,79 @@ async def test_turning_the_fast_path_on_or_off_needs_a_restart(
 
 
 async def test_changes_that_need_a_restart_are_reported_not_applied(
-    start: Start, config: ConfigFile, aiohttp_server: AiohttpServer
+    start: Start, config: ConfigFile, upstream: TestServer
 ) -> None:
     client = await start(config)
     before = live(client).settings
-    other = await aiohttp_server(create_demo_app())
     config.set("server", "port", 9999)
-    config.set("upstream", "base_url", base_url(other))
+    config.set("upstream", "max_connections", 7)
     config.set("cache", "backend", "none")
     config.set("cache", "ttl_s.users", 100)
     result = live(client).reload()
     assert result.ok
     assert result.applied == ["cache.ttl_s"]
-    assert result.needs_restart == ["cache.backend", "server.port", "upstream.base_url"]
+    assert result.needs_restart == ["cache.backend", "server.port", "upstream.max_connections"]
     settings = live(client).settings
     assert settings.server.port == before.server.port == 8080
-    assert settings.upstream.base_url == before.upstream.base_url
+    assert settings.upstream.max_connections == before.upstream.max_connections
     assert settings.cache.backend == "memory"
     assert settings.cache.ttl_s.users == 100
-    # still served by the first upstream, still cached
+    # still cached
     assert (await client.get("/users", headers=AUTH)).headers["X-Cache"] == "MISS"
     assert (await client.get("/users", headers=AUTH)).headers["X-Cache"] == "HIT"
-    assert len(other.app[REQUEST_LOG]) == 0
+    assert len(upstream.app[REQUEST_LOG].for_path("/users")) == 1
+
+
+async def test_a_new_base_url_is_applied_and_a_restart_only_change_beside_it_is_not(
+    start: Start, config: ConfigFile, upstream: TestServer, aiohttp_server: AiohttpServer
+) -> None:
+    client = await start(config)
+    other = await aiohttp_server(create_demo_app())
+    config.set("upstream", "base_url", base_url(other))
+    config.set("server", "port", 9999)
+    result = live(client).reload()
+    assert (result.ok, result.applied, result.needs_restart) == (
+        True,
+        ["upstream.base_url"],
+        ["server.port"],
+    )
+    assert live(client).settings.upstream.base_url == base_url(other)
+    assert live(client).settings.server.port == 8080
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    assert len(other.app[REQUEST_LOG].for_path("/users")) == 1
+    assert len(upstream.app[REQUEST_LOG]) == 0
+
+
+async def test_a_part_that_refuses_new_settings_refuses_the_reload(
+    start: Start, config: ConfigFile, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await start(config)
+    seen: list[int] = []
+    live(client).on_change(lambda new: seen.append(new.cache.ttl_s.users))
+
+    def refuse(new: Settings) -> None:
+        if new.cache.ttl_s.users == 7:
+            raise ConfigError("cache.ttl_s.users: this part does not take 7")
+
+    live(client).on_change(refuse)
+    config.set("cache", "ttl_s.users", 7)
+    result = live(client).reload()
+    assert (result.ok, result.applied, result.error) == (
+        False,
+        [],
+        "cache.ttl_s.users: this part does not take 7",
+    )
+    # the part before the one that refused was given the new settings, then the running ones
+    assert seen == [7, 300]
+    assert live(client).settings.cache.ttl_s.users == 300
+    assert client.app[UPSTREAMS].current.pipeline.policy.ttl_s["users"] == 300
+    assert (await client.get("/users", headers=AUTH)).headers["Cache-Control"] == (
+        "private, max-age=300"
+    )
+    refused = [r for r in caplog.records if getattr(r, "ok", None) is False]
+    assert [r.getMessage() for r in refused] == [
+        "config reload refused; the running configuration stays"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -244,7 +295,7 @@ async def test_an_invalid_file_is_refused_and_the_settings_stay(
 ) -> None:
     client = await start(config)
     before = live(client).settings
-    policy = client.app[PIPELINE].policy
+    policy = client.app[UPSTREAMS].current.pipeline.policy
     config.set(*change)
     result = live(client).reload()
     assert (result.ok, result.applied, result.needs_restart) == (False, [], [])
@@ -252,7 +303,7 @@ async def test_an_invalid_file_is_refused_and_the_settings_stay(
     assert result.error.startswith(error)
     assert "short-secret" not in result.error
     assert live(client).settings is before
-    assert client.app[PIPELINE].policy is policy
+    assert client.app[UPSTREAMS].current.pipeline.policy is policy
     refused = [r for r in caplog.records if r.name == "gateway.config"]
     assert [(r.levelname, r.getMessage()) for r in refused] == [
         ("ERROR", "config reload refused; the running configuration stays")

@@ -29,7 +29,8 @@ from gateway.cache.entry import IDENTITY, CacheEntry
 from gateway.fastpath.connection import FastPathServer, WireHeads
 from gateway.fastpath.server import FastPathRunner, make_runner
 from gateway.http.app import create_app
-from gateway.http.records import PIPELINE, RECORDS
+from gateway.http.binding import UPSTREAMS
+from gateway.http.records import RECORDS
 from gateway.http.replies import reply_headers
 from gateway.http.service import METRICS
 from gateway.records.pipeline import hit_reply
@@ -352,7 +353,7 @@ async def test_a_hit_from_the_bytes_is_logged_and_counted_as_aiohttp_s_own_answe
 
     assert logged("from-the-bytes") == logged("the-full-way")
     assert logged("from-the-bytes") == ("request", "GET", "expenses", 200, "hit", None, None)
-    fingerprint = client.app[PIPELINE].keyer.fingerprint(AUTH["Authorization"])
+    fingerprint = client.app[UPSTREAMS].current.pipeline.keyer.fingerprint(AUTH["Authorization"])
     for record in lines.values():
         assert vars(record)["token_fingerprint"] == fingerprint
         assert vars(record)["duration_ms"] >= 0
@@ -580,7 +581,7 @@ async def test_a_fault_in_a_hit_from_the_bytes_still_answers_the_request_with_it
     and the fault is logged as an error."""
     client, port = await served_fast(aiohttp_client, base_url(upstream))
     await client.get(LIST, headers=AUTH)
-    pipeline = client.app[PIPELINE]
+    pipeline = client.app[UPSTREAMS].current.pipeline
 
     def broken(*args: Any) -> Any:
         raise RuntimeError("a bug in the hit path")

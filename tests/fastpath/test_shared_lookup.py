@@ -26,7 +26,7 @@ from gateway.cache.entry import CacheEntry, CacheKey, Generations, generation_ke
 from gateway.cache.redis import BATCH_MAX_KEYS, RedisBackend
 from gateway.errors import CacheUnavailable
 from gateway.fastpath.connection import HELD_MAX, GatewayConnection
-from gateway.http.records import PIPELINE
+from gateway.http.binding import UPSTREAMS
 from gateway.records.pipeline import StoredRead
 
 from ..conftest import GatewayFactory, base_url, near_cache_live, near_of, redis_cache
@@ -327,7 +327,7 @@ async def test_a_caller_pipelining_on_and_on_is_held_within_bounds(
     reads are in flight (aiohttp's way takes what is pipelined past LOOKUP_REST_MAX)."""
     client, port = await fast_gateway(gateway_factory, upstream, redis_url, near_cache=False)
     (stored,) = await exchange(port, request_bytes(PAGES[0]))
-    pipeline = client.app[PIPELINE]
+    pipeline = client.app[UPSTREAMS].current.pipeline
     read = pipeline.stored_fresh
 
     async def slow(key: CacheKey) -> StoredRead:

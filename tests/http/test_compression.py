@@ -27,7 +27,7 @@ from pytest_aiohttp import AiohttpServer
 from gateway.cache.coding import gzip_etag, stored_body
 from gateway.cache.entry import GZIP, IDENTITY, CacheEntry, etag_of
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
-from gateway.http.records import PIPELINE
+from gateway.http.binding import UPSTREAMS
 from gateway.records import pipeline as pipeline_module
 
 from ..conftest import FakeClock, GatewayFactory, base_url, redis_cache
@@ -269,7 +269,7 @@ async def test_every_record_reply_says_vary_accept_encoding(
     server = await aiohttp_server(create_demo_app())
     client = await gateway_factory(base_url(server), clock=clock, cache={"ttl_s": {"users": 0}})
     port = port_of(client)
-    pipeline = client.app[PIPELINE]
+    pipeline = client.app[UPSTREAMS].current.pipeline
     answered: list[tuple[Answer, str, bool]] = []  # the answer, its path, gzip or not
 
     async def ask(path: str, x_cache: str, *accept_encodings: str | None, **headers: str) -> None:
@@ -391,7 +391,7 @@ async def test_the_memo_of_identity_bodies_stays_within_its_bytes(
     limit = 40_000
     client = await gateway_factory(base_url(upstream), cache={"identity_memo_max_bytes": limit})
     port = port_of(client)
-    memo = client.app[PIPELINE].identity_bodies
+    memo = client.app[UPSTREAMS].current.pipeline.identity_bodies
     pages = [f"/expenses?limit=10&page={n}" for n in range(1, 21)]
     zipped = await exchange(port, *(gzip_request(page) for page in pages))
     for page, stored in zip(pages, zipped, strict=True):

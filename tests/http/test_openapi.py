@@ -30,7 +30,6 @@ from gateway.config.settings import Settings
 from gateway.demo import create_demo_app
 from gateway.errors import InvalidParameters
 from gateway.http.admin import LIVE
-from gateway.http.app import FLEET
 from gateway.http.openapi import openapi_bytes, openapi_document
 from gateway.normalise.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.normalise.schema import (
@@ -44,7 +43,7 @@ from gateway.normalise.schema import (
 )
 from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
 
-from ..conftest import AUTH, GatewayFactory, base_url, redis_cache
+from ..conftest import AUTH, GatewayFactory, base_url, fleet_of, redis_cache
 
 Gateway = TestClient[web.Request, web.Application]
 EXPENSE_ID = "b1a6b1f1-620e-49d3-bb33-f3d8269cd696"
@@ -651,7 +650,7 @@ async def test_readiness_with_a_redis_cache_matches_the_document(
     client = await gateway_factory(base_url(upstream), cache=redis_cache(redis_url))
     contract = Contract(openapi_document(client.app[LIVE].settings))
     await client.get("/users", headers=AUTH)
-    await client.app[FLEET].announce()
+    await fleet_of(client).announce()
     response = await client.get("/readyz")
     assert response.status == 200
     body = await contract.check("/readyz", response)

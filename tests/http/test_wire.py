@@ -38,7 +38,7 @@ from yarl import URL
 
 from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.http.app import create_app
-from gateway.http.records import PIPELINE
+from gateway.http.binding import UPSTREAMS
 from gateway.http.unrouted import Unrouted
 from gateway.ops.logs import MalformedRequestFilter
 from gateway.records.routes import ROUTES, encode_segment
@@ -151,7 +151,7 @@ async def send_and_read_all(port: int, data: bytes, count: int) -> tuple[list[An
 def count_full_reads(app: web.Application, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many requests reach the pipeline's ``read`` (through aiohttp's router and a
     route's handler); a hit answered from the connection's bytes does not."""
-    pipeline = app[PIPELINE]
+    pipeline = app[UPSTREAMS].current.pipeline
     read = pipeline.read
     counted = [0]
 

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import create_demo_app
-from gateway.http.records import PIPELINE
+from gateway.http.binding import UPSTREAMS
 from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging
 
 from ..conftest import AUTH, TOKEN, GatewayFactory, base_url
@@ -224,7 +224,7 @@ async def test_one_access_line_per_request_and_never_a_token(
         assert by_id[request_id]["upstream_ms"] is None
 
     # one fingerprint per token, keyed (not a plain hash anyone could compute)
-    keyer = client.app[PIPELINE].keyer
+    keyer = client.app[UPSTREAMS].current.pipeline.keyer
     demo = by_id["miss"]["token_fingerprint"]
     assert demo == keyer.fingerprint(f"Bearer {TOKEN}")
     assert FINGERPRINT.fullmatch(demo)

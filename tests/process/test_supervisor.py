@@ -262,6 +262,54 @@ async def test_two_workers_both_answer_and_metrics_sum_them(
     assert not any("demo-token" in orjson.dumps(line).decode() for line in gateway.lines)
 
 
+async def test_sighup_switches_every_worker_to_a_new_base_url(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    async with await start_demo_server(seed=7) as other:
+        gateway = await two_workers(tmp_path, fast_upstream, started)
+        workers = {line["pid"] for line in gateway.lines if line.get("event") == "start"}
+        assert len(workers) == 2
+        write_config(gateway.config, other.url, extra="[server]\nworkers = 2\n")
+        gateway.signal(signal.SIGHUP)
+        await gateway.wait_for(lambda line: line.get("event") == "upstream_switch", count=2)
+        switches = [line for line in gateway.lines if line.get("event") == "upstream_switch"]
+        assert {line["pid"] for line in switches} == workers
+        assert {(line["from_url"], line["to_url"]) for line in switches} == {
+            (fast_upstream.url, other.url)
+        }
+        old_calls = len(fast_upstream.app[REQUEST_LOG])
+        # whichever worker takes a new connection, its miss goes to the new upstream
+        answered: set[int] = set()
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            for page in range(1, 201):
+                headers = {**AUTH, "X-Request-ID": f"after-sighup-{page}"}
+                async with http.get(
+                    f"{gateway.url}/users?page={page}", headers=headers
+                ) as response:
+                    assert response.status == 200
+                    assert response.headers["X-Cache"] == "MISS"
+                await gateway.wait_for(
+                    lambda line, page=page: (
+                        line.get("request_id") == f"after-sighup-{page}"
+                        and line.get("logger") == "gateway.access"
+                    )
+                )
+                answered = {
+                    line["pid"]
+                    for line in gateway.lines
+                    if str(line.get("request_id", "")).startswith("after-sighup-")
+                }
+                if answered == workers and page >= 10:
+                    break
+        assert answered == workers, "both workers answered after the reload"
+        assert len(fast_upstream.app[REQUEST_LOG]) == old_calls
+        sent = {entry.request_id for entry in other.app[REQUEST_LOG].for_path("/users")}
+        assert sent == {f"after-sighup-{n}" for n in range(1, page + 1)}
+    gateway.signal(signal.SIGTERM)
+    assert await gateway.wait() == 0
+
+
 async def test_workers_stop_when_the_supervisor_is_killed(
     tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
 ) -> None:

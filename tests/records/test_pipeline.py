@@ -16,8 +16,7 @@ from gateway.cache.entry import generation_key
 from gateway.cache.memory import MemoryBackend
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.errors import CacheUnavailable
-from gateway.http.admin import CACHE
-from gateway.http.records import PIPELINE
+from gateway.http.binding import UPSTREAMS
 from gateway.ops.circuit import CircuitState
 
 from ..conftest import (
@@ -154,7 +153,7 @@ async def test_stale_while_revalidate_serves_at_once_and_refreshes_once(
     assert {r[2]["X-Cache"] for r in replies} == {"STALE"}
     assert {r[2]["Cache-Status"] for r in replies} == {"records-gateway; hit; ttl=-5"}
     assert all(r[1] == first for r in replies)
-    pipeline = client.app[PIPELINE]
+    pipeline = client.app[UPSTREAMS].current.pipeline
     async with asyncio.timeout(10):  # the refresh runs in the background
         while len(log) < 2 or pipeline.in_flight:
             await asyncio.sleep(0.01)
@@ -323,7 +322,7 @@ async def test_redis_faults_never_fail_a_request(
     }
     # The breaker opened: later requests do not even try the dead cache (no request
     # waits on it), and the failures were counted.
-    cache = client.app[CACHE]
+    cache = client.app[UPSTREAMS].current.cache
     assert cache.breaker.state is CircuitState.OPEN
     failures = cache.errors
     assert failures >= 5
@@ -452,7 +451,7 @@ async def test_a_corrupt_purge_generation_is_a_cache_fault_not_a_500(
         assert status == 200
         assert headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"
     # a purge of the route writes a good generation again
-    assert (await client.app[CACHE].backend.purge("users")) is not None
+    assert (await client.app[UPSTREAMS].current.cache.backend.purge("users")) is not None
     assert (await get(client, "/users"))[2]["Cache-Status"] == "records-gateway; fwd=miss; stored"
     await store.aclose()
 
@@ -484,12 +483,12 @@ async def test_a_hit_answers_alike_by_the_short_and_the_full_way(
     the same, header for header."""
     cache = {"backend": "memory"} if backend == "memory" else redis_cache(redis_url)
     client = await gateway_factory(base_url(upstream), clock=clock, cache=cache)
-    backend_ = client.app[CACHE].backend
+    backend_ = client.app[UPSTREAMS].current.cache.backend
     if backend == "redis":  # the near cache serves hits once its channel is live
         async with asyncio.timeout(10):
             while not backend_.near.live:  # type: ignore[attr-defined]
                 await asyncio.sleep(0.01)
-    pipeline = client.app[PIPELINE]
+    pipeline = client.app[UPSTREAMS].current.pipeline
     full_reads = 0
     read = pipeline.read
 
@@ -552,8 +551,8 @@ async def test_a_read_that_returns_after_a_fill_ended_makes_no_second_call(
     gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
 ) -> None:
     client = await gateway_factory(base_url(upstream))
-    backend = ReadsThatOutliveAFill(client.app[PIPELINE].clock)
-    client.app[CACHE].backend = backend
+    backend = ReadsThatOutliveAFill(client.app[UPSTREAMS].current.pipeline.clock)
+    client.app[UPSTREAMS].current.cache.backend = backend
     release = backend.release = asyncio.Event()
     late = asyncio.ensure_future(get(client, "/users"))
     await backend.reading.wait()  # its read found nothing and is still on its way
@@ -587,8 +586,8 @@ async def test_a_request_whose_cache_read_failed_joins_the_fill_in_flight(
     """A cold burst where some reads fail (a loaded Redis) still makes one call."""
     slow = await aiohttp_server(create_demo_app(latency_ms=300))
     client = await gateway_factory(base_url(slow))
-    backend = ReadsThatFailOnDemand(client.app[PIPELINE].clock)
-    client.app[CACHE].backend = backend
+    backend = ReadsThatFailOnDemand(client.app[UPSTREAMS].current.pipeline.clock)
+    client.app[UPSTREAMS].current.cache.backend = backend
     first = asyncio.ensure_future(get(client, "/users"))
     await until(lambda: len(slow.app[REQUEST_LOG]) == 1)  # its fill is calling the upstream
     backend.fail_next = True

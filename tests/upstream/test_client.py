@@ -193,9 +193,9 @@ async def test_base_url_path_prefix_is_kept(
 
 
 async def test_one_session_serves_every_request(gateway: Client) -> None:
-    from gateway.http.records import PIPELINE
+    from gateway.http.binding import UPSTREAMS
 
-    pipeline = gateway.app[PIPELINE]
+    pipeline = gateway.app[UPSTREAMS].current.pipeline
     link = pipeline.upstream._link
     first = link._session
     for _ in range(3):

@@ -25,11 +25,12 @@ from pytest_aiohttp import AiohttpClient
 from gateway.cli import _probe
 from gateway.config.live import ConfigSource
 from gateway.config.settings import load_settings
+from gateway.demo import REQUEST_LOG
 from gateway.demo.server import DemoServer, start_demo_server, tls_context
 from gateway.errors import ConfigError
 from gateway.http.admin import SHADOW
 from gateway.http.app import create_app
-from gateway.http.records import PIPELINE
+from gateway.http.binding import UPSTREAMS
 
 from ..conftest import AUTH, TOKEN, gateway_client, make_settings
 from ..test_cli import free_port, run_cli
@@ -256,7 +257,7 @@ async def test_a_reload_reads_the_ca_file_again(
     source = ConfigSource(config)
     client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
     assert (await users(client))[0] == 200
-    link = client.app[PIPELINE].upstream._link
+    link = client.app[UPSTREAMS].current.pipeline.upstream._link
     context = link._ssl
     response = await client.post("/admin/reload", headers={"Authorization": f"Bearer {ADMIN}"})
     assert response.status == 200
@@ -328,24 +329,59 @@ async def test_demo_upstream_serves_https_and_asks_for_client_certificates(pki: 
         await process.wait()
 
 
-async def test_tls_keys_wait_for_the_restart_a_new_base_url_needs(
+async def test_tls_keys_go_with_a_new_base_url(
     aiohttp_client: AiohttpClient, https_upstream: DemoServer, pki: Pki, tmp_path: Path
 ) -> None:
-    config = tmp_path / "gateway.toml"
-    tail = f'[cache]\nbackend = "none"\n[admin]\ntoken = "{ADMIN}"\n'
-    config.write_text(
-        f'[upstream]\nbase_url = "{https_upstream.url}"\nca_file = "{pki.ca}"\n' + tail
-    )
-    source = ConfigSource(config)
-    client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
-    assert (await users(client))[0] == 200
+    async with await start_demo_server() as plain:
+        config = tmp_path / "gateway.toml"
+        tail = f'[cache]\nbackend = "none"\n[admin]\ntoken = "{ADMIN}"\n'
+        config.write_text(f'[upstream]\nbase_url = "{plain.url}"\n' + tail)
+        source = ConfigSource(config)
+        client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+        assert (await users(client))[0] == 200
+        admin = {"Authorization": f"Bearer {ADMIN}"}
 
-    config.write_text('[upstream]\nbase_url = "http://127.0.0.1:1"\n' + tail)
-    response = await client.post("/admin/reload", headers={"Authorization": f"Bearer {ADMIN}"})
-    result = await response.json()
-    assert result["applied"] == []
-    assert result["needsRestart"] == ["upstream.base_url", "upstream.ca_file"]
-    assert (await users(client))[0] == 200, "still the upstream it runs with, trusted as before"
+        # to the upstream behind a private CA, with that CA: both applied together
+        config.write_text(
+            f'[upstream]\nbase_url = "{https_upstream.url}"\nca_file = "{pki.ca}"\n' + tail
+        )
+        response = await client.post("/admin/reload", headers=admin)
+        result = await response.json()
+        assert result["applied"] == ["upstream.base_url", "upstream.ca_file"]
+        assert result["needsRestart"] == []
+        assert (await users(client))[0] == 200
+        assert len(https_upstream.app[REQUEST_LOG].for_path("/users")) == 1
+
+        # and back to plain HTTP, which takes no TLS keys
+        config.write_text(f'[upstream]\nbase_url = "{plain.url}"\n' + tail)
+        response = await client.post("/admin/reload", headers=admin)
+        result = await response.json()
+        assert result["applied"] == ["upstream.base_url", "upstream.ca_file"]
+        assert (await users(client))[0] == 200
+        assert len(plain.app[REQUEST_LOG].for_path("/users")) == 2
+        assert len(https_upstream.app[REQUEST_LOG].for_path("/users")) == 1
+
+
+async def test_a_new_base_url_whose_ca_file_does_not_load_is_refused(
+    aiohttp_client: AiohttpClient, https_upstream: DemoServer, pki: Pki, tmp_path: Path
+) -> None:
+    async with await start_demo_server() as plain:
+        config = tmp_path / "gateway.toml"
+        tail = f'[cache]\nbackend = "none"\n[admin]\ntoken = "{ADMIN}"\n'
+        config.write_text(f'[upstream]\nbase_url = "{plain.url}"\n' + tail)
+        source = ConfigSource(config)
+        client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+        broken = tmp_path / "broken-ca.pem"
+        broken.write_text("not a certificate")
+        config.write_text(
+            f'[upstream]\nbase_url = "{https_upstream.url}"\nca_file = "{broken}"\n' + tail
+        )
+        response = await client.post("/admin/reload", headers={"Authorization": f"Bearer {ADMIN}"})
+        assert response.status == 422
+        assert "upstream.ca_file:" in (await response.json(content_type=None))["detail"]
+        assert (await users(client))[0] == 200
+        assert len(plain.app[REQUEST_LOG].for_path("/users")) == 1
+        assert len(https_upstream.app[REQUEST_LOG]) == 0
 
 
 async def test_a_reload_reads_the_shadow_candidates_ca_file_again(
