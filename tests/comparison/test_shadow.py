@@ -630,3 +630,37 @@ async def test_shadow_report_refuses_an_answer_that_is_not_a_report(
     assert (code, out) == (1, "")
     assert "records-gateway shadow-report:" in err
     assert "Traceback" not in err
+
+
+async def test_after_a_switch_of_upstream_the_shadow_compares_the_new_primary(
+    aiohttp_client: AiohttpClient,
+    aiohttp_server: AiohttpServer,
+    upstream: TestServer,
+    twin: TestServer,
+    tmp_path: Path,
+) -> None:
+    new_primary = await aiohttp_server(create_demo_app())
+    config = ConfigFile(
+        tmp_path / "gateway.toml",
+        {
+            "upstream": {
+                "base_url": base_url(upstream),
+                "shadow": {"base_url": base_url(twin), "sample_ratio": 1.0},
+            },
+            "admin": {"token": ADMIN_TOKEN},
+        },
+    )
+    source = ConfigSource(config.path)
+    client = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    assert (await _report(client))["totals"]["identical"] == 1
+
+    config.set("upstream", "base_url", base_url(new_primary))
+    response = await client.post("/admin/reload", headers=ADMIN)
+    assert "upstream.base_url" in (await response.json())["applied"]
+    report = await _report(client)
+    assert (report["primary"], report["totals"]["compared"]) == (base_url(new_primary), 0)
+    assert (await client.get("/users", headers=AUTH)).status == 200  # cold: a miss
+    assert (await _report(client))["totals"]["identical"] == 1
+    assert len(new_primary.app[REQUEST_LOG]) == 1
+    assert len(twin.app[REQUEST_LOG]) == 2
