@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test lint bench redis-server clean
+.PHONY: run test lint rules bench redis-server promtool clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,29 @@ redis-server:
 		echo "redis-server is missing: install it (e.g. apt-get install redis-server) and retry" >&2; exit 1; \
 	fi
 
+## promtool: make sure promtool exists. As root, Debian's prometheus package gives it: only
+## promtool is taken out of the package (installing the package would start a Prometheus
+## on port 9090, the reference upstream's, wherever no policy-rc.d forbids it)
+PROMTOOL_DIR ?= /usr/local/bin
+promtool:
+	@if command -v promtool >/dev/null 2>&1; then \
+		echo "promtool: $$(command -v promtool)"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing promtool from Debian's prometheus package in $(PROMTOOL_DIR)"; \
+		tmp="$$(mktemp -d)" && { chown _apt "$$tmp" 2>/dev/null || true; } && \
+		apt-get update -qq && (cd "$$tmp" && apt-get download -qq prometheus) && \
+		dpkg-deb --fsys-tarfile "$$tmp"/prometheus_*.deb | tar -x -C "$$tmp" ./usr/bin/promtool && \
+		install -m 755 "$$tmp/usr/bin/promtool" "$(PROMTOOL_DIR)/promtool"; \
+		status=$$?; rm -rf "$$tmp"; exit $$status; \
+	else \
+		echo "promtool is missing: install it (e.g. apt-get install prometheus, or promtool from a Prometheus release) and retry" >&2; exit 1; \
+	fi
+
+## rules: promtool checks the alerting rules of deploy/prometheus and runs their unit tests
+rules: promtool
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
+
 ## lint: ruff check, ruff format --check, mypy --strict, the import-linter contracts
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
@@ -50,8 +73,9 @@ lint: $(VENV)/.installed-test
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## test: lint, then the whole suite against real sockets and a real redis-server
-test: $(VENV)/.installed-test redis-server lint
+## test: lint and the alerting rules, then the whole suite against real sockets, a real
+## redis-server and promtool
+test: $(VENV)/.installed-test redis-server promtool lint rules
 	$(BIN)/pytest
 
 ## bench: load every configuration (wrk, and bench/loadgen.c for the mix) on loopback,
