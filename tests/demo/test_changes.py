@@ -434,6 +434,24 @@ async def test_filters_and_order_select_the_same_records_at_any_version(
         assert an_hour_on != at_start
 
 
+@pytest.mark.parametrize("concept", ["rev", "REV", "a", "papel", "(rev 1)"])
+async def test_the_concept_filter_matches_what_the_answers_show(
+    aiohttp_client: AiohttpClient, concept: str
+) -> None:
+    clock = FakeClock()
+    client = await changing(aiohttp_client, clock, {"expenses": 30})
+    clock.advance(HOUR)
+
+    shown = await every(client, "/expenses")
+    assert all("(rev " in expense["method"] for expense in shown)
+    wanted = concept.casefold()
+    assert ids(await every(client, "/expenses", {"concept": concept})) == [
+        expense["id"]
+        for expense in shown
+        if wanted in expense["description"].casefold() or wanted in expense["category"].casefold()
+    ]
+
+
 # --- with the other options, and how rates are given ------------------------------------
 
 
