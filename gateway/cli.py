@@ -26,6 +26,7 @@ from gateway.config.settings import Settings, load_settings, redacted
 from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
+    from gateway.demo.changes import ChangeRates
     from gateway.demo.drift import Drift
     from gateway.probe.conformance import ProbeReport
 
@@ -80,6 +81,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KIND",
         help="answer unlike the data set in this known way, as a candidate twin (repeatable):"
         " amount-scale, order, drop-bank, enum-case or noise",
+    )
+    demo.add_argument(
+        "--change-rate",
+        action="append",
+        dest="change_rates",
+        metavar="KIND=PER_MINUTE",
+        help="each record of KIND (users, clients, expenses or accounts) changes at random,"
+        " PER_MINUTE times a minute on average, deterministically from --seed (repeatable)",
     )
 
     check = commands.add_parser("check-config", help="validate and print the configuration")
@@ -271,6 +280,16 @@ def _demo_drift(args: argparse.Namespace) -> Drift:
         _usage_error(str(exc))
 
 
+def _demo_change_rates(args: argparse.Namespace) -> ChangeRates:
+    """The reference upstream's change rates from its flags (exit 2 for a bad one)."""
+    from gateway.demo.changes import ChangeRates
+
+    try:
+        return ChangeRates.parse(args.change_rates or ())
+    except ValueError as exc:
+        _usage_error(f"--change-rate: {exc}")
+
+
 def _usage_error(message: str) -> NoReturn:
     print(f"records-gateway demo-upstream: {message}", file=sys.stderr)
     raise SystemExit(EXIT_CONFIG)
@@ -313,6 +332,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             tokens=frozenset(args.tokens or ["demo-token"]),
             tls=_demo_tls(args),
             drift=_demo_drift(args),
+            change_rates=_demo_change_rates(args),
         )
         return
 
