@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence, Sized
+from typing import Protocol, TypeVar
 
 import orjson
 
@@ -48,7 +48,6 @@ from gateway.demo.representations import (
 )
 
 _Key = TypeVar("_Key")
-_Record = TypeVar("_Record")
 
 _NO_EXPENSE_FILTERS = ExpenseFilters()
 # Distinct filter combinations whose matches are kept; a benchmark repeats a few.
@@ -90,7 +89,13 @@ def _index(
     return {key: frozenset(members) for key, members in grouped.items()}
 
 
+# The versions an item shows: its record's, then those of the records embedded in it.
 Versions = tuple[int, ...]
+
+
+class _Identified(Protocol):
+    @property
+    def id(self) -> str: ...
 
 
 class _Items:
@@ -179,8 +184,7 @@ class RecordStore:
         self._users = self._items(
             (RecordKind.USERS,),
             users,
-            lambda user: orjson.dumps(user_json(user)),
-            lambda i, elapsed: (self._version(RecordKind.USERS, users[i].id, elapsed),),
+            self._own_versions(RecordKind.USERS, users),
             lambda i, v: orjson.dumps(user_json(user_at(users[i], *v))),
         )
 
@@ -188,22 +192,17 @@ class RecordStore:
         self._clients_listed = self._items(
             (RecordKind.CLIENTS,),
             clients,
-            lambda client: orjson.dumps(client_listed_json(client)),
-            lambda i, elapsed: (self._version(RecordKind.CLIENTS, clients[i].id, elapsed),),
+            self._own_versions(RecordKind.CLIENTS, clients),
             lambda i, v: orjson.dumps(client_listed_json(client_at(clients[i], *v))),
         )
 
         accounts = sorted(dataset.accounts, key=lambda account: account.id)
         self._accounts: tuple[Account, ...] = tuple(accounts)
         self._all_accounts = range(len(accounts))
-
-        def account_versions(i: int, elapsed: float) -> Versions:
-            return (self._version(RecordKind.ACCOUNTS, accounts[i].id, elapsed),)
-
+        account_versions = self._own_versions(RecordKind.ACCOUNTS, accounts)
         self._accounts_listed = self._items(
             (RecordKind.ACCOUNTS,),
             accounts,
-            lambda a: orjson.dumps(drift.account(account_listed_json(a))),
             account_versions,
             lambda i, v: orjson.dumps(
                 drift.account(account_listed_json(account_at(accounts[i], *v)))
@@ -212,7 +211,6 @@ class RecordStore:
         self._accounts_single = self._items(
             (RecordKind.ACCOUNTS,),
             accounts,
-            lambda a: orjson.dumps(drift.account(account_single_json(a))),
             account_versions,
             lambda i, v: orjson.dumps(
                 drift.account(account_single_json(account_at(accounts[i], *v)))
@@ -242,7 +240,6 @@ class RecordStore:
         self._expenses = self._items(
             (RecordKind.EXPENSES, RecordKind.CLIENTS, RecordKind.USERS),
             expenses,
-            lambda e: orjson.dumps(drift.expense(expense_json(e))),
             expense_versions,
             lambda i, v: orjson.dumps(drift.expense(expense_json(expense_at(expenses[i], *v)))),
         )
@@ -264,18 +261,29 @@ class RecordStore:
     def _items(
         self,
         kinds: tuple[RecordKind, ...],
-        records: Sequence[_Record],
-        prepare: Callable[[_Record], bytes],
+        records: Sized,
         versions: Callable[[int, float], Versions],
         render: Callable[[int, Versions], bytes],
     ) -> _Items:
-        """The items of ``records``, changing with ``versions`` when any of ``kinds``
-        (the record's and those embedded in it) changes."""
-        prepared = tuple(prepare(record) for record in records)
+        """The items of ``records``: ``render(position, versions)`` serialises the record
+        at ``position`` at ``versions``, one for each of ``kinds`` (the record's kind,
+        then those of the records embedded in it), which ``versions`` gives at a time.
+        Version 0 of every item is made now."""
+        prepared = tuple(render(i, (0,) * len(kinds)) for i in range(len(records)))
         changing = self._versions
         if changing is None or not any(changing.changing(kind) for kind in kinds):
             return _Items(prepared)
         return _Items(prepared, versions, render)
+
+    def _own_versions(
+        self, kind: RecordKind, records: Sequence[_Identified]
+    ) -> Callable[[int, float], Versions]:
+        """The versions an item shows of a record that embeds none of another kind."""
+
+        def versions(position: int, elapsed: float) -> Versions:
+            return (self._version(kind, records[position].id, elapsed),)
+
+        return versions
 
     def _version(self, kind: RecordKind, record_id: str, elapsed: float) -> int:
         versions = self._versions
