@@ -64,11 +64,11 @@ async def _evidence(client: Client) -> dict[tuple[str, str], float]:
     """gateway_refreshes_total and the age sums of route users, by changed."""
     text = await (await client.get("/metrics")).text()
     found: dict[tuple[str, str], float] = {}
-    for name, changed, value in re.findall(
-        r'^gateway_(refreshes_total|refresh_age_seconds_sum)\{changed="(\w+)",route="users"\} (\S+)$',
-        text,
-        re.MULTILINE,
-    ):
+    pattern = (
+        r"^gateway_(refreshes_total|refresh_age_seconds_sum)"
+        r'\{changed="(\w+)",route="users"\} (\S+)$'
+    )
+    for name, changed, value in re.findall(pattern, text, re.MULTILINE):
         found[(name, changed)] = float(value)
     return found
 
