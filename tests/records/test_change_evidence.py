@@ -10,15 +10,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
+from gateway.demo import start_demo_server
 from gateway.http.app import create_app
 from gateway.http.binding import UPSTREAMS
 
 from ..conftest import AUTH, FakeClock, base_url, gateway_client, make_settings, until
+from ..process.test_supervisor import GatewayProcess, serve
 from ..test_cli import run_cli
 
 ADMIN_TOKEN = "admin-token-0123456789"
@@ -180,3 +183,45 @@ async def test_admin_ttl_needs_the_admin_token(
     assert (await client.get("/admin/ttl", headers=AUTH)).status == 401
     assert (await client.get("/admin/ttl?route=users", headers=ADMIN)).status == 400
     await asyncio.sleep(0)
+
+
+async def test_the_advice_counts_the_refreshes_of_every_worker(tmp_path: Path) -> None:
+    """Two worker processes, each replacing the answers it cached: /admin/ttl (from
+    either) counts every replacement. Real time: a TTL of one second."""
+    upstream = await start_demo_server()
+    processes: list[GatewayProcess] = []
+    try:
+        extra = f'[server]\nworkers = 2\n[admin]\ntoken = "{ADMIN_TOKEN}"\n'
+        gateway = await serve(
+            processes, tmp_path, upstream.url, users_ttl=1, extra=extra, workers=2
+        )
+        # a kept-alive connection stays with one worker, whose cache holds its key
+        sessions = [
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) for _ in range(16)
+        ]
+        try:
+            for n, http in enumerate(sessions, 1):
+                async with http.get(f"{gateway.url}/users?page={n}", headers=AUTH) as r:
+                    assert r.headers["X-Cache"] == "MISS"
+            await asyncio.sleep(1.2)  # every entry expires (within its revalidate window)
+            for n, http in enumerate(sessions, 1):
+                async with http.get(f"{gateway.url}/users?page={n}", headers=AUTH) as r:
+                    assert r.headers["X-Cache"] == "STALE"
+        finally:
+            for http in sessions:
+                await http.close()
+        pids = {line["pid"] for line in gateway.lines if line.get("logger") == "gateway.access"}
+        assert len(pids) == 2, "both workers answered"
+        async with aiohttp.ClientSession() as http:
+            async with asyncio.timeout(20):
+                while True:
+                    async with http.get(f"{gateway.url}/admin/ttl", headers=ADMIN) as response:
+                        routes = {item["route"]: item for item in (await response.json())["routes"]}
+                    if routes["users"]["refreshes"] == 16:
+                        break
+                    assert routes["users"]["refreshes"] < 16
+                    await asyncio.sleep(0.1)
+    finally:
+        for process in processes:
+            await process.kill()
+        await upstream.close()
