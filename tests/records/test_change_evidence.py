@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from gateway.demo import start_demo_server
+from gateway.demo import create_demo_app, start_demo_server
 from gateway.http.app import create_app
 from gateway.http.binding import UPSTREAMS
 
@@ -225,3 +225,56 @@ async def test_the_advice_counts_the_refreshes_of_every_worker(tmp_path: Path) -
         for process in processes:
             await process.kill()
         await upstream.close()
+
+
+# the advice against truth: the reference upstream's expenses change at a known rate
+
+
+async def _estimate(
+    aiohttp_client: AiohttpClient,
+    aiohttp_server: AiohttpServer,
+    clock: FakeClock,
+    per_minute: float,
+    max_stale_share: float = 0.05,
+) -> dict[str, Any]:
+    """The advice for route ``expense`` after six rounds of lookups of 100 expenses whose
+    records change ``per_minute`` times a minute, 35 s apart with a TTL of 30 s (each
+    round a refresh of every entry: 500 refreshes)."""
+    upstream = await aiohttp_server(
+        create_demo_app(change_rates={"expenses": per_minute}, clock=clock, seed=7)
+    )
+    settings = make_settings(
+        base_url(upstream),
+        cache={"ttl_s": {"expense": 30}, "max_stale_share": max_stale_share},
+        admin={"token": ADMIN_TOKEN},
+    )
+    client = await gateway_client(aiohttp_client, create_app(settings, clock=clock))
+    page = await (await client.get("/expenses?limit=100", headers=AUTH)).json()
+    ids = [item["id"] for item in page["data"]]
+    for _ in range(6):
+        for expense_id in ids:
+            assert (await client.get(f"/expenses/{expense_id}", headers=AUTH)).status == 200
+        await _settled(client)
+        clock.advance(35)
+    body = await (await client.get("/admin/ttl", headers=ADMIN)).json()
+    advice: dict[str, Any] = {item["route"]: item for item in body["routes"]}["expense"]
+    return advice
+
+
+@pytest.mark.parametrize("per_minute", [0.25, 1.0, 4.0])
+async def test_the_estimated_rate_is_within_a_quarter_of_the_true_one(
+    aiohttp_client: AiohttpClient, aiohttp_server: AiohttpServer, per_minute: float
+) -> None:
+    advice = await _estimate(aiohttp_client, aiohttp_server, FakeClock(), per_minute)
+    assert advice["refreshes"] == 500
+    assert advice["changesPerHour"] == pytest.approx(per_minute * 60, rel=0.25)
+
+
+async def test_the_advised_ttl_moves_the_right_way(
+    aiohttp_client: AiohttpClient, aiohttp_server: AiohttpServer
+) -> None:
+    slow = await _estimate(aiohttp_client, aiohttp_server, FakeClock(), 0.25)
+    fast = await _estimate(aiohttp_client, aiohttp_server, FakeClock(), 1.0)
+    strict = await _estimate(aiohttp_client, aiohttp_server, FakeClock(), 0.25, 0.01)
+    assert fast["advisedTtl"] < slow["advisedTtl"]
+    assert strict["advisedTtl"] < slow["advisedTtl"]
