@@ -335,3 +335,33 @@ def evidence_of(families: Iterable[Any]) -> Mapping[str, Evidence]:
             below, previous = running, bound
         evidence[route] = Evidence(**seen, changed_ages=tuple(buckets))
     return evidence
+
+
+def to_table(report: Mapping[str, Any]) -> str:
+    """``GET /admin/ttl``'s answer as a table for a terminal, a route a line, and each
+    route's reason under it."""
+    lines = [
+        f"aim: at most {report['maxStaleShare']:.1%} of answers served after the upstream"
+        f" changed; advice within {report['minTtl']}..{report['maxTtl']} s",
+        "",
+        f"{'route':<9} {'ttl':>6} {'hit':>6} {'refr.':>6} {'changed':>7} {'ch/hour':>9}"
+        f" {'advised':>8} {'stale now':>9} {'stale adv.':>10} {'hit adv.':>8}",
+    ]
+
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1%}"
+
+    for item in report["routes"]:
+        rate = item["changesPerHour"]
+        advised = item["advisedTtl"]
+        lines.append(
+            f"{item['route']:<9} {item['ttl']:>6} {share(item['hitRatio']):>6}"
+            f" {item['refreshes']:>6} {share(item['changedShare']):>7}"
+            f" {'-' if rate is None else f'{rate:.3g}':>9}"
+            f" {'-' if advised is None else advised:>8}"
+            f" {share(item['current']['staleShare']):>9}"
+            f" {share(item['advised']['staleShare']):>10}"
+            f" {share(item['advised']['hitRatio']):>8}"
+        )
+        lines.append(f"          {item['reason']}")
+    return "\n".join(lines)
