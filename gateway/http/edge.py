@@ -39,7 +39,13 @@ from gateway.http.problems import (
 )
 from gateway.ops.metrics import Metrics
 from gateway.ops.trace import CURRENT_TRACE, RequestTrace
-from gateway.ops.tracecontext import TRACEPARENT, TRACESTATE, caller_context, parse_traceparent
+from gateway.ops.tracecontext import (
+    TRACEPARENT,
+    TRACESTATE,
+    caller_context,
+    new_trace_id,
+    parse_traceparent,
+)
 from gateway.ops.tracing import NO_TRACER, Tracer, Untraced
 
 log = logging.getLogger("gateway.http")
@@ -218,22 +224,27 @@ class Edge:
         elapsed = time.perf_counter() - started
         self.metrics.answered(route, status, cache, elapsed)
         if self.live.settings.log.access:
+            upstream_status = upstream_ms = None
             if trace is None:
                 caller = None if traceparent is None else parse_traceparent(traceparent)
-                trace = RequestTrace(Untraced.of(caller), token_fingerprint=token_fingerprint)
+                trace_id = new_trace_id() if caller is None else caller.trace_id
+            else:
+                trace_id = trace.trace_id
+                upstream_status, upstream_ms = trace.upstream_status, trace.upstream_ms
+                token_fingerprint = trace.token_fingerprint
             access_log.info(
                 "request",
                 extra={
                     "request_id": request_id,
-                    "trace_id": trace.trace_id,
+                    "trace_id": trace_id,
                     "method": method,
                     "route": route,
                     "status": status,
                     "duration_ms": round(elapsed * 1000, 2),
                     "cache": cache,
-                    "upstream_status": trace.upstream_status,
-                    "upstream_ms": trace.upstream_ms,
-                    "token_fingerprint": trace.token_fingerprint,
+                    "upstream_status": upstream_status,
+                    "upstream_ms": upstream_ms,
+                    "token_fingerprint": token_fingerprint,
                 },
             )
 

@@ -187,9 +187,7 @@ class OtelTracer:
         provider.add_span_processor(BatchSpanProcessor(exporter))
         return cls(provider)
 
-    @property
-    def recording(self) -> bool:
-        return True
+    recording = True
 
     def request(
         self,

@@ -207,9 +207,7 @@ class Untraced:
 class NoTracer:
     """The tracer without OpenTelemetry: trace context only, no spans recorded."""
 
-    @property
-    def recording(self) -> bool:
-        return False
+    recording = False
 
     def request(
         self,

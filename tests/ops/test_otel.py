@@ -89,6 +89,7 @@ async def test_a_miss_and_a_hit_are_spans_of_the_caller_s_trace(
     headers = {**AUTH, "traceparent": TRACEPARENT, "tracestate": "rojo=1"}
     miss = await client.get("/users", headers={**headers, "X-Request-ID": "the-miss"})
     assert miss.headers["X-Cache"] == "MISS"
+    assert not {"traceparent", "traceresponse", "tracestate"} & set(map(str.lower, miss.headers))
     full_reads = count_full_reads(client.app, monkeypatch)
     hit = await client.get("/users", headers={**headers, "X-Request-ID": "the-hit"})
     assert hit.headers["X-Cache"] == "HIT"
@@ -276,3 +277,20 @@ async def test_the_spans_left_are_exported_when_the_app_stops(
     assert exporter.stopped
     names = sorted(span.name for span in exporter.get_finished_spans())
     assert names == ["GET /users", "GET /users", "cache.get"]
+
+
+async def test_the_health_metrics_and_admin_routes_have_no_spans(
+    aiohttp_client: AiohttpClient, upstream: TestServer
+) -> None:
+    exporter = InMemorySpanExporter()
+    admin = {"Authorization": "Bearer admin-token-0123456789abcdef"}
+    client, tracer = await traced_gateway(
+        aiohttp_client, base_url(upstream), exporter, admin={"token": admin["Authorization"][7:]}
+    )
+    for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/admin/config"):
+        response = await client.get(path, headers={**admin, "traceparent": TRACEPARENT})
+        assert response.status == 200, path
+    assert (await client.get("/nowhere", headers=AUTH)).status == 404
+    assert finished(tracer, exporter) == []
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    assert len(finished(tracer, exporter)) == 3  # the check above can fail
