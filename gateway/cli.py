@@ -5,6 +5,7 @@ demo-upstream  run the reference upstream alone
 check-config   validate the configuration and print it, secrets redacted
 probe          check the configured upstream against the published schema
 shadow-report  print the running gateway's report of its shadow traffic
+ttl-advice     print the running gateway's TTL advice per route
 compare        send the same requests to the configured upstream and to a candidate,
                and report every field in which their answers differ
 """
@@ -17,7 +18,7 @@ import json
 import logging
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -26,6 +27,7 @@ from gateway.config.settings import Settings, load_settings, redacted
 from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
+    from gateway.demo.changes import ChangeRates
     from gateway.demo.drift import Drift
     from gateway.probe.conformance import ProbeReport
 
@@ -81,6 +83,14 @@ def _parser() -> argparse.ArgumentParser:
         help="answer unlike the data set in this known way, as a candidate twin (repeatable):"
         " amount-scale, order, drop-bank, enum-case or noise",
     )
+    demo.add_argument(
+        "--change-rate",
+        action="append",
+        dest="change_rates",
+        metavar="KIND=PER_MINUTE",
+        help="each record of KIND (users, clients, expenses or accounts) changes at random,"
+        " PER_MINUTE times a minute on average, deterministically from --seed (repeatable)",
+    )
 
     check = commands.add_parser("check-config", help="validate and print the configuration")
     _config_option(check)
@@ -101,6 +111,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     _config_option(shadow)
     shadow.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    ttl = commands.add_parser(
+        "ttl-advice",
+        help="print the running gateway's TTL advice per route (GET /admin/ttl)",
+    )
+    _config_option(ttl)
+    ttl.add_argument("--json", action="store_true", help="print the advice as JSON")
 
     compare = commands.add_parser(
         "compare",
@@ -157,19 +174,19 @@ async def _probe(settings: Settings, token: str) -> ProbeReport:
         return await run_probe(UpstreamClient(link, settings.upstream), token)
 
 
-async def _shadow_report(settings: Settings) -> dict[str, Any]:
-    """GET /admin/shadow of the gateway the settings describe (on this machine when it
-    listens on every address). Raises SystemExit(2) without an admin token and
-    SystemExit(1) when the gateway cannot be asked."""
+async def _admin_get(settings: Settings, path: str, command: str) -> dict[str, Any]:
+    """GET ``path`` (an admin route) of the gateway the settings describe (on this
+    machine when it listens on every address), as JSON. Raises SystemExit(2) without
+    an admin token and SystemExit(1) when the gateway cannot be asked."""
     import aiohttp
     from yarl import URL
 
     token = settings.admin.token
     if token is None:
-        _fail("shadow-report", "admin.token is not set, so the gateway has no admin routes", 2)
+        _fail(command, "admin.token is not set, so the gateway has no admin routes", 2)
     host = settings.server.host
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    url = URL.build(scheme="http", host=host, port=settings.server.port, path="/admin/shadow")
+    url = URL.build(scheme="http", host=host, port=settings.server.port, path=path)
     headers = {"Authorization": f"Bearer {token.get_secret_value()}"}
     try:
         async with (
@@ -181,27 +198,28 @@ async def _shadow_report(settings: Settings) -> dict[str, Any]:
             async for chunk in response.content.iter_chunked(64 * 1024):
                 body += chunk
                 if len(body) > _REPORT_MAX_BYTES:
-                    _fail("shadow-report", f"{url} answered more than a report's size", 1)
+                    _fail(command, f"{url} answered more than a report's size", 1)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        _fail("shadow-report", f"cannot ask the gateway at {url}: {exc or type(exc).__name__}", 1)
+        _fail(command, f"cannot ask the gateway at {url}: {exc or type(exc).__name__}", 1)
     try:
         data = json.loads(body)
     except ValueError:
         data = None
     if status != 200 or not isinstance(data, dict):
         detail = data.get("detail") if isinstance(data, dict) else None
-        _fail("shadow-report", f"{url} answered {status}: {detail or body[:200]!r}", 1)
+        _fail(command, f"{url} answered {status}: {detail or body[:200]!r}", 1)
     return data
 
 
-def _print_shadow_report(report: dict[str, Any], as_json: bool) -> None:
-    """Print what GET /admin/shadow answered (exit 1 when it is not a report)."""
-    from gateway.comparison import terminal
-
+def _print_report(
+    report: dict[str, Any], as_json: bool, command: str, text: Callable[[dict[str, Any]], str]
+) -> None:
+    """Print what an admin route answered, as JSON or as ``text`` makes it (exit 1
+    when it is not the report expected)."""
     try:
-        print(json.dumps(report, indent=2) if as_json else terminal.to_text(report))
+        print(json.dumps(report, indent=2) if as_json else text(report))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        _fail("shadow-report", f"the gateway's answer is not a shadow report ({exc!r})", 1)
+        _fail(command, f"the gateway's answer is not the report expected ({exc!r})", 1)
 
 
 def _fail(command: str, message: str, code: int) -> NoReturn:
@@ -271,6 +289,16 @@ def _demo_drift(args: argparse.Namespace) -> Drift:
         _usage_error(str(exc))
 
 
+def _demo_change_rates(args: argparse.Namespace) -> ChangeRates:
+    """The reference upstream's change rates from its flags (exit 2 for a bad one)."""
+    from gateway.demo.changes import ChangeRates
+
+    try:
+        return ChangeRates.parse(args.change_rates or ())
+    except ValueError as exc:
+        _usage_error(f"--change-rate: {exc}")
+
+
 def _usage_error(message: str) -> NoReturn:
     print(f"records-gateway demo-upstream: {message}", file=sys.stderr)
     raise SystemExit(EXIT_CONFIG)
@@ -296,7 +324,18 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     if args.command == "shadow-report":
         settings = _settings(args)
-        _print_shadow_report(asyncio.run(_shadow_report(settings)), args.json)
+        from gateway.comparison import terminal
+
+        shadow = asyncio.run(_admin_get(settings, "/admin/shadow", "shadow-report"))
+        _print_report(shadow, args.json, "shadow-report", terminal.to_text)
+        return
+
+    if args.command == "ttl-advice":
+        settings = _settings(args)
+        from gateway.ops.ttl_advice import to_table
+
+        advice = asyncio.run(_admin_get(settings, "/admin/ttl", "ttl-advice"))
+        _print_report(advice, args.json, "ttl-advice", to_table)
         return
 
     if args.command == "compare":
@@ -313,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             tokens=frozenset(args.tokens or ["demo-token"]),
             tls=_demo_tls(args),
             drift=_demo_drift(args),
+            change_rates=_demo_change_rates(args),
         )
         return
 

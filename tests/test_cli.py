@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.demo import DriftKind
+from gateway.demo import DriftKind, RecordKind
 
 ROOT = Path(__file__).parent.parent
 
@@ -263,4 +263,87 @@ async def test_demo_upstream_refuses_an_unknown_drift_naming_the_known_ones() ->
     ]
     _, usage, _ = await run_cli("demo-upstream", "--help")
     for kind in DriftKind:
+        assert kind.value in usage
+
+
+async def test_demo_upstream_changes_records_as_its_change_rate_flags_say() -> None:
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        "demo-upstream",
+        "--port",
+        str(port),
+        "--seed",
+        "7",
+        "--drift",
+        "order",
+        "--change-rate",
+        "expenses=2",
+        "--change-rate",
+        "accounts=0.5",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=clean_env(),
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    try:
+        await _wait_for_line(
+            process.stdout,
+            rf"127\.0\.0\.1:{port}, drifting: order, changing: expenses=2/min, accounts=0\.5/min$",
+        )
+        headers = {"Authorization": "Bearer demo-token"}
+        async with (
+            aiohttp.ClientSession(headers=headers) as session,
+            session.get(f"http://127.0.0.1:{port}/expenses", params={"limit": "5"}) as response,
+        ):
+            assert response.status == 200
+            expenses = (await response.json())["data"]
+    finally:
+        process.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(process.wait(), timeout=20)
+    assert code == 0
+    assert len(expenses) == 5
+    # the dataset's method, or a revision of it: how soon one comes is the clock's affair
+    for expense in expenses:
+        assert re.fullmatch(
+            r"(CASH|TRANSFER|CARD|DIRECT_DEBIT)( \(rev [1-9][0-9]*\))?", expense["method"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("flag", "line"),
+    [
+        (
+            "bogus=1",
+            "--change-rate: unknown record kind 'bogus'; the known kinds are users, clients,"
+            " expenses, accounts",
+        ),
+        (
+            "expenses=-1",
+            "--change-rate: the rate of expenses must be a number of changes per minute from 0"
+            " to 60000, got '-1'",
+        ),
+        ("expenses", "--change-rate: 'expenses' is not KIND=PER_MINUTE, such as expenses=6"),
+    ],
+)
+async def test_demo_upstream_refuses_a_bad_change_rate_naming_the_problem(
+    flag: str, line: str
+) -> None:
+    code, out, err = await run_cli(
+        "demo-upstream", "--change-rate", "users=1", "--change-rate", flag
+    )
+
+    assert code == 2
+    assert out == ""
+    assert err.strip().splitlines() == [f"records-gateway demo-upstream: {line}"]
+
+
+async def test_demo_upstream_help_names_the_change_rate_flag_and_its_kinds() -> None:
+    _, usage, _ = await run_cli("demo-upstream", "--help")
+
+    assert "--change-rate KIND=PER_MINUTE" in usage
+    for kind in RecordKind:
         assert kind.value in usage

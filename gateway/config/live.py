@@ -33,6 +33,9 @@ LIVE_KEYS = (
     "cache.stale_if_error_s",
     "cache.negative_ttl_s",
     "cache.honor_client_no_cache",
+    "cache.max_stale_share",
+    "cache.ttl_advice_min_s",
+    "cache.ttl_advice_max_s",
     "log.level",
     "log.access",
     "upstream.base_url",
@@ -182,6 +185,9 @@ class LiveConfig:
                         "stale_if_error_s": new.cache.stale_if_error_s,
                         "negative_ttl_s": new.cache.negative_ttl_s,
                         "honor_client_no_cache": new.cache.honor_client_no_cache,
+                        "max_stale_share": new.cache.max_stale_share,
+                        "ttl_advice_min_s": new.cache.ttl_advice_min_s,
+                        "ttl_advice_max_s": new.cache.ttl_advice_max_s,
                     }
                 ),
                 "log": current.log.model_copy(

@@ -286,6 +286,11 @@ class CacheSettings(_Section):
     breaker_failure_share: float = Field(default=0.5, gt=0, le=1)
     breaker_min_calls: int = Field(default=20, ge=1, le=100_000)
     ttl_s: CacheTTLs = CacheTTLs()
+    # TTL advice (GET /admin/ttl): the largest share of answers served after the
+    # upstream changed that an advised TTL may give, and the bounds of what is advised
+    max_stale_share: float = Field(default=0.05, gt=0, lt=1)
+    ttl_advice_min_s: int = Field(default=5, ge=1, le=86_400)
+    ttl_advice_max_s: int = Field(default=3600, ge=1, le=86_400)
 
     @field_validator("redis_url")
     @classmethod
@@ -355,6 +360,12 @@ class CacheSettings(_Section):
                 raise ValueError(f"redis_tls_ca_file: {self.redis_tls_ca_file} is not a file")
         if self.redis_tls and self.redis_url.startswith("unix://"):
             raise ValueError("redis_tls: a unix:// socket does not use TLS")
+        return self
+
+    @model_validator(mode="after")
+    def _check_advice_bounds(self) -> CacheSettings:
+        if self.ttl_advice_min_s > self.ttl_advice_max_s:
+            raise ValueError("ttl_advice_min_s: must not be above ttl_advice_max_s")
         return self
 
     @model_validator(mode="after")

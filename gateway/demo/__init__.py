@@ -1,24 +1,37 @@
 """The reference upstream: a faithful, fast implementation of the Financial Records
 Read API over a deterministic generated dataset, for the demo mode, tests and
 benchmarks; with a drift, a candidate twin that differs from it in known ways, for
-testing upstream comparisons. It shares no code with the rest of ``gateway``.
+testing upstream comparisons; with change rates, records that change at random at
+known rates, for testing what the gateway learns of how often answers change. It
+shares no code with the rest of ``gateway``.
 """
 
-from gateway.demo.app import DATASET, DRIFT, RECORD_STORE, REQUEST_LOG, create_demo_app
+from gateway.demo.app import (
+    CHANGE_RATES,
+    DATASET,
+    DRIFT,
+    RECORD_STORE,
+    REQUEST_LOG,
+    create_demo_app,
+)
+from gateway.demo.changes import ChangeRates, RecordKind
 from gateway.demo.dataset import Dataset, generate_dataset
 from gateway.demo.drift import Drift, DriftKind
 from gateway.demo.request_log import RequestLog, RequestRecord
 from gateway.demo.server import DemoServer, run_demo_upstream, start_demo_server
 
 __all__ = [
+    "CHANGE_RATES",
     "DATASET",
     "DRIFT",
     "RECORD_STORE",
     "REQUEST_LOG",
+    "ChangeRates",
     "Dataset",
     "DemoServer",
     "Drift",
     "DriftKind",
+    "RecordKind",
     "RequestLog",
     "RequestRecord",
     "create_demo_app",

@@ -55,6 +55,14 @@ Drift
     unlike itself in those known ways; selection, paging and errors are unchanged.
     ``app[DRIFT]`` says which kinds are on.
 
+Records that change
+    With ``change_rates`` (``changes.py``), each record of a kind given a rate changes
+    at random at that rate, independently of the others, measured on ``clock`` from
+    the app's creation, deterministically from ``seed``; every answer shows each record
+    it holds at its version of the moment (0, the dataset's, without a rate). A version
+    changes one field that no filter or sort order reads. ``app[CHANGE_RATES]`` says
+    which rates are on.
+
 Every request, rejected ones included, is recorded in the ``RequestLog`` under
 ``REQUEST_LOG`` before latency and authentication; with ``latency_ms > 0`` every
 request then waits that long before being answered.
@@ -63,13 +71,15 @@ request then waits that long before being answered.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from gateway.demo.changes import ChangeRates, RecordVersions
 from gateway.demo.dataset import Dataset, generate_dataset
 from gateway.demo.drift import Drift
 from gateway.demo.params import (
@@ -90,11 +100,13 @@ class DemoConfig:
     latency_ms: float
     seed: int
     drift: Drift
+    change_rates: ChangeRates
 
 
 DEMO_CONFIG = web.AppKey("demo_config", DemoConfig)
 DATASET = web.AppKey("dataset", Dataset)
 DRIFT = web.AppKey("drift", Drift)
+CHANGE_RATES = web.AppKey("change_rates", ChangeRates)
 RECORD_STORE = web.AppKey("record_store", RecordStore)
 REQUEST_LOG = web.AppKey("request_log", RequestLog)
 
@@ -105,24 +117,37 @@ def create_demo_app(
     latency_ms: float = 0.0,
     seed: int = 42,
     drift: Iterable[str] = (),
+    change_rates: Mapping[str, float] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> web.Application:
     """The reference upstream app, serving ``generate_dataset(seed)``; with ``drift``
-    (kind names or a ``Drift``), a candidate that differs in those ways."""
+    (kind names or a ``Drift``), a candidate that differs in those ways; with
+    ``change_rates`` (changes per minute by record kind, or ``ChangeRates``), records
+    that change at random at those rates, on ``clock`` from now. ``ValueError`` for an
+    unknown kind or a bad value."""
     if not tokens:
         raise ValueError("tokens: at least one accepted token is required")
     if not latency_ms >= 0:
         raise ValueError(f"latency_ms: must be zero or positive, got {latency_ms!r}")
     config = DemoConfig(
-        tokens=frozenset(tokens), latency_ms=latency_ms, seed=seed, drift=Drift.of(drift)
+        tokens=frozenset(tokens),
+        latency_ms=latency_ms,
+        seed=seed,
+        drift=Drift.of(drift),
+        change_rates=ChangeRates.of(change_rates),
     )
     dataset = generate_dataset(seed)
     request_log = RequestLog()
+    versions = None
+    if any(rate > 0 for rate in config.change_rates.values()):
+        versions = RecordVersions(config.change_rates, seed, clock)
 
     app = web.Application(middlewares=[_edge_middleware(config, request_log)])
     app[DEMO_CONFIG] = config
     app[DATASET] = dataset
     app[DRIFT] = config.drift
-    app[RECORD_STORE] = RecordStore(dataset, config.drift)
+    app[CHANGE_RATES] = config.change_rates
+    app[RECORD_STORE] = RecordStore(dataset, config.drift, versions)
     app[REQUEST_LOG] = request_log
     app.router.add_get("/users", users)
     app.router.add_get("/clients", clients)

@@ -10,15 +10,17 @@ client certificates it requires: an upstream that asks for mutual TLS).
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import ssl
 import sys
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 
 from aiohttp import web
 
-from gateway.demo.app import DEFAULT_TOKENS, DRIFT, create_demo_app
+from gateway.demo.app import CHANGE_RATES, DEFAULT_TOKENS, DRIFT, create_demo_app
 
 
 class DemoServer:
@@ -61,10 +63,19 @@ async def start_demo_server(
     seed: int = 42,
     tls: ssl.SSLContext | None = None,
     drift: Iterable[str] = (),
+    change_rates: Mapping[str, float] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> DemoServer:
     """Serve ``create_demo_app(...)`` on ``host:port`` (0: a free port) until closed;
     over HTTPS with ``tls``."""
-    app = create_demo_app(tokens=tokens, latency_ms=latency_ms, seed=seed, drift=drift)
+    app = create_demo_app(
+        tokens=tokens,
+        latency_ms=latency_ms,
+        seed=seed,
+        drift=drift,
+        change_rates=change_rates,
+        clock=clock,
+    )
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
@@ -87,38 +98,38 @@ def run_demo_upstream(
     tokens: frozenset[str] = DEFAULT_TOKENS,
     tls: ssl.SSLContext | None = None,
     drift: Iterable[str] = (),
+    change_rates: Mapping[str, float] | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     """Serve the reference upstream in the foreground until SIGINT or SIGTERM."""
-    asyncio.run(_serve_until_signalled(host, port, latency_ms, seed, tokens, tls, drift))
+    start = functools.partial(
+        start_demo_server,
+        host=host,
+        port=port,
+        tokens=tokens,
+        latency_ms=latency_ms,
+        seed=seed,
+        tls=tls,
+        drift=drift,
+        change_rates=change_rates,
+        clock=clock,
+    )
+    asyncio.run(_serve_until_signalled(start))
 
 
-async def _serve_until_signalled(
-    host: str,
-    port: int,
-    latency_ms: float,
-    seed: int,
-    tokens: frozenset[str],
-    tls: ssl.SSLContext | None,
-    drift: Iterable[str],
-) -> None:
+async def _serve_until_signalled(start: Callable[[], Awaitable[DemoServer]]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        server = await start_demo_server(
-            host=host,
-            port=port,
-            tokens=tokens,
-            latency_ms=latency_ms,
-            seed=seed,
-            tls=tls,
-            drift=drift,
-        )
+        server = await start()
         try:
             drift_on = server.app[DRIFT]
             drifting = f", drifting: {drift_on}" if drift_on else ""
-            print(f"reference upstream listening on {server.url}{drifting}", flush=True)
+            rates = server.app[CHANGE_RATES]
+            changing = f", changing: {rates}" if rates else ""
+            print(f"reference upstream listening on {server.url}{drifting}{changing}", flush=True)
             await stop.wait()
         finally:
             await server.close()

@@ -25,6 +25,7 @@ from gateway.errors import (
 from gateway.http.binding import UPSTREAMS
 from gateway.http.edge import REQUEST_ID, Handler
 from gateway.http.problems import problem_response
+from gateway.http.service import METRICS
 from gateway.records.routes import ROUTES
 
 log = logging.getLogger("gateway.admin")
@@ -146,10 +147,26 @@ def _no_query(request: web.Request) -> None:
         raise InvalidParameters(problems)
 
 
+async def ttl_advice(request: web.Request) -> web.StreamResponse:
+    """GET /admin/ttl: per route, the TTL now, the evidence of how often its answers
+    change, and the TTL advised (gateway.ops.ttl_advice); never applied by itself."""
+    check_admin(request)
+    _no_query(request)
+    policy, advice = request.app[METRICS].ttl_advice()
+    body = {
+        "maxStaleShare": policy.max_stale_share,
+        "minTtl": policy.min_ttl_s,
+        "maxTtl": policy.max_ttl_s,
+        "routes": [item.as_json() for item in advice],
+    }
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
 # (path, route name, handlers by method); registered only when admin.token is set.
 ADMIN_ROUTES: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     ("/admin/cache", "admin-cache", {"DELETE": purge_cache}),
     ("/admin/config", "admin-config", {"GET": effective_config}),
     ("/admin/reload", "admin-reload", {"POST": reload_config}),
     ("/admin/shadow", "admin-shadow", {"GET": shadow_report, "DELETE": reset_shadow}),
+    ("/admin/ttl", "admin-ttl", {"GET": ttl_advice}),
 )

@@ -50,6 +50,7 @@ from gateway.ops.health import Readiness
 from gateway.ops.logs import set_level
 from gateway.ops.metrics import METRICS_FLUSH_S, Metrics, multiprocess_dir
 from gateway.ops.tracing import Tracer, tracer_for
+from gateway.ops.ttl_advice import Policy
 from gateway.records.keys import Keyer
 from gateway.records.pipeline import CachePolicy, RecordPipeline
 from gateway.records.routes import ROUTES
@@ -79,8 +80,9 @@ def create_app(
     """
     app = web.Application()
     coercions = CoercionCounts()
-    metrics_ = Metrics(coercions=coercions.take)
     live = LiveConfig(settings, source or ConfigSource())
+    metrics_ = Metrics(coercions=coercions.take, ttl_policy=lambda: ttl_policy(live.settings))
+    metrics_.ttls_configured(settings.cache.ttl_s.model_dump())
     app[LIVE] = live
     app[METRICS] = metrics_
     app[COERCIONS] = coercions
@@ -111,6 +113,18 @@ def create_app(
     app.cleanup_ctx.append(functools.partial(_pipeline_ctx, clock=clock, monotonic=monotonic))
     app.cleanup_ctx.append(_metrics_flush_ctx)
     return app
+
+
+def ttl_policy(settings: Settings) -> tuple[Policy, dict[str, int]]:
+    """What the TTL advice aims at (``cache.max_stale_share`` and its bounds), and each
+    route's TTL now."""
+    cache = settings.cache
+    policy = Policy(
+        max_stale_share=cache.max_stale_share,
+        min_ttl_s=cache.ttl_advice_min_s,
+        max_ttl_s=cache.ttl_advice_max_s,
+    )
+    return policy, cache.ttl_s.model_dump()
 
 
 def add_routes(
@@ -398,6 +412,7 @@ async def _pipeline_ctx(
                 background.add(announcing)
                 announcing.add_done_callback(background.discard)
         parts.shadow.reconfigure(new.upstream)
+        metrics_.ttls_configured(new.cache.ttl_s.model_dump())
         set_level(new.log.level)
 
     live.on_change(apply)

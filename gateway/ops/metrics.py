@@ -36,8 +36,10 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from gateway.ops.ttl_advice import Advice, Evidence, Policy, advise, evidence_of
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -48,6 +50,12 @@ LATENCY_BUCKETS = (
 # of a request's time
 _NORMALISE_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+)  # fmt: skip
+# ages of cached answers when they are replaced: a second to two days, each bound about
+# 1.5 times the one before (gateway.ops.ttl_advice reads them back)
+AGE_BUCKETS = (
+    1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 270, 400, 600, 900, 1350, 2000,
+    3000, 4500, 7200, 10800, 16200, 24300, 36000, 54000, 86400, 129600, 172800,
 )  # fmt: skip
 METRICS_FLUSH_S = 1.0  # how often every process hands its request tallies over
 CIRCUIT_VALUES = {"closed": 0, "half-open": 1, "open": 2}
@@ -197,11 +205,16 @@ class Metrics:
     """Every metric of one gateway process, registered in its own registry."""
 
     def __init__(
-        self, *, coercions: Callable[[], Mapping[tuple[str, str], int]] | None = None
+        self,
+        *,
+        coercions: Callable[[], Mapping[tuple[str, str], int]] | None = None,
+        ttl_policy: Callable[[], tuple[Policy, Mapping[str, int]]] | None = None,
     ) -> None:
         """``coercions`` hands over the normaliser's coercions since it was last asked
-        (``CoercionCounts.take``), by (field, kind); each flush asks it."""
+        (``CoercionCounts.take``), by (field, kind); each flush asks it. ``ttl_policy``
+        says what the TTL advice aims at and each route's TTL now (live settings)."""
         self._take_coercions = coercions
+        self._ttl_policy = ttl_policy
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -235,8 +248,20 @@ class Metrics:
             ("route",),
             _NORMALISE_BUCKETS,
         )
+        self.refresh_ages = HistogramTotals(
+            "gateway_refresh_age_seconds",
+            "Age of cached answers when the upstream replaced them (a refresh, a miss after"
+            " expiry, a caller's no-cache), by route and whether the answer had changed",
+            ("route", "changed"),
+            AGE_BUCKETS,
+        )
         self.histograms = Histograms(
-            [self.request_seconds, self.upstream_seconds, self.normalise_seconds],
+            [
+                self.request_seconds,
+                self.upstream_seconds,
+                self.normalise_seconds,
+                self.refresh_ages,
+            ],
             multiprocess_dir(),
         )
         r.register(self.histograms)
@@ -322,6 +347,20 @@ class Metrics:
             ["route", "field", "kind"],
             registry=r,
         )
+        self.refreshes = Counter(
+            "gateway_refreshes_total",
+            "Cached answers the upstream replaced, by route and whether the answer had"
+            " changed (ETag compared)",
+            ["route", "changed"],
+            registry=r,
+        )
+        self.ttls = Gauge(
+            "gateway_ttl_seconds",
+            "The TTL of each route's answers now (cache.ttl_s)",
+            ["route"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.in_flight = Gauge(
             "gateway_requests_in_flight",
             "Requests being handled now",
@@ -332,6 +371,7 @@ class Metrics:
         self._answers: dict[tuple[str, int, str], _Timed] = {}
         self._upstream: dict[tuple[str, str], _Timed] = {}  # by (route, outcome)
         self._normalised: dict[str, _Timed] = {}  # by route
+        self._refreshed: dict[tuple[str, str], _Timed] = {}  # by (route, changed)
         self.busy = 0  # requests being handled now; the in-flight gauge at each flush
 
     def answered(self, route: str, status: int, cache: str, seconds: float) -> None:
@@ -351,12 +391,20 @@ class Metrics:
         timed = self._normalised.get(route) or _made(self._normalised, route, _NORMALISE_BUCKETS)
         timed.add(seconds)
 
+    def refreshed(self, route: str, changed: bool, age_s: float) -> None:
+        """Count one cached answer of ``route`` replaced from the upstream at ``age_s``,
+        ``changed`` or not (the evidence of gateway.ops.ttl_advice)."""
+        key = (route, "true" if changed else "false")
+        timed = self._refreshed.get(key) or _made(self._refreshed, key, AGE_BUCKETS)
+        timed.add(max(age_s, 0.0))
+
     def flush(self) -> None:
         """Hand the tallies over (a scrape sees everything before it). The histograms
         go first: a scrape of another worker never sees a request counted that its
         duration histogram lacks."""
         upstream, self._upstream = self._upstream, {}
         normalised, self._normalised = self._normalised, {}
+        refreshed, self._refreshed = self._refreshed, {}
         answers, self._answers = self._answers, {}
         for (route, _outcome), calls in upstream.items():
             self.upstream_seconds.add((route,), calls)
@@ -364,6 +412,8 @@ class Metrics:
             self.normalise_seconds.add((route,), timed)
         for (route, _status, cache), tally in answers.items():
             self.request_seconds.add((route, cache), tally)
+        for key, ages in refreshed.items():
+            self.refresh_ages.add(key, ages)
         self.histograms.write()
         self.in_flight.set(self.busy)
         if self._take_coercions is not None:
@@ -375,6 +425,8 @@ class Metrics:
             self.requests.labels(route, str(status), cache).inc(tally.count)
             if cache != "none":
                 self.cache_results.labels(route, cache).inc(tally.count)
+        for (route, changed), ages in refreshed.items():
+            self.refreshes.labels(route, changed).inc(ages.count)
 
     def circuit_changed(self, backend: str, state: str) -> None:
         self.circuit_state.labels(backend).set(CIRCUIT_VALUES[state])
@@ -389,13 +441,79 @@ class Metrics:
         self.upstream_switches.inc()
         self.upstream_circuit_state.set(CIRCUIT_VALUES["closed"])
 
-    def exposition(self) -> bytes:
-        """The text exposition: this process's registry, or every worker's sum."""
+    def ttls_configured(self, ttls: Mapping[str, int]) -> None:
+        """The TTL of each route now (at start and at every reload)."""
+        for route, ttl in ttls.items():
+            self.ttls.labels(route).set(ttl)
+
+    def families(self) -> list[Any]:
+        """Every metric family as a scrape sees it: this process's, or every worker's
+        summed (after a flush)."""
         self.flush()
         directory = multiprocess_dir()
         if directory is None:
-            return generate_latest(self.registry)
+            return list(self.registry.collect())
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
         registry.register(self.histograms)
-        return generate_latest(registry)
+        return list(registry.collect())
+
+    def ttl_advice(self) -> tuple[Policy, list[Advice]]:
+        """The TTL policy, and the advice of every route from the evidence every worker
+        counted (gateway.ops.ttl_advice)."""
+        policy, ttls = self._policy()
+        return policy, advice_from(self.families(), policy, ttls)
+
+    def _policy(self) -> tuple[Policy, Mapping[str, int]]:
+        if self._ttl_policy is None:
+            return Policy(max_stale_share=0.05, min_ttl_s=5, max_ttl_s=3600), {}
+        return self._ttl_policy()
+
+    def exposition(self) -> bytes:
+        """The text exposition: this process's registry, or every worker's sum, with
+        the advised TTL and the change rate of each route as gauges."""
+        families = self.families()
+        policy, ttls = self._policy()
+        families += advice_families(advice_from(families, policy, ttls))
+        return generate_latest(_Families(families))
+
+
+class _Families(Collector):
+    """Metric families already collected, as a collector ``generate_latest`` reads."""
+
+    def __init__(self, families: list[Any]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Any]:
+        return iter(self._families)
+
+
+def advice_from(families: list[Any], policy: Policy, ttls: Mapping[str, int]) -> list[Advice]:
+    """The advice of every route of ``ttls`` from the evidence in ``families``."""
+    evidence = evidence_of(families)
+    return [
+        advise(route, ttl, evidence.get(route, Evidence()), policy) for route, ttl in ttls.items()
+    ]
+
+
+def advice_families(advice: list[Advice]) -> list[Any]:
+    """``gateway_ttl_advised_seconds`` and ``gateway_answer_changes_per_hour`` of each
+    route that has advice (a route without enough evidence has no sample)."""
+    advised = GaugeMetricFamily(
+        "gateway_ttl_advised_seconds",
+        "The TTL advised for each route from how often its answers change and"
+        " cache.max_stale_share (no sample: not enough evidence); never applied by itself",
+        labels=["route"],
+    )
+    rate = GaugeMetricFamily(
+        "gateway_answer_changes_per_hour",
+        "How many times an hour each route's answers change, as estimated from the"
+        " answers the upstream replaced (no sample: not enough evidence)",
+        labels=["route"],
+    )
+    for item in advice:
+        if item.advised_ttl_s is not None:
+            advised.add_metric([item.route], item.advised_ttl_s)
+        if item.changes_per_hour is not None:
+            rate.add_metric([item.route], item.changes_per_hour)
+    return [advised, rate]

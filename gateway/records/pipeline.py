@@ -138,13 +138,16 @@ class StoredRead(NamedTuple):
 
 
 class _Read(NamedTuple):
-    """One read, as the upstream fetch and the store need it."""
+    """One read, as the upstream fetch and the store need it; ``replaced``, the cached
+    answer its fetch replaces (expired, or asked past with ``no-cache``), whose ETag and
+    age are the evidence of how often the route's answers change."""
 
     key: CacheKey
     query: RecordQuery
     credentials: Credentials
     request_id: str
     ttl: int
+    replaced: CacheEntry | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,14 +371,18 @@ class RecordPipeline:
     async def _read(
         self, job: _Read, directives: Directives, gzip: bool, prior: StoredRead | None = None
     ) -> Reply:
-        key, query, _, _, ttl = job
+        key, query, credentials, request_id, ttl, _ = job
         policy = self.policy
         if self._cache is None or ttl == 0 or directives.no_store:
             detail = "fwd=request" if directives.no_store and self._cache and ttl else "fwd=bypass"
             fetched = await self._fetch(job, None, compress=gzip)
             return _served(fetched.entry, self._represent_fill(fetched, gzip), BYPASS, detail)
         if directives.no_cache and policy.honor_client_no_cache:
-            fetched = await self._fetch(job, await self._current_generations(key))
+            current = await self._cache.get(key)
+            if current is not None and _answered(current.entry):
+                job = _Read(key, query, credentials, request_id, ttl, current.entry)
+            generations = None if current is None else current.generations
+            fetched = await self._fetch(job, generations)
             stored = "; stored" if fetched.stored else ""
             representation = self._represent_fill(fetched, gzip)
             return _served(fetched.entry, representation, BYPASS, f"fwd=request{stored}", left=ttl)
@@ -403,6 +410,8 @@ class RecordPipeline:
             age, left = entry.age(now), entry.left(now)
             if left > 0:
                 return hit_reply(entry, now, self._bodies.represent(entry, gzip))
+            if _answered(entry):
+                job = _Read(key, query, credentials, request_id, ttl, entry)
             overdue = -left
             if overdue < policy.stale_while_revalidate_s:
                 self._refresh(job, lookup.generations)
@@ -600,7 +609,7 @@ class RecordPipeline:
         The body is compressed for the store, or else only when ``compress`` (a bypass
         whose one caller accepts gzip): a bypass for an identity caller, such as every
         request with ``cache.backend = "none"``, does not pay for a compression."""
-        key, query, credentials, request_id, ttl = job
+        key, query, credentials, request_id, ttl, replaced = job
         upstream = self._upstream
 
         def ask() -> Awaitable[UpstreamReply]:
@@ -631,13 +640,18 @@ class RecordPipeline:
             raise
         started = time.perf_counter()
         body = self._normaliser.normalise(query, fetched.body)
-        if self._metrics is not None:
-            self._metrics.normalised(query.route.name, time.perf_counter() - started)
+        etag = etag_of(body)
+        metrics = self._metrics
+        if metrics is not None:
+            metrics.normalised(query.route.name, time.perf_counter() - started)
+            if replaced is not None:
+                age = replaced.age(self._clock())
+                metrics.refreshed(query.route.name, replaced.etag != etag, age)
         stores = generations is not None and self._cache is not None and ttl > 0
         coded, coding = stored_body(body) if stores or compress else (body, IDENTITY)
         entry = CacheEntry(
             body=coded,
-            etag=etag_of(body),
+            etag=etag,
             stored_at=self._clock(),
             ttl_s=ttl,
             generations=generations or Generations(),
@@ -669,6 +683,12 @@ class RecordPipeline:
                 body=body,
                 again=again,
             )
+
+
+def _answered(entry: CacheEntry | None) -> bool:
+    """Whether ``entry`` holds an answer (not a cached 404) whose replacement says
+    whether the route's answers changed."""
+    return entry is not None and entry.status == 200
 
 
 def hit_reply(entry: CacheEntry, now: float, representation: Representation) -> Reply:
