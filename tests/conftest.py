@@ -48,6 +48,7 @@ _SERVING_MODULES = frozenset(
         "tests.ops.test_health",
         "tests.ops.test_logs",
         "tests.ops.test_metrics",
+        "tests.ops.test_otel",
         "tests.config.test_live",
         "tests.records.test_pipeline",
         "tests.upstream.test_client",

@@ -48,6 +48,7 @@ from gateway.comparison.workers import WorkerReports
 from gateway.config.settings import ShadowSettings, UpstreamSettings
 from gateway.errors import UpstreamContractError, UpstreamError, UpstreamRejected
 from gateway.ops.metrics import Metrics
+from gateway.ops.trace import CURRENT_TRACE, current_trace
 from gateway.upstream.client import UpstreamClient, UpstreamQuery, UpstreamReply, outcome_of
 from gateway.upstream.link import UpstreamLink
 
@@ -262,8 +263,13 @@ class Shadow:
             self._count(route, "skipped")
             return
         mirror = self._mirror(client, tally, query, authorization, request_id, status, body, again)
-        # a context of its own: the caller's (its trace, its log fields) is not touched
-        task = asyncio.get_running_loop().create_task(mirror, context=contextvars.Context())
+        # a context of its own: the caller's (its spans, its log fields) is not touched;
+        # the calls carry the caller's trace id all the same, with no span recorded
+        context = contextvars.Context()
+        trace = current_trace()
+        if trace is not None:
+            context.run(CURRENT_TRACE.set, trace.detached())
+        task = asyncio.get_running_loop().create_task(mirror, context=context)
         self._running.add(task)
         task.add_done_callback(self._ended)
 

@@ -8,6 +8,7 @@ the tests), environment variables (``GATEWAY_`` prefix, ``__`` between levels, e
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import ssl
 import tomllib
@@ -447,6 +448,66 @@ class AdminSettings(_Section):
         return value
 
 
+class TracingSettings(_Section):
+    """W3C trace context is always forwarded upstream; with ``otlp_endpoint`` set, spans
+    are exported too, through OpenTelemetry (the ``otel`` extra)."""
+
+    # the OTLP/HTTP collector: its base URL (/v1/traces is added) or its traces URL
+    otlp_endpoint: str | None = None
+    service_name: str = Field(default="records-gateway", min_length=1, max_length=200)
+    # the share of the traces the gateway starts that are recorded (a caller's sampled
+    # flag decides for a trace it started)
+    sample_ratio: float = Field(default=1.0, ge=0, le=1)
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _check_endpoint(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            url = URL(value)
+        except ValueError as exc:
+            raise ValueError(f"not a URL: {exc}") from exc
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError("must be an absolute http:// or https:// URL")
+        if url.query_string or url.fragment or url.user is not None:
+            raise ValueError("must not carry a query, a fragment or credentials")
+        missing = _missing_otel()
+        if missing is not None:
+            raise ValueError(
+                f"exporting spans needs OpenTelemetry, and {missing} is not installed:"
+                " pip install 'records-gateway[otel]'"
+            )
+        return value
+
+    @property
+    def otlp_traces_url(self) -> str | None:
+        """The URL spans are posted to: ``otlp_endpoint``, with ``/v1/traces`` added
+        unless it ends so already."""
+        endpoint = self.otlp_endpoint
+        if endpoint is None or endpoint.rstrip("/").endswith(_OTLP_TRACES_PATH):
+            return endpoint
+        return endpoint.rstrip("/") + _OTLP_TRACES_PATH
+
+
+_OTLP_TRACES_PATH = "/v1/traces"
+# what tracing.otlp_endpoint needs: the SDK and the OTLP/HTTP exporter (the otel extra)
+_OTEL_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http")
+
+
+def _missing_otel() -> str | None:
+    """The first module of OpenTelemetry's that ``tracing.otlp_endpoint`` needs and
+    that is not installed (found, not imported: only the packages above it are)."""
+    for name in _OTEL_MODULES:
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            return name
+    return None
+
+
 class Settings(BaseSettings):
     """Every setting of the gateway, validated once at start."""
 
@@ -464,6 +525,7 @@ class Settings(BaseSettings):
     admin: AdminSettings = AdminSettings()
     log: LogSettings = LogSettings()
     health: HealthSettings = HealthSettings()
+    tracing: TracingSettings = TracingSettings()
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -557,6 +619,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "ShadowSettings",
+    "TracingSettings",
     "UpstreamSettings",
     "describe_validation_error",
     "load_settings",

@@ -212,6 +212,8 @@ def _edge_middleware(config: DemoConfig, request_log: RequestLog) -> Middleware:
                 query=tuple(request.query.items()),
                 authorization=authorization,
                 request_id=headers.get("X-Request-ID"),
+                traceparent=headers.get("traceparent"),
+                tracestate=headers.get("tracestate"),
             )
         )
         if latency_s > 0:

@@ -28,6 +28,9 @@ class RequestRecord:
     query: tuple[tuple[str, str], ...]
     authorization: str | None
     request_id: str | None
+    # the W3C trace context fields (each None when absent)
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 class RequestLog:

@@ -65,6 +65,8 @@ from gateway.http.negotiation import gzip_preferred
 from gateway.http.records import PRIOR_READ, RecordHandlers
 from gateway.http.replies import reply_headers
 from gateway.http.unrouted import Unrouted
+from gateway.ops.trace import CACHE_LOOKUP, CACHE_READ, RequestTrace
+from gateway.ops.tracecontext import TRACEPARENT, parse_traceparent
 from gateway.records.credentials import is_bearer
 from gateway.records.pipeline import RecordPipeline, StoredRead, hit_reply, hit_seconds
 
@@ -96,6 +98,8 @@ class HitTarget(NamedTuple):
     pipeline: RecordPipeline
     max_limit: int
     gzip: bool  # the caller is served gzip (its Accept-Encoding)
+    template: str  # the route's template (its span's name)
+    traceparent: str | None  # the caller's, read only when the hit is logged or traced
 
 
 # the fields of a hit's reply that change with the entry's age, in the order
@@ -227,6 +231,8 @@ class Hits:
             pipeline,
             max_limit,
             gzip_preferred(read.accept_encoding),
+            query.route.template,
+            read.traceparent,
         )
 
     def holds(self, target: HitTarget) -> bool:
@@ -267,6 +273,9 @@ class Hits:
                 b"\r\n\r\n",
             )
         )
+        trace = None
+        if edge.tracer.recording:
+            trace = self._traced(target, request_id, started)
         edge.answered(
             "GET",
             target.route,
@@ -274,9 +283,23 @@ class Hits:
             "hit",
             started,
             request_id,
+            trace,
             token_fingerprint=target.fingerprint,
+            traceparent=target.traceparent,
         )
         return head, representation.body
+
+    def _traced(self, target: HitTarget, request_id: str, started: float) -> RequestTrace:
+        """The spans of a hit answered here, as the route's handler would have made
+        them: the request's and its cache read's, both begun at ``started`` (this
+        process's lookup, or the shared cache's read) and ended now."""
+        traceparent = target.traceparent
+        caller = None if traceparent is None else parse_traceparent(traceparent)
+        span = self.edge.tracer.request("GET", target.template, caller, request_id, started)
+        with span.child(CACHE_READ, started) as cache_read:
+            cache_read.set(CACHE_LOOKUP, "found")
+        span.end(200, "hit")
+        return RequestTrace(span, token_fingerprint=target.fingerprint)
 
 
 class GatewayConnection(RequestHandler):
@@ -656,7 +679,15 @@ class GatewayConnection(RequestHandler):
                 "unhandled error outside the handlers",
                 extra={"request_id": request_id, "status": problem.status},
             )
-        edge.answered(request.method, UNMATCHED, problem.status, "none", started, request_id)
+        edge.answered(
+            request.method,
+            UNMATCHED,
+            problem.status,
+            "none",
+            started,
+            request_id,
+            traceparent=request.headers.get(TRACEPARENT),
+        )
         return problem
 
 

@@ -27,7 +27,7 @@ aiohttp's own parser unchanged:
 
 For what it reads, the path and query are what aiohttp's request gives as
 ``rel_url.raw_path`` and ``rel_url.raw_query_string`` (the path as sent: without an
-escape, what aiohttp's router matches), and the three headers what ``headers.get``
+escape, what aiohttp's router matches), and the four headers what ``headers.get``
 gives (tests/fastpath/test_request_head.py holds the two to agreeing on random heads).
 """
 
@@ -57,6 +57,7 @@ _OWS = b" \t"
 _AUTHORIZATION = b"authorization"
 _X_REQUEST_ID = b"x-request-id"
 _ACCEPT_ENCODING = b"accept-encoding"
+_TRACEPARENT = b"traceparent"
 _CONNECTION = b"connection"
 _HOST = b"host"
 # headers after which a hit is not simply the entry's 200, or the message not simply
@@ -78,7 +79,7 @@ _DECLINED = frozenset(
 
 
 class RequestHead(NamedTuple):
-    """What a hit needs of a plain GET: the path, the raw query string, and the three
+    """What a hit needs of a plain GET: the path, the raw query string, and the four
     headers it reads (None when absent)."""
 
     path: str
@@ -86,6 +87,7 @@ class RequestHead(NamedTuple):
     authorization: str | None
     request_id: str | None
     accept_encoding: str | None = None
+    traceparent: str | None = None
 
 
 def may_become_head(start: bytes, line_max: int = LINE_MAX, fields_max: int = FIELDS_MAX) -> bool:
@@ -131,6 +133,7 @@ def read_head(
     authorization: bytes | None = None
     request_id: bytes | None = None
     accept_encoding: bytes | None = None
+    traceparent: bytes | None = None
     seen: set[bytes] = set()
     for line in lines[:-1]:
         name, _, value = line.partition(b":")
@@ -144,6 +147,8 @@ def read_head(
             request_id = value.strip(_OWS)
         elif name == _ACCEPT_ENCODING:
             accept_encoding = value.strip(_OWS)
+        elif name == _TRACEPARENT:
+            traceparent = value.strip(_OWS)
         elif name == _CONNECTION and value.strip(_OWS).lower() != b"keep-alive":
             return None
     if _HOST not in seen:
@@ -154,6 +159,7 @@ def read_head(
         authorization.decode("ascii") if authorization is not None else None,
         request_id.decode("ascii") if request_id is not None else None,
         accept_encoding.decode("ascii") if accept_encoding is not None else None,
+        traceparent.decode("ascii") if traceparent is not None else None,
     )
 
 
@@ -177,7 +183,12 @@ class HeadReader:
         self._line_max = line_max
         self._fields_max = fields_max
         self._fields = b""
-        self._read: tuple[str | None, str | None, str | None] = (None, None, None)
+        self._read: tuple[str | None, str | None, str | None, str | None] = (
+            None,
+            None,
+            None,
+            None,
+        )
 
     def read(self, head: bytes) -> RequestHead | None:
         """``head`` read as :func:`read_head` reads it."""
@@ -203,7 +214,12 @@ class HeadReader:
         read = read_head(head, self._line_max, self._fields_max)
         if read is not None and len(head) - line_end <= REMEMBERED_FIELDS_MAX:
             self._fields = head[line_end:]
-            self._read = (read.authorization, read.request_id, read.accept_encoding)
+            self._read = (
+                read.authorization,
+                read.request_id,
+                read.accept_encoding,
+                read.traceparent,
+            )
         return read
 
 

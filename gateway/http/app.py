@@ -49,6 +49,7 @@ from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.health import Readiness
 from gateway.ops.logs import set_level
 from gateway.ops.metrics import METRICS_FLUSH_S, Metrics, multiprocess_dir
+from gateway.ops.tracing import Tracer, tracer_for
 from gateway.ops.ttl_advice import Policy
 from gateway.records.keys import Keyer
 from gateway.records.pipeline import CachePolicy, RecordPipeline
@@ -66,12 +67,16 @@ def create_app(
     clock: Clock = system_clock,
     source: ConfigSource | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    tracer: Tracer | None = None,
 ) -> web.Application:
     """Build the gateway application for ``settings``.
 
     ``source`` is where a reload reads the settings again (the file and the flags);
     without it a reload re-reads the environment only. ``clock`` is the wall time of
     cache entries; ``monotonic`` the time of the upstream's circuit breaker.
+    ``tracer`` makes the requests' spans (None: the one ``settings.tracing`` asks for,
+    made at the application's start); the application shuts it down at its cleanup,
+    once everything else has stopped.
     """
     app = web.Application()
     coercions = CoercionCounts()
@@ -83,6 +88,9 @@ def create_app(
     app[COERCIONS] = coercions
     app[OPENAPI] = openapi_bytes(settings)
     edge = Edge(metrics=metrics_, live=live)
+    # first: cleanup contexts end in reverse order, and the last spans (of requests and
+    # refreshes the other contexts end) are exported at its end
+    app.cleanup_ctx.append(functools.partial(_tracer_ctx, edge=edge, tracer=tracer))
     records = RecordHandlers(edge, live)
     app[RECORDS] = records
     for route in ROUTES:
@@ -135,6 +143,27 @@ def add_routes(
             resource.add_route("HEAD", handler, expect_handler=expect)
             allowed.add("HEAD")
     resource.add_route("*", edge.wrap(method_not_allowed(allowed), name), expect_handler=expect)
+
+
+async def _tracer_ctx(
+    app: web.Application, *, edge: Edge, tracer: Tracer | None
+) -> AsyncIterator[None]:
+    """The edge's tracer for the life of the app (``tracer``, or the one of the
+    settings: raises ConfigError when that needs OpenTelemetry and it is not
+    installed), shut down at its end: what is left of its spans is exported then."""
+    if tracer is None:
+        tracing = app[LIVE].settings.tracing
+        tracer = tracer_for(
+            tracing.otlp_traces_url,
+            service_name=tracing.service_name,
+            sample_ratio=tracing.sample_ratio,
+        )
+    edge.tracer = tracer
+    try:
+        yield
+    finally:
+        if tracer.recording:
+            await asyncio.to_thread(tracer.shutdown)
 
 
 async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:

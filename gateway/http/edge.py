@@ -39,11 +39,21 @@ from gateway.http.problems import (
 )
 from gateway.ops.metrics import Metrics
 from gateway.ops.trace import CURRENT_TRACE, RequestTrace
+from gateway.ops.tracecontext import (
+    TRACEPARENT,
+    TRACESTATE,
+    caller_context,
+    new_trace_id,
+    parse_traceparent,
+)
+from gateway.ops.tracing import NO_TRACER, Tracer, Untraced
 
 log = logging.getLogger("gateway.http")
 access_log = logging.getLogger("gateway.access")
 REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 X_REQUEST_ID = istr("X-Request-ID")  # an istr: looked up without case folding
+_TRACEPARENT = istr(TRACEPARENT)
+_TRACESTATE = istr(TRACESTATE)
 EXPECT = istr("Expect")
 SPOKEN_VERSIONS = (HttpVersion11, HttpVersion10)
 _CONTINUE = "100-continue"
@@ -78,32 +88,56 @@ class Edge:
     and out, whichever handler answers it."""
 
     def __init__(
-        self, *, metrics: Metrics, live: LiveConfig, ids: RequestIds | None = None
+        self,
+        *,
+        metrics: Metrics,
+        live: LiveConfig,
+        ids: RequestIds | None = None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
+        """``tracer``: makes the spans of the record routes (``gateway.ops.tracing``;
+        the application sets its own once it starts)."""
         self.metrics = metrics
         self.ids = ids or RequestIds()
         self.live = live
+        self.tracer = tracer
 
     def request_id(self, given: str | None) -> str:
         """The id of a request that came with ``given`` as its X-Request-ID."""
         return choose_request_id(given, self.ids)
 
-    def wrap(self, handler: Handler, route: str = UNMATCHED) -> Handler:
-        """``handler`` with a request id, problem responses for every error, the
-        access log line and the request metrics; ``route`` is its metrics label."""
+    def wrap(
+        self, handler: Handler, route: str = UNMATCHED, template: str | None = None
+    ) -> Handler:
+        """``handler`` with a request id, its trace (the caller's ``traceparent``
+        continued, or a new trace), problem responses for every error, the access log
+        line and the request metrics; ``route`` is its metrics label, ``template`` the
+        route template of its span (None: the tracer records none, as for the health,
+        metrics and admin routes)."""
         metrics = self.metrics
 
         async def handle(request: web.Request) -> web.StreamResponse:
             started = time.perf_counter()
-            request_id = self.request_id(request.headers.get(X_REQUEST_ID))
+            headers = request.headers
+            request_id = self.request_id(headers.get(X_REQUEST_ID))
             request[REQUEST_ID] = request_id
-            # what the request does upstream is gathered for its access log line only
-            # (a request under way when a reload turns the log on gets its line without
-            # the upstream's status and time, and without the token's fingerprint)
-            trace = RequestTrace() if self.live.settings.log.access else None
-            token = None if trace is None else CURRENT_TRACE.set(trace)
+            traceparents = headers.getall(_TRACEPARENT, None)
+            caller = None
+            if traceparents is not None:
+                caller = caller_context(traceparents, headers.getall(_TRACESTATE, ()))
+            span = (
+                Untraced.of(caller)
+                if template is None
+                else self.tracer.request(request.method, template, caller, request_id, started)
+            )
+            # the layers below fill what the request did for its access log line, and
+            # make their spans inside the request's
+            trace = RequestTrace(span)
+            token = CURRENT_TRACE.set(trace)
             metrics.busy += 1
             response: web.StreamResponse
+            status: int | None = None  # None: the caller went away before its answer
+            cache = "none"
             try:
                 if request.version in SPOKEN_VERSIONS:
                     response = await _answer(handler, request, request_id, route)
@@ -111,19 +145,13 @@ class Edge:
                     response = version_not_supported(request, request_id)
                     response.force_close()
                 response.headers[X_REQUEST_ID] = request_id
+                status = response.status
+                cache = response.headers.get("X-Cache", "NONE").lower()
             finally:
                 metrics.busy -= 1
-                if token is not None:
-                    CURRENT_TRACE.reset(token)
-            self.answered(
-                request.method,
-                route,
-                response.status,
-                response.headers.get("X-Cache", "NONE").lower(),
-                started,
-                request_id,
-                trace,
-            )
+                CURRENT_TRACE.reset(token)
+                span.end(status, cache)
+            self.answered(request.method, route, response.status, cache, started, request_id, trace)
             return response
 
         handle.__name__ = getattr(handler, "__name__", "handle")
@@ -165,7 +193,15 @@ class Edge:
                 # whether its body follows is the caller's guess: no next request can be
                 # told apart from it
                 response.force_close()
-            self.answered(request.method, route, 417, "none", started, request_id)
+            self.answered(
+                request.method,
+                route,
+                417,
+                "none",
+                started,
+                request_id,
+                traceparent=request.headers.get(_TRACEPARENT),
+            )
             return response
 
         return expect
@@ -180,26 +216,35 @@ class Edge:
         request_id: str,
         trace: RequestTrace | None = None,
         token_fingerprint: str | None = None,
+        traceparent: str | None = None,
     ) -> None:
         """Count one answered request and write its access log line (what the request
-        did upstream is in ``trace``; a hit has none, only the token's fingerprint)."""
+        did upstream, and its trace, are in ``trace``; a hit has none, only the token's
+        fingerprint and the caller's ``traceparent``, read only for the line)."""
         elapsed = time.perf_counter() - started
         self.metrics.answered(route, status, cache, elapsed)
         if self.live.settings.log.access:
+            upstream_status = upstream_ms = None
             if trace is None:
-                trace = RequestTrace(token_fingerprint=token_fingerprint)
+                caller = None if traceparent is None else parse_traceparent(traceparent)
+                trace_id = new_trace_id() if caller is None else caller.trace_id
+            else:
+                trace_id = trace.trace_id
+                upstream_status, upstream_ms = trace.upstream_status, trace.upstream_ms
+                token_fingerprint = trace.token_fingerprint
             access_log.info(
                 "request",
                 extra={
                     "request_id": request_id,
+                    "trace_id": trace_id,
                     "method": method,
                     "route": route,
                     "status": status,
                     "duration_ms": round(elapsed * 1000, 2),
                     "cache": cache,
-                    "upstream_status": trace.upstream_status,
-                    "upstream_ms": trace.upstream_ms,
-                    "token_fingerprint": trace.token_fingerprint,
+                    "upstream_status": upstream_status,
+                    "upstream_ms": upstream_ms,
+                    "token_fingerprint": token_fingerprint,
                 },
             )
 

@@ -160,7 +160,7 @@ class RecordHandlers:
             return reply_response(request, reply)
 
         read.__name__ = f"get_{route.name}"
-        return self.edge.wrap(read, route.name)
+        return self.edge.wrap(read, route.name, route.template)
 
 
 RECORDS = web.AppKey("records", RecordHandlers)

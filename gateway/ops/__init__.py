@@ -1,6 +1,9 @@
 """Observability that every layer may use: Prometheus metrics, structured logs, the
-readiness report, and the per-request trace the access log is made from.
+readiness report, the per-request trace the access log is made from, the W3C trace
+context and the tracing seam (``tracing``) in front of OpenTelemetry.
 
 Imports nothing of the gateway but ``gateway.errors``, and of aiohttp only the
 parser's exception (the log filter keeps a rejected request's text out of the logs).
+``opentelemetry`` is imported by ``otel`` alone, which is imported only when
+``tracing.otlp_endpoint`` is set.
 """

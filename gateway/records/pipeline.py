@@ -56,6 +56,7 @@ from gateway.errors import (
 from gateway.normalise.normaliser import Normaliser
 from gateway.ops.circuit import CircuitState
 from gateway.ops.metrics import Metrics
+from gateway.ops.trace import CACHE_LOOKUP, cache_read
 from gateway.records.coalesce import Coalescer
 from gateway.records.credentials import Credentials
 from gateway.records.keys import Keyer
@@ -392,7 +393,14 @@ class RecordPipeline:
             if prior is not None and prior.key_text == key.text:
                 lookup = prior.lookup
             else:
-                lookup = await self._cache.get(key)
+                with cache_read() as span:
+                    lookup = await self._cache.get(key)
+                    span.set(
+                        CACHE_LOOKUP,
+                        "unavailable"
+                        if lookup is None
+                        else ("absent" if lookup.entry is None else "found"),
+                    )
         finally:
             ended = inflight.done_reading(key.text, ticket)
         stale: CacheEntry | None = None

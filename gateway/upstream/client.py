@@ -39,7 +39,9 @@ from gateway.errors import (
 )
 from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.metrics import Metrics
-from gateway.ops.trace import current_trace
+from gateway.ops.trace import current_trace, upstream_call
+from gateway.ops.tracecontext import TRACEPARENT, TRACESTATE
+from gateway.ops.tracing import UpstreamCall
 from gateway.upstream.health import UpstreamHealth
 from gateway.upstream.link import ConnectionLost, UpstreamLink, reason_of, timeouts
 
@@ -107,6 +109,11 @@ class UpstreamClient:
         # the URL of each query asked lately (by its canonical text): made once, not
         # on every upstream call
         self._urls: dict[str, URL] = {}
+        base = URL(settings.base_url)
+        self._server: dict[str, str | int] = {
+            "server.address": base.host or "",
+            "server.port": base.port or 0,
+        }
 
     @property
     def available(self) -> bool:
@@ -229,16 +236,24 @@ class UpstreamClient:
     async def fetch(
         self, query: UpstreamQuery, *, authorization: str, request_id: str
     ) -> UpstreamReply:
-        """GET ``query`` upstream with the caller's Authorization header, verbatim.
+        """GET ``query`` upstream with the caller's Authorization header, verbatim, and
+        the trace context of the request it is made for (``gateway.ops.trace``): a
+        ``traceparent`` of the request's trace whose parent id is this call's span,
+        and the caller's ``tracestate``.
 
         Returns the 2xx answer; raises an UpstreamError for anything else.
         """
         breaker = self.breaker
-        ticket = self._admit(f"GET {query.route.template}")
+        template = query.route.template
+        ticket = self._admit(f"GET {template}")
         started = time.perf_counter()
         outcome = "error"
+        call = upstream_call(
+            f"GET {template}",
+            {"http.request.method": "GET", "url.template": template, **self._server},
+        )
         try:
-            reply = await self._fetch(query, authorization, request_id)
+            reply = await self._fetch(query, authorization, request_id, call)
             outcome = str(reply.status)
             self.health.succeeded()
             if breaker is not None:
@@ -264,6 +279,7 @@ class UpstreamClient:
             raise
         finally:
             elapsed = time.perf_counter() - started
+            call.end(outcome)
             if self._metrics is not None:
                 self._metrics.upstream_called(query.route.name, outcome, elapsed)
             trace = current_trace()
@@ -272,10 +288,17 @@ class UpstreamClient:
                 trace.upstream_ms = round(elapsed * 1000, 2)
 
     async def _fetch(
-        self, query: UpstreamQuery, authorization: str, request_id: str
+        self, query: UpstreamQuery, authorization: str, request_id: str, call: UpstreamCall
     ) -> UpstreamReply:
         url = self.url_for(query)
-        headers = {"Authorization": authorization, "X-Request-ID": request_id}
+        headers = {
+            "Authorization": authorization,
+            "X-Request-ID": request_id,
+            TRACEPARENT: call.traceparent,
+        }
+        tracestate = call.tracestate
+        if tracestate is not None:
+            headers[TRACESTATE] = tracestate
         started = time.perf_counter()
         what = f"GET {query.route.template}"
         metrics = self._metrics

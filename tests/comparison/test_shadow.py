@@ -664,3 +664,28 @@ async def test_after_a_switch_of_upstream_the_shadow_compares_the_new_primary(
     assert (await _report(client))["totals"]["identical"] == 1
     assert len(new_primary.app[REQUEST_LOG]) == 1
     assert len(twin.app[REQUEST_LOG]) == 2
+
+
+async def test_the_candidate_gets_the_caller_s_trace_id_with_a_parent_id_of_its_own(
+    start_gateway: Start, upstream: TestServer, twin: TestServer
+) -> None:
+    client = await start_gateway(base_url(upstream), base_url(twin))
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = {
+        **AUTH,
+        "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01",
+        "tracestate": "rojo=1",
+    }
+    assert (await client.get("/users", headers=headers)).status == 200
+    assert (await client.get("/clients", headers=AUTH)).status == 200
+    await _settled(client)
+    (primary, other) = upstream.app[REQUEST_LOG].entries
+    (candidate, candidate_other) = twin.app[REQUEST_LOG].entries
+    for call in (primary, candidate):
+        assert call.traceparent is not None
+        assert call.traceparent.startswith(f"00-{trace_id}-")
+        assert call.tracestate == "rojo=1"
+    assert primary.traceparent != candidate.traceparent  # each call a parent id of its own
+    assert other.traceparent is not None
+    assert candidate_other.traceparent is not None
+    assert other.traceparent[3:35] == candidate_other.traceparent[3:35] != trace_id

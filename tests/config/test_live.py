@@ -201,6 +201,16 @@ async def test_turning_the_fast_path_on_or_off_needs_a_restart(
     assert live(client).settings.server.fast_path == before
 
 
+async def test_the_tracing_keys_need_a_restart(start: Start, config: ConfigFile) -> None:
+    client = await start(config)
+    config.set("tracing", "service_name", "renamed")
+    config.set("tracing", "sample_ratio", 0.5)
+    result = live(client).reload()
+    assert (result.ok, result.applied) == (True, [])
+    assert result.needs_restart == ["tracing.sample_ratio", "tracing.service_name"]
+    assert live(client).settings.tracing.service_name == "records-gateway"
+
+
 async def test_changes_that_need_a_restart_are_reported_not_applied(
     start: Start, config: ConfigFile, upstream: TestServer
 ) -> None:

@@ -100,6 +100,23 @@ def test_file_then_environment_then_overrides(
             "[upstream.shadow]\nmax_in_flight = 0\n",
             "upstream.shadow.max_in_flight: Input should be greater than or equal to 1",
         ),
+        (
+            "[tracing]\notlp_endpoint = 'collector:4318'\n",
+            "tracing.otlp_endpoint: must be an absolute http:// or https:// URL",
+        ),
+        (
+            "[tracing]\notlp_endpoint = 'http://c:4318/?a=1'\n",
+            "tracing.otlp_endpoint: must not carry a query, a fragment or credentials",
+        ),
+        (
+            "[tracing]\notlp_endpoint = 'http://u:p@c:4318'\n",
+            "tracing.otlp_endpoint: must not carry a query, a fragment or credentials",
+        ),
+        (
+            "[tracing]\nsample_ratio = 1.5\n",
+            "tracing.sample_ratio: Input should be less than or equal to 1",
+        ),
+        ("[tracing]\nservice_name = ''\n", "tracing.service_name: String should have at least"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -260,3 +277,21 @@ def test_the_shadows_candidate_takes_the_upstreams_timeouts_and_its_own_tls(
     assert (candidate.timeout_s, candidate.tls_verify) == (3.0, False)
     assert candidate.max_connections == 5
     assert not candidate.shadow.enabled
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "traces_url"),
+    [
+        (None, None),
+        ("http://collector:4318", "http://collector:4318/v1/traces"),
+        ("http://collector:4318/", "http://collector:4318/v1/traces"),
+        ("https://otel.example/otlp", "https://otel.example/otlp/v1/traces"),
+        ("http://collector:4318/v1/traces", "http://collector:4318/v1/traces"),
+    ],
+)
+def test_spans_go_to_the_otlp_endpoint_s_traces_path(
+    endpoint: str | None, traces_url: str | None
+) -> None:
+    tracing = Settings(tracing={"otlp_endpoint": endpoint}).tracing
+    assert tracing.otlp_traces_url == traces_url
+    assert (tracing.service_name, tracing.sample_ratio) == ("records-gateway", 1.0)

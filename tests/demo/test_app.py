@@ -708,7 +708,8 @@ async def test_request_log_records_every_request(client: DemoClient) -> None:
 
     await get_json(client, "/expenses", {"status": "PAID", "page": "2"})
     async with client.get(
-        "/accounts/Caja%20General?x=1&x=2", headers={**AUTH, "X-Request-ID": "req-42"}
+        "/accounts/Caja%20General?x=1&x=2",
+        headers={**AUTH, "X-Request-ID": "req-42", "traceparent": "tp", "tracestate": "ts"},
     ) as response:
         assert response.status == 200
     async with client.get("/users", headers={"Authorization": "Bearer nope"}) as response:
@@ -730,6 +731,8 @@ async def test_request_log_records_every_request(client: DemoClient) -> None:
             query=(("x", "1"), ("x", "2")),
             authorization="Bearer demo-token",
             request_id="req-42",
+            traceparent="tp",
+            tracestate="ts",
         ),
         RequestRecord(
             method="GET",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 import orjson
@@ -359,6 +360,40 @@ async def test_a_hit_from_the_bytes_is_logged_and_counted_as_aiohttp_s_own_answe
         assert vars(record)["duration_ms"] >= 0
     exposition = client.app[METRICS].exposition().decode()
     assert 'gateway_requests_total{cache="hit",route="expenses",status="200"} 2.0' in exposition
+
+
+async def test_a_hit_from_the_bytes_logs_the_caller_s_trace_id_or_a_new_one(
+    aiohttp_client: AiohttpClient,
+    upstream: TestServer,
+    monkeypatch: pytest.MonkeyPatch,
+    access_records: pytest.LogCaptureFixture,
+) -> None:
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    assert (await client.get(LIST, headers=AUTH)).headers["X-Cache"] == "MISS"
+    full_reads = count_full_reads(client.app, monkeypatch)
+    access_records.clear()
+    caller = "4bf92f3577b34da6a3ce929d0e0e4736"
+    traceparent = f"00-{caller}-00f067aa0ba902b7-01"
+    answers = await exchange(
+        port,
+        request_bytes(LIST, X_Request_ID="traced", traceparent=traceparent),
+        request_bytes(LIST, X_Request_ID="traced-again", traceparent=traceparent),
+        request_bytes(LIST, X_Request_ID="own"),
+        request_bytes(LIST, X_Request_ID="own-again"),
+        request_bytes(LIST, X_Request_ID="invalid", traceparent=traceparent.upper()),
+    )
+    assert full_reads == [0]
+    assert [answer.headers["x-cache"] for answer in answers] == ["HIT"] * 5
+    assert "traceparent" not in answers[0].headers  # no header of a draft on the answer
+    traces = {
+        getattr(record, "request_id", None): str(getattr(record, "trace_id", None))
+        for record in access_records.records
+        if record.name == "gateway.access"
+    }
+    assert traces["traced"] == traces["traced-again"] == caller
+    own = [traces[request_id] for request_id in ("own", "own-again", "invalid")]
+    assert all(re.fullmatch(r"[0-9a-f]{32}", trace_id) for trace_id in own)
+    assert len({caller, *own}) == 4
 
 
 async def test_requests_pipelined_behind_a_close_are_not_answered(

@@ -153,13 +153,14 @@ _GOOD_QUERY = "abz09=&-_.~%20+,;:@/?!$'()*"
 _ODD_QUERY = _GOOD_QUERY + '#<>"{}|\\^` \x7f'
 _NAMES = st.sampled_from(
     ["Authorization", "X-Request-ID", "Accept", "User-Agent", "X-Other", "x-other"] * 6
-    + ["Accept-Encoding", "accept-encoding"] * 3
+    + ["Accept-Encoding", "accept-encoding", "traceparent", "Traceparent"] * 3
     + ["Connection", "Proxy-Connection", "Content-Length", "Transfer-Encoding", "Cache-Control"]
     + ["Bad Name", ""]
 )
 _VALUES = st.sampled_from(
     ["keep-alive", "Keep-Alive", "gw", "Bearer demo-token", " Bearer  x \t", "v=1, w"] * 6
     + ["gzip", " gzip, deflate ", "identity;q=0", "br;q=1.0, gzip;q=0.8, *;q=0.1"] * 2
+    + [" 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01 ", "00-x-y-01"] * 2
     + ["close", "0", "chunked", "a\x7fb", "a\x00b", "caf\xe9", "x\ry"]
 )
 
@@ -209,6 +210,7 @@ async def aiohttp_reads(head: bytes) -> RequestHead | None:
         message.headers.get("Authorization"),
         message.headers.get("X-Request-ID"),
         message.headers.get("Accept-Encoding"),
+        message.headers.get("traceparent"),
     )
 
 
@@ -264,7 +266,7 @@ def test_a_connection_s_reader_checks_the_request_line_of_a_known_block() -> Non
                  b"GET /" + b"x" * 40 + b" HTTP/1.1", b"GET /x?a=<b> HTTP/1.1"):  # fmt: skip
         assert reader.read(line + b"\r\n" + fields) is None
     read = reader.read(b"GET /expenses/7?page=2 HTTP/1.1\r\n" + fields)
-    assert read == RequestHead("/expenses/7", "page=2", "Bearer t-1", None, None)
+    assert read == RequestHead("/expenses/7", "page=2", "Bearer t-1", None, None, None)
 
 
 @functools.cache

@@ -99,7 +99,7 @@ def start(aiohttp_client: AiohttpClient) -> Start:
 
     async def start(config: ConfigFile, clock: FakeClock | None = None) -> Client:
         source = ConfigSource(config.path)
-        times = {} if clock is None else {"clock": clock}
+        times: dict[str, Any] = {} if clock is None else {"clock": clock}
         app = create_app(source.load(), source=source, **times)
         return await gateway_client(aiohttp_client, app)
 

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpServer
 
-from gateway.demo import create_demo_app
+from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.http.binding import UPSTREAMS
 from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging
 
@@ -35,6 +35,7 @@ ACCESS_KEYS = {
     "message",
     "pid",
     "request_id",
+    "trace_id",
     "method",
     "route",
     "status",
@@ -45,6 +46,7 @@ ACCESS_KEYS = {
     "token_fingerprint",
 }
 FINGERPRINT = re.compile(r"[0-9a-f]{16,64}")
+TRACE_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def make_record(
@@ -203,6 +205,9 @@ async def test_one_access_line_per_request_and_never_a_token(
         assert line["pid"] == os.getpid()
         assert isinstance(line["duration_ms"], float)
         assert line["duration_ms"] >= 0
+        assert TRACE_ID.fullmatch(line["trace_id"])
+    # each request a trace of its own (none of them sent a traceparent)
+    assert len({line["trace_id"] for line in lines}) == len(lines)
 
     def summary(request_id: str) -> tuple[Any, ...]:
         line = by_id[request_id]
@@ -243,6 +248,40 @@ async def test_one_access_line_per_request_and_never_a_token(
         orjson.loads(text)
         assert TOKEN not in text
         assert WRONG_TOKEN not in text
+
+
+async def test_the_access_line_carries_the_trace_id_the_upstream_got(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The caller's trace id when it sent a valid traceparent, on a miss and on a hit;
+    otherwise the id of the trace the gateway started, which the upstream got."""
+    caplog.set_level(logging.DEBUG)
+    server = await aiohttp_server(create_demo_app())
+    upstream_log = server.app[REQUEST_LOG]
+    client = await gateway_factory(base_url(server), cache={"backend": "memory"})
+    caller = "4bf92f3577b34da6a3ce929d0e0e4736"
+    traceparent = f"00-{caller}-00f067aa0ba902b7-01"
+    for request_id in ("miss", "hit"):
+        response = await client.get(
+            "/users", headers={**AUTH, "X-Request-ID": request_id, "traceparent": traceparent}
+        )
+        assert response.status == 200
+    for request_id in ("own", "invalid"):
+        sent = traceparent.upper() if request_id == "invalid" else None
+        headers = {**AUTH, "X-Request-ID": request_id, **({"traceparent": sent} if sent else {})}
+        response = await client.get(f"/clients?page={len(request_id)}", headers=headers)
+        assert response.status == 200
+    by_id = {line["request_id"]: line for line in access_lines(caplog)}
+    assert (by_id["miss"]["cache"], by_id["hit"]["cache"]) == ("miss", "hit")
+    assert by_id["miss"]["trace_id"] == by_id["hit"]["trace_id"] == caller
+    forwarded = [entry.traceparent for entry in upstream_log.entries]
+    assert len(forwarded) == 3
+    for request_id, sent in zip(("miss", "own", "invalid"), forwarded, strict=True):
+        assert sent is not None
+        assert sent.split("-")[1] == by_id[request_id]["trace_id"]
+    assert len({by_id[r]["trace_id"] for r in ("miss", "own", "invalid")}) == 3
 
 
 async def test_no_access_lines_when_the_access_log_is_off(

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient
+from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpServer
 
-from ..conftest import AUTH, GatewayFactory, base_url
+from gateway.demo import RequestLog, RequestRecord
+
+from ..conftest import AUTH, FakeClock, GatewayFactory, base_url, until
 
 Client = TestClient[web.Request, web.Application]
 Behaviour = Callable[[web.Request], Any]
@@ -253,3 +256,141 @@ async def test_a_cookie_the_upstream_sets_never_travels_with_another_caller(
         assert "Set-Cookie" not in response.headers
         assert (await response.json())["data"][0]["username"] == caller
     assert cookies_seen == [None, None, None]
+
+
+# The trace context the upstream gets
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+TRACESTATE = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+FORWARDED = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-(0[01])")
+
+
+def forwarded(record: RequestRecord) -> tuple[str, str, str]:
+    """The trace id, parent id and flags of the traceparent an upstream call carried."""
+    assert record.traceparent is not None
+    match = FORWARDED.fullmatch(record.traceparent)
+    assert match is not None, record.traceparent
+    trace_id, parent_id, flags = match.groups()
+    assert parent_id != "0" * 16
+    return trace_id, parent_id, flags
+
+
+async def test_the_upstream_gets_the_caller_s_trace_with_a_parent_id_of_the_gateway_s(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
+) -> None:
+    client = await gateway_factory(base_url(upstream))
+    parents = set()
+    for page, flags in enumerate(("01", "00", "01"), start=1):
+        upstream_log.clear()
+        headers = {
+            **AUTH,
+            "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-{flags}",
+            "tracestate": TRACESTATE,
+        }
+        response = await client.get(f"/expenses?page={page}", headers=headers)
+        assert response.status == 200
+        (record,) = upstream_log.entries
+        trace_id, parent_id, sent_flags = forwarded(record)
+        assert (trace_id, sent_flags) == (CALLER_TRACE, flags)
+        assert parent_id != CALLER_SPAN
+        parents.add(parent_id)
+        assert record.tracestate == TRACESTATE
+    assert len(parents) == 3  # a span of its own for each upstream call
+
+
+@pytest.mark.parametrize(
+    "traceparents",
+    [
+        [],
+        [f"00-{CALLER_TRACE.upper()}-{CALLER_SPAN}-01"],
+        [f"00-{'0' * 32}-{CALLER_SPAN}-01"],
+        [f"00-{CALLER_TRACE}-{'0' * 16}-01"],
+        [f"ff-{CALLER_TRACE}-{CALLER_SPAN}-01"],
+        [f"00-{CALLER_TRACE}-{CALLER_SPAN}-01-more"],
+        ["a traceparent? no"],
+        [f"00-{CALLER_TRACE}-{CALLER_SPAN}-01", f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"],
+    ],
+)
+async def test_a_request_without_one_valid_traceparent_starts_a_trace_of_its_own(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    traceparents: list[str],
+) -> None:
+    client = await gateway_factory(base_url(upstream))
+    traces = set()
+    for page in (1, 2):
+        upstream_log.clear()
+        headers = [(name, value) for name, value in AUTH.items()]
+        headers += [("traceparent", value) for value in traceparents]
+        headers += [("tracestate", TRACESTATE)]
+        response = await client.get(f"/expenses?page={page}", headers=headers)
+        assert response.status == 200  # never an error of the caller's
+        (record,) = upstream_log.entries
+        trace_id, _, flags = forwarded(record)
+        assert trace_id != CALLER_TRACE
+        assert flags == "01"  # sampled: an upstream that follows its caller records it
+        assert record.tracestate is None  # only with a valid traceparent
+        traces.add(trace_id)
+    assert len(traces) == 2
+
+
+async def test_a_higher_version_s_traceparent_is_continued_as_version_00(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
+) -> None:
+    client = await gateway_factory(base_url(upstream))
+    headers = {**AUTH, "traceparent": f"01-{CALLER_TRACE}-{CALLER_SPAN}-01-later-fields"}
+    assert (await client.get("/users", headers=headers)).status == 200
+    (record,) = upstream_log.entries
+    assert forwarded(record)[0] == CALLER_TRACE
+    assert forwarded(record)[2] == "01"
+
+
+async def test_a_malformed_tracestate_is_dropped_and_the_trace_goes_on(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
+) -> None:
+    client = await gateway_factory(base_url(upstream))
+    too_many = ",".join(f"k{n}=v" for n in range(33))
+    for page, tracestate in enumerate(("Rojo=1", "rojo=1,rojo=2", too_many), start=1):
+        upstream_log.clear()
+        headers = {
+            **AUTH,
+            "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01",
+            "tracestate": tracestate,
+        }
+        assert (await client.get(f"/expenses?page={page}", headers=headers)).status == 200
+        (record,) = upstream_log.entries
+        assert forwarded(record)[0] == CALLER_TRACE
+        assert record.tracestate is None
+
+
+async def test_the_trace_goes_upstream_with_the_access_log_off(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
+) -> None:
+    client = await gateway_factory(base_url(upstream), log={"access": False})
+    headers = {**AUTH, "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
+    assert (await client.get("/users", headers=headers)).status == 200
+    assert (await client.get("/clients", headers=AUTH)).status == 200
+    caller, own = upstream_log.entries
+    assert forwarded(caller)[0] == CALLER_TRACE
+    assert forwarded(own)[0] != CALLER_TRACE
+
+
+async def test_a_background_refresh_is_part_of_the_trace_of_the_request_that_started_it(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    clock: FakeClock,
+) -> None:
+    client = await gateway_factory(base_url(upstream), clock=clock)
+    assert (await client.get("/users", headers=AUTH)).status == 200
+    clock.advance(301)  # past the TTL, within stale_while_revalidate_s
+    headers = {**AUTH, "traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
+    response = await client.get("/users", headers=headers)
+    assert response.headers["X-Cache"] == "STALE"
+    await until(lambda: len(upstream_log) == 2)
+    first, refresh = upstream_log.entries
+    assert forwarded(first)[0] != CALLER_TRACE
+    assert forwarded(refresh)[0] == CALLER_TRACE
+    assert forwarded(refresh)[1] != CALLER_SPAN
