@@ -215,6 +215,19 @@ class Shadow:
                 extra={"event": "shadow", "error": str(exc)},
             )
 
+    def _counting(self, tally: Tally) -> Tally:
+        """The tally a comparison begun under ``tally`` is counted in: the current
+        one while it compares the same two upstreams (after a reset too, which is taken
+        here when another worker announced it, so that nothing compared after a reset
+        is lost); ``tally`` itself when a reload changed an upstream since."""
+        workers = self._workers
+        if workers is not None and workers.reset_due():
+            self._restart()
+        current = self.tally
+        if (current.primary, current.candidate) == (tally.primary, tally.candidate):
+            return current
+        return tally
+
     def _retire(self) -> None:
         """Close the candidate's current connections once the comparisons on them end
         (they no longer count against ``max_in_flight``)."""
@@ -298,6 +311,7 @@ class Shadow:
             candidate: Sent | str = _sent_of(exc)
         else:
             candidate = Sent(reply.status, reply.body)
+        tally = self._counting(tally)
         if isinstance(candidate, str):
             self._failed(tally, route, candidate)
             return
@@ -332,6 +346,7 @@ class Shadow:
                 )
                 if itself is not None:
                     tally.learn_noise(route, differences, itself, request_id, secrets=secrets)
+        tally = self._counting(tally)
         outcome = tally.record(route, request_id, differences, secrets=secrets)
         self._count(route, outcome)
         metrics = self._metrics

@@ -12,9 +12,13 @@ import aiohttp
 import orjson
 import pytest
 
+from gateway.comparison.shadow import Shadow
 from gateway.comparison.tally import Tally
 from gateway.comparison.workers import WorkerReports
+from gateway.config.settings import load_settings
 from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
+from gateway.records.routes import USERS, parse_record_query
+from gateway.upstream.client import UpstreamReply
 
 from ..process.test_supervisor import AUTH, GatewayProcess, serve
 
@@ -165,3 +169,45 @@ def test_a_damaged_worker_file_is_left_out(tmp_path: Path, content: bytes) -> No
     total, workers = WorkerReports(tmp_path, pid=1).gather(mine)
     assert workers == 1
     assert total.report()["routes"]["users"]["identical"] == 1
+
+
+async def test_a_comparison_after_another_workers_reset_is_counted_not_lost(
+    tmp_path: Path, twin: DemoServer
+) -> None:
+    """A worker that has not yet taken a reset another announced (it does once a
+    second) counts a comparison ending meanwhile in the new report, not the old."""
+    upstream = await start_demo_server()
+    try:
+        settings = load_settings(
+            None,
+            {
+                "upstream": {
+                    "base_url": upstream.url,
+                    "shadow": {"base_url": twin.url, "sample_ratio": 1.0},
+                }
+            },
+        )
+        shadow = Shadow(settings.upstream, shared=tmp_path)
+        query = parse_record_query(USERS, None, [], max_limit=100)
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"{upstream.url}/users?page=1&limit=10", headers=AUTH) as answer,
+        ):
+            body = await answer.read()
+
+        async def again() -> UpstreamReply:
+            raise AssertionError("identical answers need no second primary answer")
+
+        WorkerReports(tmp_path, pid=2).announce_reset()  # another worker's DELETE
+        shadow.offer(
+            query, authorization=AUTH["Authorization"], request_id="r1", status=200, body=body,
+            again=again,
+        )  # fmt: skip
+        async with asyncio.timeout(10):
+            while shadow.in_flight:
+                await asyncio.sleep(0.01)
+        report = shadow.report()
+        assert (report["totals"]["compared"], report["totals"]["identical"]) == (1, 1)
+        await shadow.close()
+    finally:
+        await upstream.close()
