@@ -66,15 +66,21 @@ class HealthSettings(_Section):
     check_interval_s: float = Field(default=5.0, ge=0, le=3600)
 
 
-def _check_upstream_url(value: str) -> str:
-    """An upstream's base URL: absolute http(s), no query, fragment or credentials;
-    without its trailing slash."""
+def _http_url(value: str) -> URL:
+    """``value`` as an absolute http:// or https:// URL; ValueError saying why not."""
     try:
         url = URL(value)
     except ValueError as exc:
         raise ValueError(f"not a URL: {exc}") from exc
     if url.scheme not in ("http", "https") or not url.host:
         raise ValueError("must be an absolute http:// or https:// URL")
+    return url
+
+
+def _check_upstream_url(value: str) -> str:
+    """An upstream's base URL: absolute http(s), no query, fragment or credentials;
+    without its trailing slash."""
+    url = _http_url(value)
     if url.query_string or url.fragment:
         raise ValueError("must not carry a query or a fragment")
     if url.user is not None or url.password is not None:
@@ -464,12 +470,7 @@ class TracingSettings(_Section):
     def _check_endpoint(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        try:
-            url = URL(value)
-        except ValueError as exc:
-            raise ValueError(f"not a URL: {exc}") from exc
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError("must be an absolute http:// or https:// URL")
+        url = _http_url(value)
         if url.query_string or url.fragment or url.user is not None:
             raise ValueError("must not carry a query, a fragment or credentials")
         missing = _missing_otel()
