@@ -49,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="listen address (overrides server.host)")
     serve.add_argument("--port", type=int, help="listen port (overrides server.port)")
     serve.add_argument(
+        "--workers", type=int, help="processes sharing the port (overrides server.workers)"
+    )
+    serve.add_argument("--log-format", choices=("json", "text"), help="overrides log.format")
+    serve.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), help="overrides log.level"
+    )
+    serve.add_argument(
         "--demo",
         action="store_true",
         help="also run the reference upstream in this process and point the gateway at it",
@@ -361,7 +368,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         server["host"] = args.host
     if args.port is not None:
         server["port"] = args.port
-    overrides = {"server": server} if server else {}
+    if args.workers is not None:
+        server["workers"] = args.workers
+    logging_: dict[str, Any] = {}
+    if args.log_format is not None:
+        logging_["format"] = args.log_format
+    if args.log_level is not None:
+        logging_["level"] = args.log_level
+    overrides: dict[str, Any] = {"server": server} if server else {}
+    if logging_:
+        overrides["log"] = logging_
     settings = _settings(args, overrides)
 
     from gateway.config.live import ConfigSource

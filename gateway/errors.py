@@ -5,6 +5,7 @@ problem responses.
 
     GatewayError
     ├── ConfigError                  a setting is missing or invalid (exit 2)
+    ├── StartError                   the server cannot listen where told (exit 1)
     ├── CacheUnavailable             the cache backend failed or timed out (never
     │                                reaches a caller: the request goes upstream)
     ├── RequestError                 the caller's request is at fault (4xx)
@@ -30,6 +31,11 @@ class GatewayError(Exception):
 
 class ConfigError(GatewayError):
     """The configuration is invalid; the message names the key."""
+
+
+class StartError(GatewayError):
+    """The server cannot start where it is told (an address in use or not on this
+    machine, a port it may not bind); the message names what and where."""
 
 
 class CacheUnavailable(GatewayError):

@@ -158,10 +158,13 @@ async def test_serve_demo_answers_the_printed_curl_and_stops_on_sigterm() -> Non
     )
     assert process.stdout is not None
     try:
-        await _wait_for_line(process.stdout, rf"listening on http://127\.0\.0\.1:{port}")
-        curl = await _wait_for_line(
-            process.stdout, r"curl -s -H 'Authorization: Bearer ([^']+)' '([^']+)'"
+        # the start-up line is JSON like every other, with the curl to try in it
+        listening = await _wait_for_line(
+            process.stdout, rf"listening on http://127\.0\.0\.1:{port}"
         )
+        try_it = json.loads(listening.string)["demo_try"]
+        curl = re.fullmatch(r"curl -s -H 'Authorization: Bearer ([^']+)' '([^']+)'", try_it)
+        assert curl is not None
         token, url = curl.group(1), curl.group(2)
         headers = {"Authorization": f"Bearer {token}"}
         async with aiohttp.ClientSession() as http, http.get(url, headers=headers) as response:
@@ -347,3 +350,59 @@ async def test_demo_upstream_help_names_the_change_rate_flag_and_its_kinds() -> 
     assert "--change-rate KIND=PER_MINUTE" in usage
     for kind in RecordKind:
         assert kind.value in usage
+
+
+async def test_serve_on_a_port_in_use_is_one_json_line_and_exit_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = await run_cli("serve", "--port", str(port))
+    assert code == 1
+    assert "Traceback" not in out + err
+    lines = [json.loads(line) for line in (out + err).splitlines()]  # every line is JSON
+    failed = [line for line in lines if line.get("event") == "start_failed"]
+    assert len(failed) == 1
+    assert failed[0]["error"].startswith(f"cannot listen on 127.0.0.1:{port}: ")
+    assert "address already in use" in failed[0]["error"]
+
+
+async def test_serve_takes_workers_and_log_flags_and_every_line_is_json() -> None:
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gateway",
+        "serve",
+        "--demo",
+        "--port",
+        str(port),
+        "--workers",
+        "2",
+        "--log-format",
+        "json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=clean_env(),
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    lines: list[dict[str, object]] = []
+    try:
+        async with asyncio.timeout(30):
+            while sum(1 for line in lines if line.get("event") == "start") < 2 or not any(
+                line.get("event") == "listening" for line in lines
+            ):
+                raw = await process.stdout.readline()
+                assert raw, lines
+                lines.append(json.loads(raw))  # every line, start-up ones included, is JSON
+    finally:
+        process.send_signal(signal.SIGTERM)
+        rest, _ = await asyncio.wait_for(process.communicate(), timeout=30)
+    assert process.returncode == 0
+    lines += [json.loads(line) for line in rest.decode().splitlines()]
+    workers = {line["worker"] for line in lines if line.get("event") == "start"}
+    assert workers == {0, 1}
+    listening = next(line for line in lines if line.get("event") == "listening")
+    assert listening["url"] == f"http://127.0.0.1:{port}"
+    assert str(listening["demo_try"]).startswith("curl -s -H 'Authorization: Bearer ")

@@ -23,6 +23,7 @@ import tempfile
 
 from gateway.config.live import ConfigSource
 from gateway.config.settings import Settings
+from gateway.errors import StartError
 from gateway.ops.logs import configure_logging
 from gateway.process.worker import run, serve
 
@@ -40,9 +41,22 @@ def main_serve(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
     # until the event loop handles SIGHUP (a reload), one must not end the process
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if settings.server.workers == 1:
-        run(serve(settings, source, demo=demo))
+        try:
+            run(serve(settings, source, demo=demo))
+        except StartError as exc:
+            _start_failed(exc)
+            return 1
         return 0
     return _supervise(settings, source, demo=demo)
+
+
+def _start_failed(exc: StartError, worker: int | None = None) -> None:
+    """One log line saying why the server could not start (no traceback: the operator
+    put it there, not a bug)."""
+    log.error(
+        f"records-gateway cannot start: {exc}",
+        extra={"event": "start_failed", "error": str(exc), "worker": worker},
+    )
 
 
 _PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -65,6 +79,9 @@ def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
             code = 0
             try:
                 run(serve(settings, source, demo=demo, reuse_port=True, worker=index))
+            except StartError as exc:
+                _start_failed(exc, index)
+                code = 1
             except BaseException:
                 log.exception("worker failed", extra={"worker": index})
                 code = 1

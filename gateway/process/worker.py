@@ -13,12 +13,12 @@ import gc
 import logging
 import os
 import signal
-import sys
 from collections.abc import Coroutine
 from typing import Any
 
 from gateway.config.live import ConfigSource
 from gateway.config.settings import Settings
+from gateway.errors import StartError
 
 log = logging.getLogger("gateway.server")
 
@@ -88,7 +88,14 @@ async def serve(
         site = web.TCPSite(
             runner, settings.server.host, settings.server.port, reuse_port=reuse_port or None
         )
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            where = f"{settings.server.host}:{settings.server.port}"
+            raise StartError(
+                f"cannot listen on {where}: {exc.strerror or exc}"
+                " (server.host, server.port, --host, --port)"
+            ) from None
         release_free_memory()
         settle_collector()
         port = runner.addresses[0][1] if runner.addresses else settings.server.port
@@ -157,15 +164,20 @@ def _print_banner(settings: Settings, port: int, *, demo_url: str | None) -> Non
     host = settings.server.host
     shown = f"[{host}]" if ":" in host else host
     base = f"http://{shown}:{port}"
-    lines = [f"records-gateway listening on {base} (upstream {settings.upstream.base_url})"]
+    listening = f"records-gateway listening on {base} (upstream {settings.upstream.base_url})"
+    curl = f"curl -s -H 'Authorization: Bearer {DEMO_TOKEN}' '{base}/expenses?limit=2'"
+    if settings.log.format == "json":
+        # one JSON object like every other line, for log shippers that parse each line
+        fields: dict[str, object] = {"event": "listening", "url": base}
+        if demo_url is not None:
+            fields.update(demo_upstream=demo_url, demo_try=curl)
+        log.info(listening, extra=fields)
+        return
+    lines = [listening]
     if demo_url is not None:
         lines += [
             f"demo mode: the reference upstream runs in this process at {demo_url}",
             "try:",
-            f"  curl -s -H 'Authorization: Bearer {DEMO_TOKEN}' '{base}/expenses?limit=2'",
+            f"  {curl}",
         ]
-    print(
-        "\n".join(lines),
-        file=sys.stderr if settings.log.format == "json" else sys.stdout,
-        flush=True,
-    )
+    print("\n".join(lines), flush=True)
