@@ -10,7 +10,7 @@
 #     -e GATEWAY_CACHE__REDIS_URL=redis://redis.internal:6379/0 \
 #     -e GATEWAY_CACHE__KEY_SECRET=... records-gateway
 #
-# The baked-in config is config.example.toml (cache.backend = "redis", no key_secret):
+# The baked-in config is deploy/config.redis.toml (cache.backend = "redis", no key_secret):
 # without GATEWAY_CACHE__KEY_SECRET the gateway exits 2 naming cache.key_secret. Mount
 # your own file at /etc/records-gateway/config.toml, or set GATEWAY_* variables.
 
@@ -45,7 +45,7 @@ RUN apt-get update \
     && useradd --system --uid 10001 --gid gateway --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin gateway
 COPY --from=build /opt/records-gateway /opt/records-gateway
-COPY config.example.toml /etc/records-gateway/config.toml
+COPY deploy/config.redis.toml /etc/records-gateway/config.toml
 ENV PATH=/opt/records-gateway/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -53,7 +53,10 @@ async def test_check_config_prints_the_effective_configuration() -> None:
         "GATEWAY_UPSTREAM__BASE_URL": "https://records.example/v2",
         "GATEWAY_CACHE__KEY_SECRET": "do-not-print-this-secret",
     }
-    code, out, _ = await run_cli("check-config", "--config", "config.example.toml", env=env)
+    # the examples as shipped: config.example.toml alone, the Redis one with its secret
+    code, _, err = await run_cli("check-config", "--config", "config.example.toml")
+    assert (code, err) == (0, "")
+    code, out, _ = await run_cli("check-config", "--config", "deploy/config.redis.toml", env=env)
     assert code == 0
     config = json.loads(out)
     assert config["upstream"]["base_url"] == "https://records.example/v2"
