@@ -77,28 +77,36 @@ class Difference:
     candidate: Any
 
 
-def answer_of(route: str, status: int, body: bytes | None, params: dict[str, str]) -> Answer:
+def answer_of(
+    route: str,
+    status: int,
+    body: bytes | None,
+    params: dict[str, str],
+    published: bytes | None = None,
+) -> Answer:
     """The :class:`Answer` of ``route`` with ``status`` and ``body`` (the body of a 200;
     ``params``: the request's query, whose page and limit fill a page envelope that
-    leaves them out, as the gateway does). Raises NotComparable."""
+    leaves them out, as the gateway does). ``published``, when the gateway has already
+    normalised ``body``, is its published bytes, taken instead of normalising again.
+    Raises NotComparable."""
     if status != 200 or body is None:
         return Answer(status)
     try:
         sent = parse_lossless(body)
-        context = NormaliseContext(
-            page=_int_or_none(params.get("page")), limit=_int_or_none(params.get("limit"))
-        )
-        # canonicalising works in place: it gets a parse of its own
-        published = parse_lossless(
-            dump_canonical(canonical_body(route, parse_lossless(body), context))
-        )
+        if published is None:
+            context = NormaliseContext(
+                page=_int_or_none(params.get("page")), limit=_int_or_none(params.get("limit"))
+            )
+            # canonicalising works in place: it gets a parse of its own
+            published = dump_canonical(canonical_body(route, parse_lossless(body), context))
+        answer = Answer(status, sent, parse_lossless(published))
     except CanonicalError as exc:
         raise NotComparable(
             f"its {json_path(exc.path)} cannot be brought to the published schema: {exc.reason}"
         ) from exc
     except ValueError as exc:
         raise NotComparable(f"the body is not JSON ({exc})") from exc
-    return Answer(status, sent, published)
+    return answer
 
 
 def _int_or_none(text: str | None) -> int | None:

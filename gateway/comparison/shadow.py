@@ -260,8 +260,10 @@ class Shadow:
         status: int,
         body: bytes | None,
         again: AskAgain,
+        published: bytes | None = None,
     ) -> None:
-        """A request the primary answered with ``status`` (and ``body``, for a 2xx):
+        """A request the primary answered with ``status`` (and ``body``, for a 2xx, with
+        ``published``, its bytes as the gateway published them, when it has them):
         compare the candidate's answer to it, when this request is sampled. Returns at
         once; the candidate is asked in the background."""
         client = self._client
@@ -275,7 +277,9 @@ class Shadow:
             tally.skipped(route)
             self._count(route, "skipped")
             return
-        mirror = self._mirror(client, tally, query, authorization, request_id, status, body, again)
+        mirror = self._mirror(
+            client, tally, query, authorization, request_id, Sent(status, body), published, again
+        )
         # a context of its own: the caller's (its spans, its log fields) is not touched;
         # the calls carry the caller's trace id all the same, with no span recorded
         context = contextvars.Context()
@@ -297,8 +301,8 @@ class Shadow:
         query: ShadowQuery,
         authorization: str,
         request_id: str,
-        status: int,
-        body: bytes | None,
+        primary: Sent,
+        published: bytes | None,
         again: AskAgain,
     ) -> None:
         route = query.route.name
@@ -315,13 +319,12 @@ class Shadow:
         if isinstance(candidate, str):
             self._failed(tally, route, candidate)
             return
-        primary = Sent(status, body)
         if primary == candidate:
             outcome = tally.record(route, request_id, [])  # the same bytes: nothing to parse
             self._count(route, outcome)
             return
         # parsing and comparing whole bodies takes a while: not in the event loop
-        judged = await asyncio.to_thread(_judge, route, params, primary, candidate)
+        judged = await asyncio.to_thread(_judge, route, params, primary, candidate, published)
         if judged is None:
             return  # the primary's answer does not parse (the pipeline would not offer it)
         if isinstance(judged, str):
@@ -406,17 +409,18 @@ def _sent_of(exc: UpstreamError) -> Sent | str:
 
 
 def _judge(
-    route: str, params: dict[str, str], primary: Sent, candidate: Sent
+    route: str, params: dict[str, str], primary: Sent, candidate: Sent, published: bytes | None
 ) -> tuple[Answer, list[Difference]] | str | None:
-    """The primary's answer and the candidate's differences from it; ``invalid-body``
-    when the candidate's body cannot be compared, None when the primary's cannot (run
-    in a worker thread)."""
+    """The primary's answer (``published``: its published bytes, when the gateway has
+    them) and the candidate's differences from it; ``invalid-body`` when the
+    candidate's body cannot be compared, None when the primary's cannot (run in a
+    worker thread)."""
     try:
         theirs = answer_of(route, candidate.status, candidate.body, params)
     except NotComparable:
         return "invalid-body"
     try:
-        mine = answer_of(route, primary.status, primary.body, params)
+        mine = answer_of(route, primary.status, primary.body, params, published)
     except NotComparable:
         return None
     return mine, compare(route, mine, theirs)

@@ -661,7 +661,7 @@ class RecordPipeline:
         if stores and self._cache is not None:
             stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
         # once stored: a comparison is not begun before what its caller waits for is done
-        self._offer(job, fetched.status, fetched.body, ask)
+        self._offer(job, fetched.status, fetched.body, ask, published=body)
         return _Fetched(entry, stored, plain=body)
 
     def _offer(
@@ -670,9 +670,12 @@ class RecordPipeline:
         status: int,
         body: bytes | None,
         again: Callable[[], Awaitable[UpstreamReply]],
+        *,
+        published: bytes | None = None,
     ) -> None:
-        """Offer an upstream answer to the shadow traffic (which samples, and compares
-        once this request's caller has its answer)."""
+        """Offer an upstream answer (and ``published``, the bytes this fetch made of it)
+        to the shadow traffic, which samples, and compares once this request's caller
+        has its answer."""
         shadow = self._shadow
         if shadow is not None and shadow.enabled:
             shadow.offer(
@@ -682,6 +685,7 @@ class RecordPipeline:
                 status=status,
                 body=body,
                 again=again,
+                published=published,
             )
 
 
