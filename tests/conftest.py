@@ -283,7 +283,8 @@ def token_upstream(tokens: list[str]) -> web.Application:
     async def users(request: web.Request) -> web.Response:
         token = request.headers["Authorization"].removeprefix("Bearer ")
         await asyncio.sleep(0.001)
-        user = {"id": None, "username": f"user-{tokens.index(token)}", "role": "ADMIN"}
+        n = tokens.index(token)
+        user = {"id": f"00000000-0000-4000-8000-{n:012d}", "username": f"user-{n}", "role": "ADMIN"}
         return web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
 
     app = web.Application()

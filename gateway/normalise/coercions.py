@@ -61,6 +61,10 @@ Coercion = Callable[[Any], tuple[Any, str | None]]
 FastCheck = Callable[[str], object]
 
 
+# Why a record without one of its required fields (every id) breaks the contract.
+REQUIRED_REASON = "missing or null; every record has one"
+
+
 class CanonicalError(ValueError):
     """A value that cannot be brought to its canonical type; ``path`` locates it."""
 

@@ -40,6 +40,7 @@ class Plan:
     names: frozenset[str]
     qualified: tuple[str, ...]
     derived: frozenset[str]
+    required: tuple[str, ...]
     texts: tuple[str, ...]
     steps: tuple[Step, ...]
     nested: tuple[tuple[str, Plan], ...]
@@ -50,6 +51,7 @@ class Plan:
         order: tuple[str, ...],
         qualified: tuple[str, ...],
         derived: frozenset[str],
+        required: tuple[str, ...],
         texts: tuple[str, ...],
         steps: tuple[Step, ...],
         nested: tuple[tuple[str, Plan], ...],

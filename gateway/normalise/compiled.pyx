@@ -18,7 +18,7 @@ unknown values, dropped fields and errors.
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
 from cpython.object cimport PyObject
 
-from gateway.normalise.coercions import CanonicalError, json_type
+from gateway.normalise.coercions import REQUIRED_REASON, CanonicalError, json_type
 
 
 cdef extern from "Python.h":
@@ -94,6 +94,7 @@ cdef class Plan:
     cdef readonly frozenset names        # the same, as a set
     cdef readonly tuple qualified        # ("Expense.id", ...) in the order of ``order``
     cdef readonly frozenset derived      # fields the model may fill itself (_complete)
+    cdef readonly tuple required         # fields that are never null (every id)
     cdef readonly tuple texts            # text fields: a str or null, kept as sent
     cdef readonly tuple steps            # Step of every field with a rule
     cdef readonly tuple nested           # (field, Plan) of embedded records
@@ -102,7 +103,7 @@ cdef class Plan:
     cdef tuple extra_key                 # (model_name, "extra-field-dropped")
 
     def __init__(self, str model_name, tuple order, tuple qualified, frozenset derived,
-                 tuple texts, tuple steps, tuple nested, object complete):
+                 tuple required, tuple texts, tuple steps, tuple nested, object complete):
         if len(order) != len(qualified):
             raise ValueError("order and qualified differ in length")
         for step in steps:
@@ -116,6 +117,7 @@ cdef class Plan:
         self.names = frozenset(order)
         self.qualified = qualified
         self.derived = derived
+        self.required = required
         self.texts = texts
         self.steps = steps
         self.nested = nested
@@ -317,6 +319,9 @@ def canonicalise(Plan plan, dict data, object context):
     cdef frozenset missing = _NOTHING
     if not _in_order(data, plan.order):
         data, missing = _reshape(plan, data, context)
+    for name in plan.required:
+        if data[name] is None:
+            raise CanonicalError(name, REQUIRED_REASON)
     for name in plan.texts:
         value = data[name]
         if value is not None and type(value) is not str:

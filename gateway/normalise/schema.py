@@ -6,7 +6,9 @@ in another, fields present in one representation and absent in the next, decimal
 numbers or as text). These models accept every variant and hold the canonical form,
 so that ``model_dump()`` is the published body:
 
-- every field of the reference is present; what the upstream did not send is null;
+- every field of the reference is present; what the upstream did not send is null,
+  except each record's ``id``, which is never null: a record without one breaks the
+  contract (the answer is a 502 upstream-contract naming it);
 - decimal quantities are strings in plain notation, padded to the scale of the
   reference's samples and never rounded; they arrive as ``Decimal`` (the JSON is
   parsed losslessly) or as numeric text, and never pass through ``float``;
@@ -36,6 +38,7 @@ from gateway.normalise.coercions import (
     DATE_PATTERN,
     INSTANT_PATTERN,
     KNOWN_DATES,
+    REQUIRED_REASON,
     UUID_PATTERN,
     CanonicalError,
     Coercion,
@@ -122,6 +125,12 @@ def _nullable(kind: str, description: str, **schema: Any) -> Any:
     )
 
 
+def _required(kind: str, description: str, **schema: Any) -> Any:
+    """A field that is always present and never null (every record's id): a record
+    without it breaks the contract, and the whole answer is a 502 upstream-contract."""
+    return Field(description=description, json_schema_extra={"x-canonical": kind, **schema})
+
+
 class CanonicalModel(BaseModel):
     """A record of the published schema: every field present, coerced in one pass.
 
@@ -135,6 +144,7 @@ class CanonicalModel(BaseModel):
 
     _rules: ClassVar[dict[str, tuple[FastCheck | None, Coercion]]] = {}
     _derived: ClassVar[frozenset[str]] = frozenset()
+    _required: ClassVar[tuple[str, ...]] = ()
     _embedded: ClassVar[dict[str, str]] = {}
     _order: ClassVar[tuple[str, ...]] = ()
     _names: ClassVar[frozenset[str]] = frozenset()
@@ -147,6 +157,7 @@ class CanonicalModel(BaseModel):
     @classmethod
     def _prepare(cls, embedded: dict[str, type[CanonicalModel]]) -> None:
         cls._order = tuple(cls.model_fields)
+        cls._required = tuple(n for n, f in cls.model_fields.items() if f.is_required())
         cls._names = frozenset(cls._order)
         cls._qualified = {name: f"{cls.__name__}.{name}" for name in cls._order}
         cls._texts = tuple(n for n in cls._order if n not in cls._rules and n not in embedded)
@@ -197,6 +208,7 @@ def compiled_plan(model: type[CanonicalModel]) -> compiled.Plan:
             model._order,
             tuple(model._qualified[name] for name in model._order),
             model._derived,
+            model._required,
             model._texts,
             tuple(_compiled_step(step) for step in model._steps),
             tuple((name, compiled_plan(embedded)) for name, embedded in model._nested),
@@ -275,6 +287,9 @@ def canonicalise_python(
     missing: frozenset[str] = frozenset()
     if tuple(data) != model._order:
         data, missing = _reshape(model, data, context)
+    for name in model._required:
+        if data[name] is None:
+            raise CanonicalError(name, REQUIRED_REASON)
     for name in model._texts:
         value = data[name]
         if value is not None and type(value) is not str:
@@ -356,7 +371,7 @@ _INSTANT = published_pattern(INSTANT_PATTERN)
 class User(CanonicalModel):
     """A user of the organisation."""
 
-    id: str | None = _nullable("uuid", "UUID, lower-case canonical form", pattern=_UUID)
+    id: str = _required("uuid", "UUID, lower-case canonical form", pattern=_UUID)
     username: str | None = _nullable("text", "Login name")
     mail: str | None = _nullable("text", "E-mail address")
     role: str | None = _nullable("enum", "Upper case; known: " + ", ".join(sorted(USER_ROLES)))
@@ -379,7 +394,7 @@ Percentage = Annotated[
 class Client(CanonicalModel):
     """A client or provider."""
 
-    id: str | None = _nullable("uuid", "UUID, lower-case canonical form", pattern=_UUID)
+    id: str = _required("uuid", "UUID, lower-case canonical form", pattern=_UUID)
     name: str | None = _nullable("text", "Name")
     description: str | None = _nullable(
         "text", "Description; null where the upstream leaves it out (the client list)"
@@ -411,7 +426,7 @@ class Bank(CanonicalModel):
 class Account(CanonicalModel):
     """A cash or bank account."""
 
-    id: str | None = _nullable("text", "Account id as the upstream sent it (not a UUID)")
+    id: str = _required("text", "Account id as the upstream sent it (not a UUID)")
     name: str | None = _nullable("text", "Name")
     accountNumber: str | None = _nullable("text", "Account number")
     description: str | None = _nullable("text", "Description")
@@ -455,7 +470,7 @@ class Account(CanonicalModel):
 class Expense(CanonicalModel):
     """An expense, with its account, client and user."""
 
-    id: str | None = _nullable("uuid", "UUID, lower-case canonical form", pattern=_UUID)
+    id: str = _required("uuid", "UUID, lower-case canonical form", pattern=_UUID)
     paymentId: str | None = _nullable("text", "Payment identifier")
     currencyCode: str | None = _nullable("text", "Three-letter currency code")
     amount: str | None = _nullable(

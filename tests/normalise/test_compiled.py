@@ -232,7 +232,7 @@ def test_steps_and_plans_refuse_what_they_cannot_check() -> None:
     with pytest.raises(ValueError, match="scale"):
         step(compiled.CHECK_DECIMAL, scale=5, max_scale=4)
     with pytest.raises(ValueError, match="differ in length"):
-        compiled.Plan("M", ("a",), (), frozenset(), (), (), (), None)
+        compiled.Plan("M", ("a",), (), frozenset(), (), (), (), (), None)
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
@@ -242,6 +242,7 @@ def test_every_rule_of_the_models_is_checked_in_c(model: type[CanonicalModel]) -
     plan = compiled_plan(model)
     assert plan.order == tuple(model.model_fields)
     assert plan.qualified == tuple(f"{model.__name__}.{name}" for name in plan.order)
+    assert plan.required == model._required
     assert {s.name for s in plan.steps} == set(model._rules)
     assert all(s.check != compiled.CHECK_CALL for s in plan.steps)
     assert [(name, sub.model_name) for name, sub in plan.nested] == [

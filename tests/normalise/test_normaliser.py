@@ -174,6 +174,7 @@ def setter(*path_and_value: Any) -> Mutation:
 
 
 _NOT_DECIMAL = "the string {!r} is not a plain decimal number"
+_NO_ID = "missing or null; every record has one"
 _EXPENSE = "/expenses/3730bf79-913a-47af-a917-9e028868b644"
 
 # (gateway path, upstream body, JSON path, reason)
@@ -214,6 +215,17 @@ BAD_VALUES: list[tuple[str, bytes, str, str]] = [
         "data[1].taxRetentionPercentage",
         _NOT_DECIMAL.format("15%"),
     ),
+    # every record's id is required: missing or null, at any depth, breaks the contract
+    (
+        "/expenses",
+        expenses_page(lambda page: page["data"][2].pop("id")),
+        "data[2].id",
+        "missing or null; every record has one",
+    ),
+    (_EXPENSE, sample("expense", setter("account", "id", None)), "account.id", _NO_ID),
+    ("/users", sample("users", setter("data", 0, "id", None)), "data[0].id", _NO_ID),
+    ("/accounts/ACC-001", sample("account", lambda a: a.pop("id")), "id", _NO_ID),
+    ("/clients", sample("clients", setter("data", 1, "id", None)), "data[1].id", _NO_ID),
     (
         "/expenses",
         expenses_page(setter("data", 0, "id", "EXP-2025-0001")),

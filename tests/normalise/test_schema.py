@@ -401,8 +401,14 @@ def records(draw: st.DrawFn, model: type[CanonicalModel]) -> Generated:
     """One record of ``model`` as the upstream might send it."""
     name = model.__name__
     out = Generated(raw={}, expected={})
-    for key in model.model_fields:
-        presence = draw(st.sampled_from(["value", "value", "value", "value", "null", "missing"]))
+    for key, spec in model.model_fields.items():
+        # an id is never missing or null in an answer the gateway accepts (see
+        # test_a_record_without_an_id_breaks_the_contract)
+        presence = (
+            "value"
+            if spec.is_required()
+            else draw(st.sampled_from(["value", "value", "value", "value", "null", "missing"]))
+        )
         if presence == "missing":
             out.expected[key] = None
             out.counts[(f"{name}.{key}", "missing->null")] += 1

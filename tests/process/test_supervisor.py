@@ -359,7 +359,7 @@ async def test_the_served_gateway_takes_header_lines_up_to_32_kib(
 
     async def users(request: web.Request) -> web.Response:
         seen.append(len(request.headers["Authorization"]))
-        user = {"id": None, "username": "big-token-user", "role": "ADMIN"}
+        user = {"id": "00000000-0000-4000-8000-000000000001", "username": "big-token-user"}
         return web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
 
     upstream_app = web.Application()

@@ -241,7 +241,7 @@ async def test_a_cookie_the_upstream_sets_never_travels_with_another_caller(
     def behaviour(request: web.Request) -> web.Response:
         cookies_seen.append(request.headers.get("Cookie"))
         caller = request.headers["Authorization"].removeprefix("Bearer ")
-        user = {"id": None, "username": caller, "role": "ADMIN"}
+        user = {"id": "00000000-0000-4000-8000-000000000001", "username": caller, "role": "ADMIN"}
         response = web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
         response.set_cookie("session", f"{caller}-upstream-session", path="/")
         return response
