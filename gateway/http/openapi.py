@@ -14,36 +14,49 @@ The document is built once per app (``create_app``) and served as bytes at
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import Any
 
 import orjson
 from pydantic.json_schema import models_json_schema
 
 from gateway import __version__
 from gateway.config.settings import Settings
-from gateway.errors import InvalidParameters
-from gateway.http.edge import REQUEST_ID_PATTERN
+from gateway.http.openapi_admin import (
+    SECURITY_SCHEME,
+    admin_paths,
+    admin_schemas,
+    route_parameter,
+    security_scheme,
+)
 from gateway.http.openapi_parameters import parameter_components
-from gateway.http.problems import PROBLEM_JSON, PROBLEM_TYPE_BASE
+from gateway.http.openapi_responses import (
+    RESPONSES,
+    SCHEMAS,
+    header_refs,
+    headers,
+    problem_schemas,
+    response_refs,
+    responses,
+)
 from gateway.normalise.pages import ROUTE_MODELS
 from gateway.normalise.schema import SCHEMA_VERSION
 from gateway.records.routes import ROUTES, RouteSpec
 
 _JSON = "application/json"
-_SCHEMAS = "#/components/schemas/"
 _PARAMETERS = "#/components/parameters/"
-_HEADERS = "#/components/headers/"
-_RESPONSES = "#/components/responses/"
 
-# What edge.choose_request_id echoes; anything else is replaced by a new id.
-_REQUEST_ID = f"^{REQUEST_ID_PATTERN.pattern}$"
+# Real answers of the gateway in front of the reference upstream, by example name
+# (recorded by tests/http/openapi_examples.py; `make openapi-examples`).
+EXAMPLES_FILE = Path(__file__).with_name("openapi_examples.json")
 
 _DESCRIPTION = """\
 records-gateway answers the six read routes of the Financial Records Read API with
 one canonical form of every record, whatever variant the upstream sent:
 
 - every field of the published schema is present in every record (each is listed as
-  `required`); a value the upstream did not send is `null`;
+  `required`); a value the upstream did not send is `null`, except the `id` of every
+  record, which is never null (a record without one is a 502 upstream-contract);
 - decimal quantities are JSON strings in plain notation, padded to the scale of the
   reference (`Expense.amount` and `Account.lastBalance` at least 4 decimal places,
   `Account.liquidityThreshold` at least 2) and never rounded;
@@ -58,7 +71,9 @@ Every request is validated before anything reaches the upstream; every error is 
 RFC 9457 problem (`application/problem+json`) whose `type` is a
 `urn:records-gateway:problem:` URN. The record routes need
 `Authorization: Bearer <token>`, forwarded to the upstream verbatim. `HEAD` is
-answered like `GET`, without a body; other methods are 405. Answers may come from
+answered like `GET`, without a body; other methods are 405. On `/expenses`, `dateFrom`
+must not be after `dateTo` (a 400 otherwise), a rule between two parameters that the
+schemas below cannot state. Answers may come from
 the gateway's cache: `X-Cache`, `Cache-Status`, `Age` and `ETag` say so, and
 `If-None-Match` and `Cache-Control: no-cache` / `no-store` steer it. Answers are
 gzip-compressed (`Content-Encoding: gzip`) for callers whose `Accept-Encoding` prefers
@@ -67,263 +82,65 @@ record answer says `Vary: Accept-Encoding`. Problems are never compressed.
 """
 
 
-def _headers() -> dict[str, dict[str, Any]]:
-    """components.headers: every response header the gateway documents."""
-    return {
-        "X-Request-ID": {
-            "description": "The id of this request: the caller's X-Request-ID when usable,"
-            " otherwise a new one. Also sent upstream and logged.",
-            "required": True,
-            "schema": {"type": "string", "pattern": _REQUEST_ID},
-        },
-        "X-Cache": {
-            "description": "What the cache did: HIT (a fresh stored answer), STALE (a stored"
-            " answer past its freshness, served while it is refreshed or instead of an"
-            " upstream failure), MISS (fetched from the upstream), BYPASS (the cache was"
-            " not consulted: caching is off for the route, or the caller sent no-store or"
-            " no-cache).",
-            "required": True,
-            "schema": {"type": "string", "enum": ["HIT", "MISS", "STALE", "BYPASS"]},
-        },
-        "Cache-Status": {
-            "description": "The same as an RFC 9211 Cache-Status field, e.g."
-            " `records-gateway; hit; ttl=25` or `records-gateway; fwd=miss; stored`.",
-            "required": True,
-            "schema": {"type": "string"},
-        },
-        "Age": {
-            "description": "Seconds since the answer was fetched from the upstream (RFC 9111).",
-            "required": True,
-            "schema": {"type": "integer", "minimum": 0},
-        },
-        "ETag": {
-            "description": "A strong ETag of the representation sent (the gzip one's ends in"
-            " -gzip inside the quotes); send it back in If-None-Match.",
-            "required": True,
-            "schema": {"type": "string"},
-        },
-        "Vary": {
-            "description": "The answer depends on the request's Accept-Encoding.",
-            "required": True,
-            "schema": {"type": "string", "const": "Accept-Encoding"},
-        },
-        "Content-Encoding": {
-            "description": "gzip when the body is gzip-compressed (the caller's"
-            " Accept-Encoding prefers it, and the body is 256 bytes or more); absent when"
-            " it is not.",
-            "schema": {"type": "string", "const": "gzip"},
-        },
-        "Cache-Control": {
-            "description": "How long the caller may reuse the answer, e.g."
-            " `private, max-age=30`: the seconds it stays fresh in the cache, 0 when it is"
-            " stale or was not stored.",
-            "required": True,
-            "schema": {"type": "string"},
-        },
-        "WWW-Authenticate": {
-            "description": "The scheme to authenticate with.",
-            "required": True,
-            "schema": {"type": "string", "examples": ['Bearer realm="records-gateway"']},
-        },
-        "Retry-After": {
-            "description": "On a 429, the upstream's Retry-After (seconds or an HTTP date),"
-            " when it sent one; on a 503, the seconds until the gateway tries the upstream"
-            " again.",
-            "schema": {"type": "string"},
-        },
-    }
-
-
-def _header_refs(*names: str) -> dict[str, dict[str, str]]:
-    return {name: {"$ref": _HEADERS + name} for name in names}
-
-
 _REQUEST_HEADERS = ("If-None-Match", "Cache-Control", "Pragma", "Accept-Encoding", "X-Request-ID")
 _CACHE_HEADERS = ("X-Cache", "Cache-Status", "Age", "ETag", "Cache-Control", "Vary")
+_RECORD_ERRORS = (400, 401, 403, 404, 405, 417, 429, 500, 502, 503, 504, 505)
 
+_INFO = {
+    "title": "records-gateway",
+    "version": SCHEMA_VERSION,
+    "x-gateway-version": __version__,
+    "contact": {"name": "records-gateway maintainers"},
+    "license": {
+        "name": "Proprietary: for the organisation's internal use",
+        "identifier": "LicenseRef-Proprietary",
+    },
+}
 
-class _ProblemResponse(NamedTuple):
-    """One documented error status: its problem types and extra headers."""
-
-    status: int
-    name: str
-    description: str
-    slugs: tuple[str, ...]
-    headers: tuple[str, ...] = ()
-
-
-_PROBLEMS = (
-    _ProblemResponse(
-        400,
-        "InvalidParameters",
-        "A bad, unknown or repeated parameter; `errors` lists them (the first"
-        f" {InvalidParameters.LISTED}; `omittedErrors` counts the others). Nothing was"
-        " sent upstream.",
-        ("invalid-parameters",),
+# What each record route does, beyond its summary (the model's docstring).
+_ROUTE_TEXT = {
+    "users": ("listUsers", "The organisation's users, a page at a time."),
+    "clients": ("listClients", "The clients and providers, a page at a time."),
+    "expenses": (
+        "listExpenses",
+        "The expenses, a page at a time, filtered by any combination of the query"
+        " parameters. `dateFrom` must not be after `dateTo`: such a request is a 400"
+        " naming both, and never reaches the upstream.",
     ),
-    _ProblemResponse(
-        401,
-        "Unauthenticated",
-        "No usable `Authorization: Bearer` header (unauthenticated), or the upstream"
-        " refused the token (upstream-unauthorized).",
-        ("unauthenticated", "upstream-unauthorized"),
-        ("WWW-Authenticate",),
-    ),
-    _ProblemResponse(403, "Forbidden", "The upstream refused access.", ("upstream-forbidden",)),
-    _ProblemResponse(404, "NotFound", "The upstream has no such record.", ("not-found",)),
-    _ProblemResponse(
-        417,
-        "ExpectationFailed",
-        "An `Expect` field asks for more than `100-continue`. Nothing was sent upstream.",
-        ("expectation-failed",),
-    ),
-    _ProblemResponse(
-        429,
-        "RateLimited",
-        "The upstream is rate limiting this caller; its Retry-After is kept.",
-        ("rate-limited",),
-        ("Retry-After",),
-    ),
-    _ProblemResponse(
-        500,
-        "InternalError",
-        "The gateway failed; the request id is in its logs.",
-        ("internal",),
-    ),
-    _ProblemResponse(
-        502,
-        "BadGateway",
-        "The upstream cannot be reached (upstream-unavailable), answered 5xx or an"
-        " unexpected status (upstream-failed), or sent a body that breaks the API"
-        " contract (upstream-contract).",
-        ("upstream-unavailable", "upstream-failed", "upstream-contract"),
-    ),
-    _ProblemResponse(
-        503,
-        "UpstreamUnavailable",
-        "The upstream failed repeatedly and its circuit breaker is open: the gateway"
-        " answers without calling it, and this request had no stale answer to serve."
-        " `Retry-After` says when the gateway tries the upstream again.",
-        ("upstream-unavailable",),
-        ("Retry-After",),
-    ),
-    _ProblemResponse(
-        504,
-        "GatewayTimeout",
-        "The upstream did not answer within upstream.timeout_s.",
-        ("upstream-timeout",),
-    ),
-    _ProblemResponse(
-        505,
-        "HTTPVersionNotSupported",
-        "The request line's version is neither HTTP/1.1 nor HTTP/1.0 (aiohttp answers"
-        " in that version); the connection is closed. Nothing was sent upstream.",
-        ("http-version-not-supported",),
-    ),
+    "expense": ("getExpense", "One expense, by its UUID."),
+    "accounts": ("listAccounts", "The cash and bank accounts, a page at a time."),
+    "account": ("getAccount", "One account, by its id or its name."),
+}
+_RECORD_TEXT = (
+    " Every record in the published schema, whatever variant the upstream sent. Needs"
+    " the caller's bearer token, which is forwarded to the upstream; answers are cached"
+    " per path, query and token (`X-Cache` and `Cache-Status` say whether this one was)."
 )
 
 
-def _problem_schemas() -> dict[str, dict[str, Any]]:
-    return {
-        "Problem": {
-            "title": "Problem",
-            "description": "An RFC 9457 problem: the body of every error response.",
-            "type": "object",
-            "required": ["type", "title", "status", "detail", "instance", "requestId"],
-            "properties": {
-                "type": {
-                    "type": "string",
-                    "pattern": f"^{PROBLEM_TYPE_BASE}[a-z0-9-]+$",
-                    "description": "A URN naming the kind of problem.",
-                },
-                "title": {"type": "string", "description": "A summary of the kind."},
-                "status": {
-                    "type": "integer",
-                    "minimum": 400,
-                    "maximum": 599,
-                    "description": "The HTTP status.",
-                },
-                "detail": {
-                    "type": "string",
-                    "description": "What happened, for a person; never contains the token.",
-                },
-                "instance": {
-                    "type": "string",
-                    "description": "The request's path and query, as sent.",
-                },
-                "requestId": {
-                    "type": "string",
-                    "description": "The X-Request-ID of the request.",
-                },
-                "upstreamStatus": {
-                    "type": "integer",
-                    "minimum": 100,
-                    "maximum": 599,
-                    "description": "The upstream's status, when it answered.",
-                },
-                "retryAfter": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "Seconds until the gateway tries the upstream again, as"
-                    " its Retry-After says (503 upstream-unavailable only).",
-                },
-                "errors": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": InvalidParameters.LISTED,
-                    "items": {"$ref": _SCHEMAS + "ParameterError"},
-                    "description": "The bad parameters, in the order of the request (400 only).",
-                },
-                "omittedErrors": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "How many more bad parameters there are than `errors`"
-                    " lists (400 only, when there are more).",
-                },
-            },
-        },
-        "ParameterError": {
-            "title": "ParameterError",
-            "type": "object",
-            "required": ["parameter", "message"],
-            "properties": {
-                "parameter": {"type": "string", "description": "The parameter's name."},
-                "message": {"type": "string", "description": "What is wrong with it."},
-            },
-            "additionalProperties": False,
-        },
-    }
+def load_examples() -> dict[str, Any]:
+    """The recorded examples, by name; none when the file is missing (while it is being
+    recorded for the first time)."""
+    try:
+        examples: dict[str, Any] = orjson.loads(EXAMPLES_FILE.read_bytes())
+    except FileNotFoundError:
+        return {}
+    return examples
 
 
-def _problem_response(problem: _ProblemResponse) -> dict[str, Any]:
-    narrowed: dict[str, Any] = {
-        "properties": {
-            "type": {"enum": [PROBLEM_TYPE_BASE + slug for slug in problem.slugs]},
-            "status": {"const": problem.status},
-        }
-    }
-    if problem.status == 400:
-        narrowed["required"] = ["errors"]
-    return {
-        "description": problem.description,
-        "headers": _header_refs("X-Request-ID", *problem.headers),
-        "content": {
-            PROBLEM_JSON: {"schema": {"allOf": [{"$ref": _SCHEMAS + "Problem"}, narrowed]}}
-        },
-    }
-
-
-def _responses() -> dict[str, dict[str, Any]]:
-    """components.responses: 304 and every problem response."""
-    responses = {
-        "NotModified": {
-            "description": "If-None-Match matched the ETag of the representation this"
-            " request would get; no body.",
-            "headers": _header_refs("X-Request-ID", *_CACHE_HEADERS),
-        }
-    }
-    responses.update({problem.name: _problem_response(problem) for problem in _PROBLEMS})
-    return responses
+def _nullable_types(schema: dict[str, Any]) -> None:
+    """``anyOf: [X, {type: null}]`` as ``X`` with ``type: [t, "null"]`` where X is a
+    plain typed schema (not a $ref): the same schema, that generators turn into an
+    optional field rather than a union of numbered classes."""
+    choices = schema.get("anyOf")
+    if not isinstance(choices, list) or len(choices) != 2 or {"type": "null"} not in choices:
+        return
+    (other,) = (choice for choice in choices if choice != {"type": "null"})
+    if "$ref" in other or not isinstance(other.get("type"), str):
+        return
+    del schema["anyOf"]
+    schema.update(other)
+    schema["type"] = [other["type"], "null"]
 
 
 def _model_schemas() -> dict[str, dict[str, Any]]:
@@ -335,7 +152,7 @@ def _model_schemas() -> dict[str, dict[str, Any]]:
     """
     _, top = models_json_schema(
         [(model, "serialization") for model in ROUTE_MODELS.values()],
-        ref_template=_SCHEMAS + "{model}",
+        ref_template=SCHEMAS + "{model}",
     )
     schemas: dict[str, dict[str, Any]] = top["$defs"]
     for schema in schemas.values():
@@ -343,163 +160,224 @@ def _model_schemas() -> dict[str, dict[str, Any]]:
         for prop in properties.values():
             prop.pop("default", None)
             prop.pop("title", None)
+            _nullable_types(prop)
         schema["required"] = list(properties)
         schema["additionalProperties"] = False
     return schemas
 
 
-def _record_operation(route: RouteSpec) -> dict[str, Any]:
+def _example(examples: dict[str, Any], name: str) -> dict[str, Any]:
+    """``examples`` of a media type: the recorded answer ``name``, when there is one."""
+    if name not in examples:
+        return {}
+    example = examples[name]
+    return {"examples": {name: {"summary": example["request"], "value": example["body"]}}}
+
+
+def _record_operation(route: RouteSpec, examples: dict[str, Any]) -> dict[str, Any]:
     model = ROUTE_MODELS[route.name]
     names = [*([route.path_param] if route.path_param else []), *route.query_params]
     summary = (model.__doc__ or route.name).strip().splitlines()[0]
-    responses: dict[str, Any] = {
+    operation_id, text = _ROUTE_TEXT[route.name]
+    media = {"schema": {"$ref": SCHEMAS + model.__name__}, **_example(examples, route.name)}
+    responses_: dict[str, Any] = {
         "200": {
             "description": summary,
-            "headers": _header_refs("X-Request-ID", *_CACHE_HEADERS, "Content-Encoding"),
-            "content": {_JSON: {"schema": {"$ref": _SCHEMAS + model.__name__}}},
+            "headers": header_refs("X-Request-ID", *_CACHE_HEADERS, "Content-Encoding"),
+            "content": {_JSON: media},
         },
-        "304": {"$ref": _RESPONSES + "NotModified"},
+        "304": {"$ref": RESPONSES + "NotModified"},
+        **response_refs(*_RECORD_ERRORS),
     }
-    for problem in _PROBLEMS:
-        responses[str(problem.status)] = {"$ref": _RESPONSES + problem.name}
     return {
-        "operationId": f"get_{route.name}",
+        "operationId": operation_id,
         "summary": summary,
+        "description": text + _RECORD_TEXT,
         "tags": ["records"],
         "security": [{"bearer": []}],
         "parameters": [{"$ref": _PARAMETERS + name} for name in (*names, *_REQUEST_HEADERS)],
-        "responses": responses,
+        "responses": responses_,
     }
 
 
 def _plain_operation(
     operation_id: str,
     summary: str,
+    description: str,
     schema: dict[str, Any],
-    headers: dict[str, dict[str, Any]] | None = None,
+    headers_: dict[str, dict[str, Any]] | None = None,
+    media_type: str = _JSON,
 ) -> dict[str, Any]:
     """A GET of the gateway's own, answered without a token."""
     return {
         "operationId": operation_id,
         "summary": summary,
+        "description": description,
         "tags": ["gateway"],
         "security": [],
         "responses": {
             "200": {
                 "description": summary,
-                "headers": {**_header_refs("X-Request-ID"), **(headers or {})},
-                "content": {_JSON: {"schema": schema}},
-            }
+                "headers": {**header_refs("X-Request-ID"), **(headers_ or {})},
+                "content": {media_type: {"schema": schema}},
+            },
+            **response_refs(405),
         },
+    }
+
+
+def _readiness_schema() -> dict[str, Any]:
+    component = {
+        "type": "object",
+        "required": ["status", "lastError"],
+        "properties": {
+            "status": {"$ref": SCHEMAS + "ComponentStatus"},
+            "lastError": {"type": ["string", "null"]},
+            "source": {"type": "string", "enum": ["traffic", "check"]},
+            "circuit": {
+                "description": "The component's circuit breaker: open, the gateway does not"
+                " call it (the upstream: stale answers and 503s; the cache: skipped)",
+                "type": "string",
+                "enum": ["closed", "open", "half-open"],
+            },
+        },
+    }
+    return {
+        "Readiness": {
+            "type": "object",
+            "required": ["status", "components"],
+            "properties": {
+                "status": {"$ref": SCHEMAS + "ReadinessStatus"},
+                "components": {"$ref": SCHEMAS + "ReadinessComponents"},
+            },
+        },
+        "ReadinessComponents": {
+            "type": "object",
+            "required": ["upstream", "cache"],
+            "properties": {
+                "upstream": {"$ref": SCHEMAS + "ComponentHealth"},
+                "cache": {"$ref": SCHEMAS + "ComponentHealth"},
+                "fleet": {"$ref": SCHEMAS + "FleetHealth"},
+            },
+        },
+        "ComponentHealth": component,
+        # named, so that generators name each enumeration for what it is
+        "ReadinessStatus": {"type": "string", "enum": ["ok", "degraded", "down"]},
+        "ComponentStatus": {"type": "string", "enum": ["ok", "degraded", "down", "disabled"]},
+        "FleetStatus": {"type": "string", "enum": ["ok", "degraded", "unknown"]},
+        "FleetHealth": {
+            "description": "With the redis backend: whether every instance sharing the"
+            " cache runs the same cache configuration",
+            "type": "object",
+            "required": ["status", "fingerprint", "lastError"],
+            "properties": {
+                "status": {"$ref": SCHEMAS + "FleetStatus"},
+                "fingerprint": {"type": "string"},
+                "instances": {"type": "integer"},
+                "configurations": {
+                    "type": "object",
+                    "additionalProperties": {"type": "integer"},
+                },
+                "lastError": {"type": ["string", "null"]},
+            },
+        },
+        "Health": {
+            "type": "object",
+            "required": ["status"],
+            "properties": {"status": {"type": "string", "const": "ok"}},
+            "additionalProperties": False,
+        },
+    }
+
+
+def _gateway_paths(examples: dict[str, Any]) -> dict[str, Any]:
+    """/healthz, /readyz, /metrics and /openapi.json: no token."""
+    healthz = _plain_operation(
+        "getHealth",
+        "Liveness",
+        "200 while the process answers. Touches neither the upstream nor the cache: for"
+        " a container's or orchestrator's liveness check.",
+        {"$ref": SCHEMAS + "Health"},
+        {"Cache-Control": {"required": True, "schema": {"type": "string", "const": "no-store"}}},
+    )
+    healthz["responses"]["200"]["content"][_JSON].update(_example(examples, "healthz"))
+    ready = _plain_operation(
+        "getReadiness",
+        "Readiness",
+        "200 while the gateway can serve (a cache that is down only degrades it), 503"
+        " when the upstream is down and there is no cache to serve from: for a load"
+        " balancer.",
+        {"$ref": SCHEMAS + "Readiness"},
+    )
+    ready["responses"]["503"] = {
+        "description": "Not ready: the upstream is down and nothing can be served.",
+        "headers": header_refs("X-Request-ID"),
+        "content": {_JSON: {"schema": {"$ref": SCHEMAS + "Readiness"}}},
+    }
+    metrics = _plain_operation(
+        "getMetrics",
+        "Prometheus metrics",
+        "Every metric of the gateway (of every worker), in Prometheus' text exposition format.",
+        {"type": "string"},
+        media_type="text/plain",
+    )
+    document = _plain_operation(
+        "getOpenapi",
+        "This document",
+        "The OpenAPI document of this gateway, as configured (limits, admin routes).",
+        {"type": "object"},
+    )
+    return {
+        "/healthz": {"get": healthz},
+        "/readyz": {"get": ready},
+        "/metrics": {"get": metrics},
+        "/openapi.json": {"get": document},
     }
 
 
 def openapi_document(settings: Settings) -> dict[str, Any]:
     """The document as plain data."""
-    paths: dict[str, Any] = {route.template: {"get": _record_operation(route)} for route in ROUTES}
-    paths["/healthz"] = {
-        "get": _plain_operation(
-            "healthz",
-            "Liveness: the process answers. Touches neither the upstream nor the cache.",
-            {
-                "type": "object",
-                "required": ["status"],
-                "properties": {"status": {"const": "ok"}},
-                "additionalProperties": False,
-            },
-            {"Cache-Control": {"required": True, "schema": {"const": "no-store"}}},
-        )
+    examples = load_examples()
+    paths: dict[str, Any] = {
+        route.template: {"get": _record_operation(route, examples)} for route in ROUTES
     }
-    component = {
-        "type": "object",
-        "required": ["status", "lastError"],
-        "properties": {
-            "status": {"enum": ["ok", "degraded", "down", "disabled"]},
-            "lastError": {"type": ["string", "null"]},
-            "source": {"enum": ["traffic", "check"]},
-            "circuit": {
-                "description": "The component's circuit breaker: open, the gateway does not"
-                " call it (the upstream: stale answers and 503s; the cache: skipped)",
-                "enum": ["closed", "open", "half-open"],
-            },
-        },
+    paths.update(_gateway_paths(examples))
+    tags = [
+        {"name": "records", "description": "The six record routes; the caller's bearer token."},
+        {"name": "gateway", "description": "The gateway's own routes; no token."},
+    ]
+    security_schemes = {
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "The caller's token for the upstream; the Authorization header"
+            " is forwarded to it verbatim.",
+        }
     }
-    readiness = {
-        "type": "object",
-        "required": ["status", "components"],
-        "properties": {
-            "status": {"enum": ["ok", "degraded", "down"]},
-            "components": {
-                "type": "object",
-                "required": ["upstream", "cache"],
-                "properties": {
-                    "upstream": component,
-                    "cache": component,
-                    "fleet": {
-                        "description": "With the redis backend: whether every instance"
-                        " sharing the cache runs the same cache configuration",
-                        "type": "object",
-                        "required": ["status", "fingerprint", "lastError"],
-                        "properties": {
-                            "status": {"enum": ["ok", "degraded", "unknown"]},
-                            "fingerprint": {"type": "string"},
-                            "instances": {"type": "integer"},
-                            "configurations": {
-                                "type": "object",
-                                "additionalProperties": {"type": "integer"},
-                            },
-                            "lastError": {"type": ["string", "null"]},
-                        },
-                    },
-                },
-            },
-        },
-    }
-    ready = _plain_operation(
-        "readyz",
-        "Readiness: 200 while the gateway can serve (a cache that is down only degrades it),"
-        " 503 when the upstream is down and there is no cache to serve from.",
-        readiness,
-    )
-    ready["responses"]["503"] = {
-        "description": "Not ready: the upstream is down and nothing can be served.",
-        "content": {_JSON: {"schema": readiness}},
-    }
-    paths["/readyz"] = {"get": ready}
-    metrics = _plain_operation(
-        "metrics", "Prometheus metrics, text exposition format.", {"type": "string"}
-    )
-    metrics["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
-    paths["/metrics"] = {"get": metrics}
-    paths["/openapi.json"] = {
-        "get": _plain_operation("openapi", "This document.", {"type": "object"})
-    }
+    schemas = {**_model_schemas(), **problem_schemas(), **_readiness_schema()}
+    if settings.admin.token is not None:
+        paths.update(admin_paths(route_parameter()))
+        tags.append({"name": "admin", "description": "Operations; the admin token."})
+        security_schemes[SECURITY_SCHEME] = security_scheme()
+        schemas.update(admin_schemas())
     return {
         "openapi": "3.1.0",
-        "info": {
-            "title": "records-gateway",
-            "version": SCHEMA_VERSION,
-            "description": _DESCRIPTION,
-            "x-gateway-version": __version__,
-        },
-        "tags": [
-            {"name": "records", "description": "The six record routes; a bearer token each."},
-            {"name": "gateway", "description": "The gateway's own routes; no token."},
+        "info": {**_INFO, "description": _DESCRIPTION},
+        "servers": [
+            {
+                "url": "/",
+                "description": "The gateway that serves this document, at the address it"
+                " was fetched from",
+            }
         ],
+        "tags": tags,
         "paths": paths,
         "components": {
-            "schemas": {**_model_schemas(), **_problem_schemas()},
-            "parameters": parameter_components(settings),
-            "headers": _headers(),
-            "responses": _responses(),
-            "securitySchemes": {
-                "bearer": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "The caller's token for the upstream; the"
-                    " Authorization header is forwarded to it verbatim.",
-                }
-            },
+            "schemas": schemas,
+            "parameters": parameter_components(settings, examples),
+            "headers": headers(),
+            "responses": responses(examples, _CACHE_HEADERS),
+            "securitySchemes": security_schemes,
         },
     }
 

@@ -86,15 +86,43 @@ def _parameter_rules(max_limit: int) -> dict[str, tuple[str, dict[str, Any]]]:
     }
 
 
-def parameter_components(settings: Settings) -> dict[str, dict[str, Any]]:
-    """components.parameters: every route parameter by its name, and the request headers."""
+def _parameter_examples(examples: dict[str, Any]) -> dict[str, Any]:
+    """An example of each parameter, taken from the recorded answers (an expense and an
+    account the reference upstream holds, and their values), so that a tool that sends
+    the examples finds records."""
+    values: dict[str, Any] = {"page": DEFAULT_PAGE, "limit": 2}
+    expense = examples.get("expense", {}).get("body")
+    account = examples.get("account", {}).get("body")
+    if expense is not None:
+        values.update(
+            expenseId=expense["id"],
+            dateFrom=expense["issueDate"],
+            dateTo=expense["issueDate"],
+            amount=expense["amount"],
+            concept=expense["category"],
+            account=expense["account"]["name"],
+            status=expense["status"],
+            type=expense["type"],
+            user=expense["user"]["username"],
+        )
+    if account is not None:
+        values.update(accountId=account["id"], bankCode=account["bankCode"])
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def parameter_components(settings: Settings, examples: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """components.parameters: every route parameter by its name, with an example, and
+    the request headers."""
     rules = _parameter_rules(settings.limits.max_limit)
+    shown = _parameter_examples(examples)
     parameters: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
         if route.path_param is not None:
             parameters[route.path_param] = _parameter(route.path_param, "path", rules)
         for name in route.query_params:
             parameters[name] = _parameter(name, "query", rules)
+    for name, value in shown.items():
+        parameters[name]["example"] = value
     parameters["If-None-Match"] = _header_parameter(
         "If-None-Match",
         "ETags of answers the caller holds (or *); when one matches the current answer's"

@@ -87,8 +87,8 @@ class Contract:
             format_checker=Draft202012Validator.FORMAT_CHECKER,
         )
 
-    def operation(self, template: str) -> dict[str, Any]:
-        operation: dict[str, Any] = self.document["paths"][template]["get"]
+    def operation(self, template: str, method: str = "get") -> dict[str, Any]:
+        operation: dict[str, Any] = self.document["paths"][template][method]
         return operation
 
     def parameters(self, template: str) -> list[dict[str, Any]]:
@@ -97,12 +97,12 @@ class Contract:
             for p in self.operation(template)["parameters"]
         ]
 
-    async def check(self, template: str, response: ClientResponse) -> Any:
-        """Hold ``response`` to ``GET template``'s documented answer; returns the body."""
-        responses = self.operation(template)["responses"]
+    async def check(self, template: str, response: ClientResponse, method: str = "get") -> Any:
+        """Hold ``response`` to ``method template``'s documented answer; returns the body."""
+        responses = self.operation(template, method)["responses"]
         assert str(response.status) in responses, f"{response.status} is not documented"
         where, spec = self.node(
-            pointer("paths", template, "get", "responses", str(response.status))
+            pointer("paths", template, method, "responses", str(response.status))
         )
         for name in spec.get("headers", {}):
             header_at, header = self.node(pointer("headers", name, within=where))
@@ -223,6 +223,43 @@ async def test_gateway_routes_match_the_document(gateway: Gateway, contract: Con
     assert await contract.check("/healthz", response) == {"status": "ok"}
     assert contract.operation("/healthz")["security"] == []
     assert contract.operation("/openapi.json")["security"] == []
+
+
+async def test_every_path_documents_the_405_it_answers(
+    gateway: Gateway, contract: Contract
+) -> None:
+    """Each path answers another method with a documented 405 problem naming what it
+    takes (a GET operation holds it: OpenAPI has no responses of a path as such)."""
+    for template in contract.document["paths"]:
+        path = template.replace("{expenseId}", EXPENSE_ID).replace("{accountId}", "ACC-001")
+        response = await gateway.post(path, headers=AUTH)
+        body = await contract.check(template, response)
+        assert response.status == 405, template
+        assert body["type"] == _PROBLEM + "method-not-allowed"
+        assert response.headers["Allow"] == "GET, HEAD"
+
+
+def test_the_document_says_where_it_is_served_its_licence_and_whom_to_ask() -> None:
+    document = openapi_document(Settings())
+    assert document["servers"][0]["url"] == "/"
+    assert document["info"]["license"]["identifier"] == "LicenseRef-Proprietary"
+    assert document["info"]["contact"]["name"]
+    operations = [op for item in document["paths"].values() for op in item.values()]
+    ids = [op["operationId"] for op in operations]
+    assert len(set(ids)) == len(ids) == len(operations)
+    assert all(op["description"] and op["summary"] for op in operations)
+    assert [op["operationId"] for op in operations[:6]] == [
+        "listUsers",
+        "listClients",
+        "listExpenses",
+        "getExpense",
+        "listAccounts",
+        "getAccount",
+    ]
+    # the rule between two parameters that JSON Schema cannot state, stated in words
+    expenses = document["paths"]["/expenses"]["get"]["description"]
+    assert "`dateFrom` must not be after `dateTo`" in expenses
+    assert "dateTo" in document["components"]["parameters"]["dateFrom"]["description"]
 
 
 @pytest.mark.parametrize(
@@ -399,11 +436,16 @@ def test_every_route_is_a_path_with_exactly_its_parameters() -> None:
             "X-Request-ID",
         }
         assert operation["security"] == [{"bearer": []}]
-        assert operation["responses"]["200"]["content"] == {
-            "application/json": {
-                "schema": {"$ref": f"#/components/schemas/{ROUTE_MODELS[route.name].__name__}"}
-            }
+        media = operation["responses"]["200"]["content"]["application/json"]
+        assert media["schema"] == {
+            "$ref": f"#/components/schemas/{ROUTE_MODELS[route.name].__name__}"
         }
+        # a real answer of the reference upstream, valid under the schema
+        (example,) = media["examples"].values()
+        contract.validator(
+            pointer("paths", route.template, "get", "responses", "200", "content")
+            + "/application~1json/schema"
+        ).validate(example["value"])
         assert set(operation["responses"]) == {
             "200",
             "304",
@@ -411,6 +453,7 @@ def test_every_route_is_a_path_with_exactly_its_parameters() -> None:
             "401",
             "403",
             "404",
+            "405",
             "417",
             "429",
             "500",
@@ -464,6 +507,23 @@ def test_every_field_is_documented_and_required(model: type[Any]) -> None:
         if isinstance(field.json_schema_extra, dict):
             for key, value in field.json_schema_extra.items():
                 assert published[key] == value, f"{model.__name__}.{name}: {key}"
+
+
+def test_ids_are_required_and_never_null_and_other_fields_may_be_null() -> None:
+    """Generated clients need not null-check an id: the gateway never sends a record
+    without one (tests/normalise/test_normaliser.py: a 502 upstream-contract instead)."""
+    schemas = openapi_document(Settings())["components"]["schemas"]
+    for name in ("User", "Client", "Account", "Expense"):
+        assert schemas[name]["properties"]["id"]["type"] == "string", name
+        nullable = {
+            field
+            for field, spec in schemas[name]["properties"].items()
+            if "null" in spec.get("type", []) or {"type": "null"} in spec.get("anyOf", [])
+        }
+        assert nullable == set(schemas[name]["properties"]) - {"id"}, name
+    for page in ("UserPage", "ClientPage", "ExpensePage", "AccountPage"):
+        envelope = schemas[page]["properties"]
+        assert all("null" not in str(envelope[key]) for key in envelope), page
 
 
 def test_percentage_is_a_number_or_null() -> None:

@@ -1,0 +1,251 @@
+"""The admin routes in the OpenAPI document (present when ``admin.token`` is set, as the
+routes are), with their own security scheme: the admin token, not a caller's token.
+
+The paths and methods come from :data:`gateway.http.admin.ADMIN_ROUTES`; what is written
+here is each operation's text and the schemas of its answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.http.admin import ADMIN_ROUTES
+from gateway.http.openapi_responses import SCHEMAS, header_refs, response_refs
+from gateway.http.problems import PROBLEM_JSON
+from gateway.records.routes import ROUTES
+
+_JSON = "application/json"
+SECURITY_SCHEME = "adminToken"
+
+_NUMBER_OR_NULL = {"type": ["number", "null"]}
+_SHARES = {
+    "type": "object",
+    "required": ["staleShare", "hitRatio"],
+    "properties": {"staleShare": _NUMBER_OR_NULL, "hitRatio": _NUMBER_OR_NULL},
+}
+
+
+def admin_schemas() -> dict[str, dict[str, Any]]:
+    """components.schemas of the admin answers."""
+    return {
+        "PurgeResult": {
+            "type": "object",
+            "required": ["purged", "backend"],
+            "properties": {
+                "purged": {
+                    "type": "string",
+                    "description": "The route purged, or `all`.",
+                    "enum": ["all", *(route.name for route in ROUTES)],
+                },
+                "backend": {"type": "string", "enum": ["memory", "redis"]},
+                "instances": {
+                    "description": "With Redis: the instances told of the purge, and those"
+                    " that confirmed dropping their near-cache copies.",
+                    "type": "object",
+                    "required": ["told", "confirmed"],
+                    "properties": {
+                        "told": {"type": ["integer", "null"]},
+                        "confirmed": {"type": ["integer", "null"]},
+                    },
+                },
+            },
+        },
+        "ReloadResult": {
+            "type": "object",
+            "required": ["ok", "applied", "needsRestart", "error"],
+            "properties": {
+                "ok": {"type": "boolean"},
+                "applied": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "The keys whose new values are in use.",
+                },
+                "needsRestart": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Changed keys that only a restart applies.",
+                },
+                "error": {"type": ["string", "null"]},
+            },
+        },
+        "ShadowReport": {
+            "type": "object",
+            "description": "The shadow traffic's report (docs/switching-upstreams.md):"
+            " its state, and per route what was compared and how it differed.",
+            "required": ["enabled", "sampleRatio", "maxInFlight", "inFlight", "workers"],
+            "properties": {
+                "enabled": {"type": "boolean"},
+                "sampleRatio": {"type": "number", "minimum": 0, "maximum": 1},
+                "maxInFlight": {"type": "integer", "minimum": 1},
+                "inFlight": {"type": "integer", "minimum": 0},
+                "workers": {"type": "integer", "minimum": 1},
+                "primary": {"type": "string"},
+                "candidate": {"type": "string"},
+                "since": {"type": "string"},
+                "totals": {"type": "object"},
+                "routes": {"type": "object", "additionalProperties": {"type": "object"}},
+            },
+        },
+        "ShadowReset": {
+            "type": "object",
+            "required": ["reset"],
+            "properties": {"reset": {"type": "boolean", "const": True}},
+        },
+        "TtlAdvice": {
+            "type": "object",
+            "required": ["maxStaleShare", "minTtl", "maxTtl", "routes"],
+            "properties": {
+                "maxStaleShare": {"type": "number"},
+                "minTtl": {"type": "integer"},
+                "maxTtl": {"type": "integer"},
+                "routes": {"type": "array", "items": {"$ref": SCHEMAS + "RouteTtlAdvice"}},
+            },
+        },
+        "RouteTtlAdvice": {
+            "type": "object",
+            "description": "One route's TTL now, the evidence of how often its answers"
+            " change, and the TTL advised (null while the evidence is too thin).",
+            "required": [
+                "route",
+                "ttl",
+                "hitRatio",
+                "refreshes",
+                "changedShare",
+                "changesPerHour",
+                "advisedTtl",
+                "current",
+                "advised",
+                "reason",
+            ],
+            "properties": {
+                "route": {"type": "string"},
+                "ttl": {"type": "integer"},
+                "hitRatio": _NUMBER_OR_NULL,
+                "refreshes": {"type": "integer", "minimum": 0},
+                "changedShare": _NUMBER_OR_NULL,
+                "changesPerHour": _NUMBER_OR_NULL,
+                "advisedTtl": {"type": ["integer", "null"]},
+                "current": _SHARES,
+                "advised": _SHARES,
+                "reason": {"type": "string"},
+            },
+        },
+    }
+
+
+# (operationId, summary, description, body schema, extra responses) by (path, method)
+_TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]]] = {
+    ("/admin/cache", "DELETE"): (
+        "purgeCache",
+        "Purge the cache",
+        "Drops every cached answer of this namespace and of the upstream in use, or with"
+        " `route` those of one route for every token. With Redis the purge reaches every"
+        " instance sharing it.",
+        {"$ref": SCHEMAS + "PurgeResult"},
+        {
+            "503": {
+                "description": "Redis did not confirm the purge in time: it may have"
+                " happened or not, and is retried in the background; send it again to be"
+                " sure. Problem type: `urn:records-gateway:problem:purge-outcome-unknown`.",
+                "headers": header_refs("X-Request-ID"),
+                "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
+            }
+        },
+    ),
+    ("/admin/config", "GET"): (
+        "getConfig",
+        "The effective configuration",
+        "Every setting in use, secrets shown as `**********`.",
+        {"type": "object", "additionalProperties": True},
+        {},
+    ),
+    ("/admin/reload", "POST"): (
+        "reloadConfig",
+        "Reload the configuration",
+        "What SIGHUP does: re-reads the configuration file and the environment, applies"
+        " the live keys and names those that need a restart.",
+        {"$ref": SCHEMAS + "ReloadResult"},
+        {
+            "422": {
+                "description": "The new configuration failed validation; the running one"
+                " stays. Problem type: `urn:records-gateway:problem:config-refused`.",
+                "headers": header_refs("X-Request-ID"),
+                "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
+            }
+        },
+    ),
+    ("/admin/shadow", "GET"): (
+        "getShadowReport",
+        "The shadow traffic's report",
+        "What the candidate upstream answered beside the primary, per route, worst fields"
+        " first, noise apart (docs/switching-upstreams.md). Takes no query.",
+        {"$ref": SCHEMAS + "ShadowReport"},
+        {},
+    ),
+    ("/admin/shadow", "DELETE"): (
+        "resetShadowReport",
+        "Reset the shadow traffic's report",
+        "Forgets every comparison, on every worker; the report starts again. Takes no query.",
+        {"$ref": SCHEMAS + "ShadowReset"},
+        {},
+    ),
+    ("/admin/ttl", "GET"): (
+        "getTtlAdvice",
+        "The TTL advice",
+        "Per route: the TTL now, how often its answers change, and the TTL that keeps"
+        " stale answers under cache.max_stale_share. Never applied by itself. Takes no query.",
+        {"$ref": SCHEMAS + "TtlAdvice"},
+        {},
+    ),
+}
+
+
+# the routes that take any query (they read none); the others refuse one with a 400
+_ERRORS = {"/admin/config": (401, 405), "/admin/reload": (401, 405)}
+
+
+def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The admin paths; ``route_parameter`` is the purge's ``route`` query parameter."""
+    paths: dict[str, dict[str, Any]] = {}
+    for path, _, handlers in ADMIN_ROUTES:
+        for method in handlers:
+            operation_id, summary, description, schema, extra = _TEXT[(path, method)]
+            operation: dict[str, Any] = {
+                "operationId": operation_id,
+                "summary": summary,
+                "description": description,
+                "tags": ["admin"],
+                "security": [{SECURITY_SCHEME: []}],
+                "responses": {
+                    "200": {
+                        "description": summary,
+                        "headers": header_refs("X-Request-ID"),
+                        "content": {_JSON: {"schema": schema}},
+                    },
+                    **response_refs(*_ERRORS.get(path, (400, 401, 405))),
+                    **extra,
+                },
+            }
+            if path == "/admin/cache":
+                operation["parameters"] = [route_parameter]
+            paths.setdefault(path, {})[method.lower()] = operation
+    return paths
+
+
+def route_parameter() -> dict[str, Any]:
+    return {
+        "name": "route",
+        "in": "query",
+        "required": False,
+        "description": "Purge only this route's answers, for every token; without it, everything.",
+        "schema": {"type": "string", "enum": [route.name for route in ROUTES]},
+    }
+
+
+def security_scheme() -> dict[str, Any]:
+    return {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "The gateway's admin.token (not a caller's token); the admin routes"
+        " exist only when it is set.",
+    }
