@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test lint rules bench redis-server promtool clean
+.PHONY: run test lint rules bench redis-server promtool clean lint-openapi openapi-examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,23 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## openapi-examples: record the OpenAPI document's examples again from real answers of
+## the gateway in front of the reference upstream (after a change that alters an answer;
+## tests/http/test_openapi_examples.py fails until then)
+openapi-examples: $(VENV)/.installed-test
+	$(BIN)/python -m tests.http.openapi_examples
+
+## lint-openapi: the served document (with its admin routes) through redocly's recommended
+## rules (0 errors, 0 warnings) and spectral's spectral:oas (0 warnings). Needs npm and the
+## network the first time (npx fetches the pinned versions), so it is not part of `make test`
+OPENAPI_DOC ?= $(VENV)/openapi.json
+REDOCLY   ?= @redocly/cli@2.77.0
+SPECTRAL  ?= @stoplight/spectral-cli@6.16.3
+lint-openapi: $(VENV)/.installed-run
+	$(BIN)/python -c 'import sys; from gateway.config.settings import Settings; from gateway.http.openapi import openapi_bytes; sys.stdout.buffer.write(openapi_bytes(Settings.model_validate({"admin": {"token": "x" * 16}})))' > $(OPENAPI_DOC)
+	npx --yes $(REDOCLY) lint --max-problems 50 $(OPENAPI_DOC)
+	npx --yes $(SPECTRAL) lint --ruleset .spectral.yaml --fail-severity=hint $(OPENAPI_DOC)
 
 ## test: lint and the alerting rules, then the whole suite against real sockets, a real
 ## redis-server and promtool

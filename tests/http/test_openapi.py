@@ -717,3 +717,57 @@ async def test_readiness_with_a_redis_cache_matches_the_document(
     assert set(body["components"]) == {"upstream", "cache", "fleet"}
     assert body["components"]["fleet"]["status"] == "ok"
     assert body["components"]["cache"]["source"] == "traffic"
+
+
+ADMIN = "admin-token-0123456789abcdef"
+
+
+async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
+    gateway_factory: GatewayFactory, upstream: TestServer
+) -> None:
+    gateway = await gateway_factory(base_url(upstream), admin={"token": ADMIN})
+    response = await gateway.get("/openapi.json")
+    contract = Contract(await response.json())
+    documented = {
+        (path, method.upper())
+        for path, item in contract.document["paths"].items()
+        for method in item
+    }
+    served = {
+        (resource.canonical, route.method)
+        for resource in gateway.app.router.resources()
+        for route in resource
+        if route.method not in ("HEAD", "*")
+    }
+    assert served == documented
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    asked = [
+        ("get", "/admin/config", "/admin/config", admin, 200),
+        ("get", "/admin/ttl", "/admin/ttl", admin, 200),
+        ("get", "/admin/shadow", "/admin/shadow", admin, 200),
+        ("delete", "/admin/shadow", "/admin/shadow", admin, 200),
+        ("delete", "/admin/cache", "/admin/cache?route=users", admin, 200),
+        ("delete", "/admin/cache", "/admin/cache?route=nope", admin, 400),
+        ("get", "/admin/ttl", "/admin/ttl?x=1", admin, 400),
+        ("post", "/admin/reload", "/admin/reload", admin, 200),
+        ("get", "/admin/ttl", "/admin/ttl", AUTH, 401),
+        ("get", "/admin/config", "/admin/config", {}, 401),
+        ("delete", "/admin/ttl", "/admin/ttl", admin, 405),
+    ]
+    for method, template, path, headers, status in asked:
+        answer = await gateway.request(method.upper(), path, headers=headers)
+        assert answer.status == status, path
+        # a 405 is documented under the path's GET (or, without one, its own method)
+        documented_under = "get" if status == 405 else method
+        await contract.check(template, answer, documented_under)
+    for path, item in contract.document["paths"].items():
+        if path.startswith("/admin/"):
+            assert all(op["security"] == [{"adminToken": []}] for op in item.values()), path
+    schemes = contract.document["components"]["securitySchemes"]
+    assert set(schemes) == {"bearer", "adminToken"}
+
+
+def test_without_an_admin_token_no_admin_route_is_documented() -> None:
+    document = openapi_document(Settings())
+    assert not [path for path in document["paths"] if path.startswith("/admin")]
+    assert set(document["components"]["securitySchemes"]) == {"bearer"}
