@@ -206,3 +206,79 @@ def test_make_lock_resolves_for_every_supported_python_and_platform(tmp_path: Pa
         assert f"--universal --python-version {oldest.version} --generate-hashes" in line
     assert "-c requirements/run.txt -o requirements/otel.txt" in compiles[2]
     assert "-c requirements/otel.txt -o requirements/test.txt" in compiles[3]
+
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (INSTRUCTION, arguments), continuation lines
+    joined; each comment line is kept as ``("#", text)``, as hadolint reads
+    ``# hadolint ignore=...`` before the instruction it is for."""
+    instructions: list[tuple[str, str]] = []
+    for line in DOCKERFILE.read_text().replace("\\\n", " ").splitlines():
+        if line.startswith("#"):
+            instructions.append(("#", line[1:].strip()))
+        elif line.strip():
+            keyword, _, arguments = line.strip().partition(" ")
+            instructions.append((keyword.upper(), " ".join(arguments.split())))
+    return instructions
+
+
+def dockerignore_pattern(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as Docker matches it: ``*`` and ``?`` within one path
+    segment, ``**`` across any number of them."""
+    regex, index = "", 0
+    while index < len(pattern):
+        if pattern.startswith("**/", index):
+            regex, index = regex + "(?:.*/)?", index + 3
+        elif pattern.startswith("**", index):
+            regex, index = regex + ".*", index + 2
+        elif pattern[index] == "*":
+            regex, index = regex + "[^/]*", index + 1
+        elif pattern[index] == "?":
+            regex, index = regex + "[^/]", index + 1
+        elif pattern[index] == "[":
+            end = pattern.index("]", index)
+            regex, index = regex + pattern[index : end + 1], end + 1
+        else:
+            regex, index = regex + re.escape(pattern[index]), index + 1
+    return re.compile(regex)
+
+
+def in_build_context(path: str) -> bool:
+    """Whether .dockerignore lets PATH into the build context: the last pattern that
+    matches it, or one of the folders it is in, decides; ``!`` lets in again."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[: end + 1]) for end in range(len(parts))]
+    included = True
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        pattern = dockerignore_pattern(line.removeprefix("!").strip("/"))
+        if any(pattern.fullmatch(candidate) for candidate in candidates):
+            included = negated
+    return included
+
+
+def test_everything_the_image_copies_is_in_its_build_context() -> None:
+    sources = [
+        source
+        for keyword, arguments in dockerfile()
+        if keyword == "COPY" and not arguments.startswith("--from")
+        for source in arguments.split()[:-1]
+    ]
+    assert "deploy/config.redis.toml" in sources
+    for source in sources:
+        assert (ROOT / source).exists(), source
+        assert in_build_context(source), f".dockerignore leaves out {source}, which COPY needs"
+
+
+def test_secrets_and_local_state_stay_out_of_the_build_context() -> None:
+    for path in ["deploy/.env", ".git/config", ".venv/bin/python", "tests/conftest.py"]:
+        assert not in_build_context(path), path
+    for path in ["gateway/__pycache__/app.cpython-313.pyc", "gateway/normalise/compiled.c"]:
+        assert not in_build_context(path), path
+    assert in_build_context("gateway/normalise/compiled.pyx")
