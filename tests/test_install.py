@@ -225,6 +225,75 @@ def dockerfile() -> list[tuple[str, str]]:
     return instructions
 
 
+def shell_commands() -> list[str]:
+    """Every command of every RUN (they are joined with ``&&``)."""
+    return [
+        command.strip()
+        for keyword, arguments in dockerfile()
+        if keyword == "RUN"
+        for command in arguments.split("&&")
+    ]
+
+
+def test_the_image_installs_its_python_packages_from_the_locks_with_hashes() -> None:
+    pips = [
+        command for command in shell_commands() if re.search(r"\bpip (install|wheel)\b", command)
+    ]
+    assert sorted(re.findall(r" -r (\S+)", " ".join(pips))) == [
+        "requirements/build.txt",
+        "requirements/run.txt",
+    ]
+    for command in pips:
+        if " -r " in command:
+            assert "--require-hashes" in command, command
+        else:  # the project's own wheel, whose dependencies come from the lock alone
+            assert "--no-deps" in command, command
+    (wheel,) = [command for command in pips if re.search(r"\bpip wheel\b", command)]
+    assert "--no-build-isolation" in wheel  # built with build.txt's setuptools and Cython
+    runtime = [command for command in pips if command.startswith("/opt/records-gateway/")]
+    assert [command.split(" install ", 1)[1] for command in runtime] == [
+        "--require-hashes -r requirements/run.txt",
+        "--no-deps /wheels/records_gateway-*.whl",
+    ]
+
+
+DEBIAN_VERSION = re.compile(r"(\d+:)?\d[\w.+~-]*")
+# installed at the archive's version, for the reason the Dockerfile's header gives
+UNPINNED = {"libc6-dev"}
+
+
+def test_the_image_pins_its_debian_packages_or_says_why_not() -> None:
+    instructions = dockerfile()
+    defaults = {}
+    for keyword, arguments in instructions:
+        if keyword == "ARG":
+            name, _, value = arguments.partition("=")
+            defaults[name] = value
+    versions: dict[str, str] = {}
+    for index, (keyword, arguments) in enumerate(instructions):
+        commands = arguments.split("&&") if keyword == "RUN" else []
+        for words in (command.split() for command in commands):
+            if words[:2] != ["apt-get", "install"]:
+                continue
+            for word in (word for word in words[2:] if not word.startswith("-")):
+                package, _, version = word.partition("=")
+                version = re.sub(r'^"\$\{(\w+)\}"$', lambda m: defaults[m.group(1)], version)
+                versions[package] = version
+                if package in UNPINNED:
+                    assert instructions[index - 1] == ("#", "hadolint ignore=DL3008")
+                else:
+                    assert DEBIAN_VERSION.fullmatch(version), f"{package}={version}"
+    assert set(versions) == {"gcc", "libc6-dev", "tini"}
+    header = " ".join(text for keyword, text in instructions if keyword == "#")
+    for package in UNPINNED:
+        assert f"{package} is the exception" in header
+
+
+def test_the_image_keeps_its_health_check() -> None:
+    (check,) = [arguments for keyword, arguments in dockerfile() if keyword == "HEALTHCHECK"]
+    assert "/healthz" in check
+
+
 def dockerignore_pattern(pattern: str) -> re.Pattern[str]:
     """A .dockerignore pattern as Docker matches it: ``*`` and ``?`` within one path
     segment, ``**`` across any number of them."""
