@@ -5,28 +5,64 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test lint rules bench redis-server promtool clean lint-openapi openapi-examples
+.PHONY: run test lint rules bench redis-server promtool lock clean lint-openapi openapi-examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Every install comes from the lock files in requirements/, each file checked against its
+# hash (pip's hash-checking mode): build.txt (pip, and the build requirements of
+# pyproject.toml), run.txt (the dependencies), otel.txt (those and the otel extra) and
+# test.txt (those and the test extra); each pins what the one before it does at the same
+# versions. The project itself then goes in editable, with no dependency of its own, built
+# with the locked setuptools and Cython rather than whatever pip would fetch.
+# `make lock` writes the files again (README, "Upgrading dependencies").
+INSTALL_LOCKED = $(BIN)/python -m pip install --quiet --require-hashes
+INSTALL_PROJECT = $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 
 # the editable install compiles gateway/normalise/compiled.pyx where a C compiler is at hand
-# (without one the pure-Python rules run; setup.py): an edit to it (or to the build)
-# installs again, so that nothing runs against a stale compiled module. Each install says
-# whether it built the compiled canonicaliser (gateway.normalise.rules).
-BUILT := pyproject.toml setup.py gateway/normalise/compiled.pyx
+# (without one the pure-Python rules run; setup.py): an edit to it (or to the build, or to a
+# lock) installs again, so that nothing runs against a stale compiled module or an old
+# lock. Each install says whether it built the compiled canonicaliser
+# (gateway.normalise.rules).
+BUILT := pyproject.toml setup.py gateway/normalise/compiled.pyx requirements/build.txt
 SAY_BUILT = $(BIN)/python -c 'import gateway.normalise.rules as r; print("records-gateway: compiled canonicaliser", "built" if r.compiled_available() else "NOT built: the pure-Python rules run")'
 
-$(VENV)/.installed-run: $(BUILT) | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+$(VENV)/.installed-run: $(BUILT) requirements/run.txt | $(BIN)/python
+	$(INSTALL_LOCKED) -r requirements/build.txt
+	$(INSTALL_LOCKED) -r requirements/run.txt
+	$(INSTALL_PROJECT)
 	$(SAY_BUILT)
 	touch $@
 
-$(VENV)/.installed-test: $(BUILT) | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+# test.txt pins everything run.txt does at the same versions, so this install is also the
+# one `make run` needs
+$(VENV)/.installed-test: $(BUILT) requirements/run.txt requirements/test.txt | $(BIN)/python
+	$(INSTALL_LOCKED) -r requirements/build.txt
+	$(INSTALL_LOCKED) -r requirements/test.txt
+	$(INSTALL_PROJECT)
 	$(SAY_BUILT)
 	touch $@ $(VENV)/.installed-run
+
+## lock: resolve requirements/*.txt again from pyproject.toml with uv, once for every
+## platform and Python 3.11 on, keeping the versions pinned now wherever pyproject still
+## allows them; LOCK_ARGS=--upgrade takes the newest releases it allows,
+## LOCK_ARGS='--upgrade-package NAME' one package's
+UV_VERSION ?= 0.13.8
+UV := $(BIN)/uv
+LOCK_ARGS ?=
+COMPILE = $(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+	--custom-compile-command 'make lock' $(LOCK_ARGS)
+# what build.txt locks: pyproject.toml's build requirements, and pip
+BUILD_REQUIRES = $(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"], "pip", sep="\n")'
+
+lock: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	mkdir -p requirements
+	requires="$$($(BUILD_REQUIRES))" && printf '%s\n' "$$requires" | $(COMPILE) - -o requirements/build.txt
+	$(COMPILE) pyproject.toml -o requirements/run.txt
+	$(COMPILE) pyproject.toml --extra otel -c requirements/run.txt -o requirements/otel.txt
+	$(COMPILE) pyproject.toml --extra otel --extra test -c requirements/otel.txt -o requirements/test.txt
 
 ## run: the gateway with the reference upstream in the same process, on $(HOST):$(PORT)
 run: $(VENV)/.installed-run
