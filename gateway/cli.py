@@ -15,9 +15,9 @@ status. ``serve`` writes that line in the format of its logs (a JSON object with
 ``log.format = "json"``); the other commands write ``records-gateway COMMAND: ...``.
 
     0  done (probe and compare: and found nothing)
-    1  the command failed: it cannot start (an address it cannot listen on), cannot do
-       its work (the gateway cannot be asked), or found what it looks for (probe,
-       compare)
+    1  the command failed: it cannot start (an address it cannot listen on, a folder
+       it cannot write), cannot do its work (the gateway cannot be asked), or found
+       what it looks for (probe, compare)
     2  a usage or configuration error: a key, a flag, a file they name
 
 An exception that is none of these is a bug and keeps its traceback (``serve`` logs it).

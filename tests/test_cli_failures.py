@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_cli import ROOT, clean_env
+from .test_cli import ROOT, clean_env, free_port
 
 LISTEN_KEYS = "(server.host, server.port, --host, --port)"
 
@@ -232,6 +232,40 @@ async def test_a_file_the_configuration_names_that_does_not_load_is_one_line_and
                 2,
                 f"records-gateway demo-upstream: --tls-cert {folder}: cannot be read"
                 " (Is a directory)",
+            ),
+        ]
+    )
+
+
+async def test_a_metrics_folder_the_gateway_cannot_write_is_one_line_and_exit_1(
+    tmp_path: Path,
+) -> None:
+    regular = tmp_path / "a-file"
+    regular.write_text("")
+    # with several workers the supervisor makes the folder in the system's temporary
+    # folder (TMPDIR); tempfile.tempdir stands for one that is not a folder
+    workers = (
+        f"import tempfile; tempfile.tempdir = {str(regular)!r}\n"
+        "from gateway.cli import main\n"
+        f"main(['serve', '--workers', '2', '--port', '{free_port()}'])\n"
+    )
+    await check_all(
+        [
+            Case(
+                gateway("serve", "--port", str(free_port())),
+                1,
+                f"cannot write the metrics in {regular / 'm'}: Not a directory"
+                " (PROMETHEUS_MULTIPROC_DIR)",
+                "start_failed",
+                {"path": str(regular / "m")},
+                env={"PROMETHEUS_MULTIPROC_DIR": str(regular / "m")},
+            ),
+            Case(
+                ("-c", workers),
+                1,
+                f"cannot make the workers' metrics folder in {regular}: Not a directory (TMPDIR)",
+                "start_failed",
+                {"path": str(regular)},
             ),
         ]
     )

@@ -8,8 +8,8 @@ they all have: 0, or 1 when one failed (it then stops the others). The workers w
 their metrics to a shared folder so that /metrics of any of them reports the whole
 gateway.
 
-What stops the gateway before it serves (an address it cannot listen on) is a
-StartError for the caller to report; with several workers the
+What stops the gateway before it serves (an address it cannot listen on, a folder it
+cannot write) is a StartError for the caller to report; with several workers the
 supervisor finds an address it cannot listen on before it forks, so that it is said
 once, not by every worker. An unexpected exception is logged with its traceback, in
 the log format like every other line, and the exit status is 1.
@@ -89,7 +89,16 @@ _SAID_WHY = 3
 def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
     """Fork the workers, forward signals to them, reap them."""
     _check_address(settings)
-    metrics_dir = tempfile.mkdtemp(prefix="records-gateway-metrics-")
+    try:
+        metrics_dir = tempfile.mkdtemp(prefix="records-gateway-metrics-")
+    except OSError as exc:
+        # no writable temporary folder (TMPDIR, then /tmp, ...)
+        parent = os.path.dirname(exc.filename) if exc.filename else None
+        raise StartError(
+            f"cannot make the workers' metrics folder in {parent or 'a temporary folder'}:"
+            f" {exc.strerror or exc} (TMPDIR)",
+            **({"path": parent} if parent else {}),
+        ) from None
     os.environ[MULTIPROC_ENV] = metrics_dir
     children: dict[int, int] = {}
     supervisor = os.getpid()

@@ -54,12 +54,14 @@ async def serve(
     from gateway.http.admin import LIVE
     from gateway.http.app import create_app
     from gateway.normalise.rules import engine_name
+    from gateway.ops.metrics import check_multiprocess_dir
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
+    check_multiprocess_dir()
     demo_server = None
     if demo:
         from gateway.demo import start_demo_server
