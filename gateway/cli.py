@@ -16,8 +16,8 @@ status. ``serve`` writes that line in the format of its logs (a JSON object with
 
     0  done (probe and compare: and found nothing)
     1  the command failed: it cannot start (an address it cannot listen on, a folder
-       it cannot write), cannot do its work (the gateway cannot be asked), or found
-       what it looks for (probe, compare)
+       it cannot write), cannot do its work (the upstream or the gateway cannot be
+       reached), or found what it looks for (probe, compare)
     2  a usage or configuration error: a key, a flag, a file they name
 
 An exception that is none of these is a bug and keeps its traceback (``serve`` logs it).
@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gateway import __version__
-from gateway.config.settings import Settings, load_settings, log_format_of, redacted
+from gateway.config.settings import (
+    Settings,
+    UpstreamSettings,
+    load_settings,
+    log_format_of,
+    redacted,
+)
 from gateway.errors import ConfigError, StartError
 
 if TYPE_CHECKING:
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
     from gateway.demo.drift import Drift
     from gateway.ops.logs import LogFormat
     from gateway.probe.conformance import ProbeReport
+    from gateway.upstream.client import UpstreamClient
 
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -198,7 +205,35 @@ async def _probe(settings: Settings, token: str) -> ProbeReport:
     from gateway.upstream.link import UpstreamLink
 
     async with UpstreamLink(settings.upstream) as link:
-        return await run_probe(UpstreamClient(link, settings.upstream), token)
+        upstream = UpstreamClient(link, settings.upstream)
+        await _reachable(upstream)
+        return await run_probe(upstream, token)
+
+
+async def _reachable(upstream: UpstreamClient) -> None:
+    """Fail (exit 1) when the upstream cannot be reached at all (refused, a name that
+    does not resolve, TLS, no answer in time): one line, not a report of the same
+    failure on every route. One that answers, even 5xx, is for the report."""
+    from gateway.errors import UpstreamFailed, UpstreamUnavailable
+
+    try:
+        await upstream.check()
+    except UpstreamUnavailable as exc:
+        why = exc.detail.removeprefix("readiness check: ")
+        _fail(
+            f"cannot reach the upstream at {upstream.base_url} (upstream.base_url): {why}",
+            EXIT_FAILED,
+        )
+    except UpstreamFailed:
+        pass  # it answers: how each route does is the report's
+
+
+async def _check_reachable(settings: UpstreamSettings) -> None:
+    from gateway.upstream.client import UpstreamClient
+    from gateway.upstream.link import UpstreamLink
+
+    async with UpstreamLink(settings) as link:
+        await _reachable(UpstreamClient(link, settings))
 
 
 async def _admin_get(settings: Settings, path: str) -> dict[str, Any]:
@@ -284,7 +319,8 @@ def _ttl_advice(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     """The ``compare`` command: exit 2 before any request when the candidate's URL,
-    the requests file or the configuration is wrong."""
+    the requests file or the configuration is wrong; exit 1 when the configured
+    upstream cannot be reached at all."""
     from gateway.probe.replay import (
         bearer,
         candidate_settings,
@@ -304,6 +340,7 @@ def _compare(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         _fail(str(exc), EXIT_CONFIG)
+    asyncio.run(_check_reachable(settings.upstream))
     comparison = asyncio.run(
         compare_upstreams(
             settings.upstream,

@@ -271,6 +271,35 @@ async def test_a_metrics_folder_the_gateway_cannot_write_is_one_line_and_exit_1(
     )
 
 
+async def test_an_upstream_or_gateway_that_cannot_be_reached_is_one_line_and_exit_1() -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    unreachable = f"cannot reach the upstream at {closed} (upstream.base_url): Connect call failed"
+    port = free_port()
+    await check_all(
+        [
+            Case(
+                gateway("probe", "--token", "t"),
+                1,
+                f"records-gateway probe: {unreachable}",
+                env={"GATEWAY_UPSTREAM__BASE_URL": closed},
+            ),
+            Case(
+                gateway("compare", "--token", "t", "--candidate", "http://127.0.0.1:9"),
+                1,
+                f"records-gateway compare: {unreachable}",
+                env={"GATEWAY_UPSTREAM__BASE_URL": closed},
+            ),
+            Case(
+                gateway("ttl-advice"),
+                1,
+                f"records-gateway ttl-advice: cannot ask the gateway at"
+                f" http://127.0.0.1:{port}/admin/ttl",
+                env={"GATEWAY_SERVER__PORT": str(port), "GATEWAY_ADMIN__TOKEN": "a" * 16},
+            ),
+        ]
+    )
+
+
 # a bug while starting: after a warning and a failed thread, an exception no operator
 # caused (create_app raises), in a real serve process
 BUG = """
