@@ -8,6 +8,19 @@ shadow-report  print the running gateway's report of its shadow traffic
 ttl-advice     print the running gateway's TTL advice per route
 compare        send the same requests to the configured upstream and to a candidate,
                and report every field in which their answers differ
+
+What stops a command is said in one place, :func:`main`: one line on stderr naming
+what and where (the key, the file, the address), never a traceback, and the exit
+status. ``serve`` writes that line in the format of its logs (a JSON object with
+``log.format = "json"``); the other commands write ``records-gateway COMMAND: ...``.
+
+    0  done (probe and compare: and found nothing)
+    1  the command failed: it cannot start (an address it cannot listen on, a folder
+       it cannot write), cannot do its work (the upstream or the gateway cannot be
+       reached), or found what it looks for (probe, compare)
+    2  a usage or configuration error: a key, a flag, a file they name
+
+An exception that is none of these is a bug and keeps its traceback (``serve`` logs it).
 """
 
 from __future__ import annotations
@@ -17,20 +30,28 @@ import asyncio
 import json
 import logging
 import ssl
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gateway import __version__
-from gateway.config.settings import Settings, load_settings, redacted
-from gateway.errors import ConfigError
+from gateway.config.settings import (
+    Settings,
+    UpstreamSettings,
+    load_settings,
+    log_format_of,
+    redacted,
+)
+from gateway.errors import ConfigError, StartError
 
 if TYPE_CHECKING:
     from gateway.demo.changes import ChangeRates
     from gateway.demo.drift import Drift
+    from gateway.ops.logs import LogFormat
     from gateway.probe.conformance import ProbeReport
+    from gateway.upstream.client import UpstreamClient
 
+EXIT_FAILED = 1
 EXIT_CONFIG = 2
 # the largest shadow report shadow-report reads (a gateway's is far smaller)
 _REPORT_MAX_BYTES = 16 * 1024 * 1024
@@ -164,12 +185,18 @@ def _config_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _settings(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Settings:
-    try:
-        return load_settings(args.config, overrides)
-    except ConfigError as exc:
-        print(f"records-gateway: configuration error: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG) from exc
+class CommandFailed(Exception):
+    """What stops a command that is neither its configuration nor its start (a usage
+    error, a gateway that cannot be asked): the line :func:`main` prints and the exit
+    status."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    raise CommandFailed(message, code)
 
 
 async def _probe(settings: Settings, token: str) -> ProbeReport:
@@ -178,19 +205,47 @@ async def _probe(settings: Settings, token: str) -> ProbeReport:
     from gateway.upstream.link import UpstreamLink
 
     async with UpstreamLink(settings.upstream) as link:
-        return await run_probe(UpstreamClient(link, settings.upstream), token)
+        upstream = UpstreamClient(link, settings.upstream)
+        await _reachable(upstream)
+        return await run_probe(upstream, token)
 
 
-async def _admin_get(settings: Settings, path: str, command: str) -> dict[str, Any]:
+async def _reachable(upstream: UpstreamClient) -> None:
+    """Fail (exit 1) when the upstream cannot be reached at all (refused, a name that
+    does not resolve, TLS, no answer in time): one line, not a report of the same
+    failure on every route. One that answers, even 5xx, is for the report."""
+    from gateway.errors import UpstreamFailed, UpstreamUnavailable
+
+    try:
+        await upstream.check()
+    except UpstreamUnavailable as exc:
+        why = exc.detail.removeprefix("readiness check: ")
+        _fail(
+            f"cannot reach the upstream at {upstream.base_url} (upstream.base_url): {why}",
+            EXIT_FAILED,
+        )
+    except UpstreamFailed:
+        pass  # it answers: how each route does is the report's
+
+
+async def _check_reachable(settings: UpstreamSettings) -> None:
+    from gateway.upstream.client import UpstreamClient
+    from gateway.upstream.link import UpstreamLink
+
+    async with UpstreamLink(settings) as link:
+        await _reachable(UpstreamClient(link, settings))
+
+
+async def _admin_get(settings: Settings, path: str) -> dict[str, Any]:
     """GET ``path`` (an admin route) of the gateway the settings describe (on this
-    machine when it listens on every address), as JSON. Raises SystemExit(2) without
-    an admin token and SystemExit(1) when the gateway cannot be asked."""
+    machine when it listens on every address), as JSON. Fails with exit 2 without an
+    admin token, with exit 1 when the gateway cannot be asked."""
     import aiohttp
     from yarl import URL
 
     token = settings.admin.token
     if token is None:
-        _fail(command, "admin.token is not set, so the gateway has no admin routes", 2)
+        _fail("admin.token is not set, so the gateway has no admin routes", EXIT_CONFIG)
     host = settings.server.host
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
     url = URL.build(scheme="http", host=host, port=settings.server.port, path=path)
@@ -205,38 +260,67 @@ async def _admin_get(settings: Settings, path: str, command: str) -> dict[str, A
             async for chunk in response.content.iter_chunked(64 * 1024):
                 body += chunk
                 if len(body) > _REPORT_MAX_BYTES:
-                    _fail(command, f"{url} answered more than a report's size", 1)
+                    _fail(f"{url} answered more than a report's size", EXIT_FAILED)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        _fail(command, f"cannot ask the gateway at {url}: {exc or type(exc).__name__}", 1)
+        _fail(f"cannot ask the gateway at {url}: {exc or type(exc).__name__}", EXIT_FAILED)
     try:
         data = json.loads(body)
     except ValueError:
         data = None
     if status != 200 or not isinstance(data, dict):
         detail = data.get("detail") if isinstance(data, dict) else None
-        _fail(command, f"{url} answered {status}: {detail or body[:200]!r}", 1)
+        _fail(f"{url} answered {status}: {detail or body[:200]!r}", EXIT_FAILED)
     return data
 
 
 def _print_report(
-    report: dict[str, Any], as_json: bool, command: str, text: Callable[[dict[str, Any]], str]
+    report: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str]
 ) -> None:
     """Print what an admin route answered, as JSON or as ``text`` makes it (exit 1
     when it is not the report expected)."""
     try:
         print(json.dumps(report, indent=2) if as_json else text(report))
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
-        _fail(command, f"the gateway's answer is not the report expected ({exc!r})", 1)
+        _fail(f"the gateway's answer is not the report expected ({exc!r})", EXIT_FAILED)
 
 
-def _fail(command: str, message: str, code: int) -> NoReturn:
-    print(f"records-gateway {command}: {message}", file=sys.stderr)
-    raise SystemExit(code)
+def _check_config(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    print(json.dumps(redacted(settings), indent=2, sort_keys=False))
+    return 0
 
 
-def _compare(args: argparse.Namespace) -> NoReturn:
+def _probe_command(args: argparse.Namespace) -> int:
+    from gateway.probe.report import to_json, to_text
+
+    settings = load_settings(args.config)
+    report = asyncio.run(_probe(settings, args.token))
+    print(to_json(report) if args.json else to_text(report))
+    return report.exit_code
+
+
+def _shadow_report(args: argparse.Namespace) -> int:
+    from gateway.comparison import terminal
+
+    settings = load_settings(args.config)
+    shadow = asyncio.run(_admin_get(settings, "/admin/shadow"))
+    _print_report(shadow, args.json, terminal.to_text)
+    return 0
+
+
+def _ttl_advice(args: argparse.Namespace) -> int:
+    from gateway.ops.ttl_advice import to_table
+
+    settings = load_settings(args.config)
+    advice = asyncio.run(_admin_get(settings, "/admin/ttl"))
+    _print_report(advice, args.json, to_table)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
     """The ``compare`` command: exit 2 before any request when the candidate's URL,
-    the requests file or the configuration is wrong."""
+    the requests file or the configuration is wrong; exit 1 when the configured
+    upstream cannot be reached at all."""
     from gateway.probe.replay import (
         bearer,
         candidate_settings,
@@ -246,7 +330,7 @@ def _compare(args: argparse.Namespace) -> NoReturn:
     )
     from gateway.probe.sample import read_requests
 
-    settings = _settings(args)
+    settings = load_settings(args.config)
     max_limit = settings.limits.max_limit
     try:
         bearer(args.token)
@@ -255,7 +339,8 @@ def _compare(args: argparse.Namespace) -> NoReturn:
             None if args.requests is None else read_requests(args.requests, max_limit=max_limit)
         )
     except ConfigError as exc:
-        _fail("compare", str(exc), EXIT_CONFIG)
+        _fail(str(exc), EXIT_CONFIG)
+    asyncio.run(_check_reachable(settings.upstream))
     comparison = asyncio.run(
         compare_upstreams(
             settings.upstream,
@@ -267,23 +352,35 @@ def _compare(args: argparse.Namespace) -> NoReturn:
         )
     )
     print(to_json(comparison) if args.json else to_text(comparison))
-    raise SystemExit(comparison.exit_code)
+    return comparison.exit_code
 
 
 def _demo_tls(args: argparse.Namespace) -> ssl.SSLContext | None:
-    """The reference upstream's TLS context from its flags (exit 2 when they do not load)."""
+    """The reference upstream's TLS context from its flags (exit 2 when they do not
+    load, naming the file that does not)."""
     from gateway.demo.server import tls_context
 
     if args.tls_cert is None and args.tls_key is None:
         if args.tls_client_ca is not None:
-            _usage_error("--tls-client-ca needs --tls-cert and --tls-key")
+            _fail("--tls-client-ca needs --tls-cert and --tls-key", EXIT_CONFIG)
         return None
     if args.tls_cert is None or args.tls_key is None:
-        _usage_error("--tls-cert and --tls-key go together")
+        _fail("--tls-cert and --tls-key go together", EXIT_CONFIG)
+    for flag, path in (
+        ("--tls-cert", args.tls_cert),
+        ("--tls-key", args.tls_key),
+        ("--tls-client-ca", args.tls_client_ca),
+    ):
+        if path is None:
+            continue
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            _fail(f"{flag} {path}: cannot be read ({exc.strerror or exc})", EXIT_CONFIG)
     try:
         return tls_context(args.tls_cert, args.tls_key, args.tls_client_ca)
     except (OSError, ssl.SSLError) as exc:
-        _usage_error(f"the TLS files do not load: {exc}")
+        _fail(f"the TLS files do not load: {exc}", EXIT_CONFIG)
 
 
 def _demo_drift(args: argparse.Namespace) -> Drift:
@@ -293,7 +390,7 @@ def _demo_drift(args: argparse.Namespace) -> Drift:
     try:
         return Drift.of(args.drift or ())
     except ValueError as exc:
-        _usage_error(str(exc))
+        _fail(str(exc), EXIT_CONFIG)
 
 
 def _demo_change_rates(args: argparse.Namespace) -> ChangeRates:
@@ -303,54 +400,14 @@ def _demo_change_rates(args: argparse.Namespace) -> ChangeRates:
     try:
         return ChangeRates.parse(args.change_rates or ())
     except ValueError as exc:
-        _usage_error(f"--change-rate: {exc}")
+        _fail(f"--change-rate: {exc}", EXIT_CONFIG)
 
 
-def _usage_error(message: str) -> NoReturn:
-    print(f"records-gateway demo-upstream: {message}", file=sys.stderr)
-    raise SystemExit(EXIT_CONFIG)
+def _demo_upstream(args: argparse.Namespace) -> int:
+    from gateway.demo import CannotListen, run_demo_upstream
+    from gateway.process.worker import cannot_listen
 
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the console script and of ``python -m gateway``."""
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-
-    if args.command == "check-config":
-        settings = _settings(args)
-        print(json.dumps(redacted(settings), indent=2, sort_keys=False))
-        return
-
-    if args.command == "probe":
-        settings = _settings(args)
-        from gateway.probe.report import to_json, to_text
-
-        report = asyncio.run(_probe(settings, args.token))
-        print(to_json(report) if args.json else to_text(report))
-        raise SystemExit(report.exit_code)
-
-    if args.command == "shadow-report":
-        settings = _settings(args)
-        from gateway.comparison import terminal
-
-        shadow = asyncio.run(_admin_get(settings, "/admin/shadow", "shadow-report"))
-        _print_report(shadow, args.json, "shadow-report", terminal.to_text)
-        return
-
-    if args.command == "ttl-advice":
-        settings = _settings(args)
-        from gateway.ops.ttl_advice import to_table
-
-        advice = asyncio.run(_admin_get(settings, "/admin/ttl", "ttl-advice"))
-        _print_report(advice, args.json, "ttl-advice", to_table)
-        return
-
-    if args.command == "compare":
-        _compare(args)
-
-    if args.command == "demo-upstream":
-        from gateway.demo import run_demo_upstream
-
+    try:
         run_demo_upstream(
             host=args.host,
             port=args.port,
@@ -361,8 +418,22 @@ def main(argv: Sequence[str] | None = None) -> None:
             drift=_demo_drift(args),
             change_rates=_demo_change_rates(args),
         )
-        return
+    except CannotListen as exc:
+        raise cannot_listen(args.host, args.port, exc.error, "--host, --port") from None
+    return 0
 
+
+def _serve(args: argparse.Namespace) -> int:
+    from gateway.config.live import ConfigSource
+    from gateway.process.supervisor import main_serve
+
+    overrides = _serve_overrides(args)
+    settings = load_settings(args.config, overrides)
+    return main_serve(settings, ConfigSource(args.config, overrides), demo=args.demo)
+
+
+def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings serve's flags set (over the file and the environment)."""
     server: dict[str, Any] = {}
     if args.host is not None:
         server["host"] = args.host
@@ -378,9 +449,45 @@ def main(argv: Sequence[str] | None = None) -> None:
     overrides: dict[str, Any] = {"server": server} if server else {}
     if logging_:
         overrides["log"] = logging_
-    settings = _settings(args, overrides)
+    return overrides
 
-    from gateway.config.live import ConfigSource
-    from gateway.process.supervisor import main_serve
 
-    raise SystemExit(main_serve(settings, ConfigSource(args.config, overrides), demo=args.demo))
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "serve": _serve,
+    "demo-upstream": _demo_upstream,
+    "check-config": _check_config,
+    "probe": _probe_command,
+    "shadow-report": _shadow_report,
+    "ttl-advice": _ttl_advice,
+    "compare": _compare,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the console script and of ``python -m gateway``: run the command,
+    and say what stopped it in one line (see the module's docstring)."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        code = _COMMANDS[args.command](args)
+    except (ConfigError, StartError) as exc:
+        from gateway.ops.logs import report_stop
+
+        report_stop(_log_format(args), exc, command=args.command)
+        code = EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILED
+    except CommandFailed as exc:
+        from gateway.ops.logs import report_failure
+
+        prefix = f"records-gateway {args.command}"
+        report_failure(_log_format(args), str(exc), prefix=prefix, event="failed")
+        code = exc.code
+    if code:
+        raise SystemExit(code)
+
+
+def _log_format(args: argparse.Namespace) -> LogFormat | None:
+    """The format of the line that says why ``args.command`` stops: serve's logs' (read
+    alone when the settings do not load); None, a plain line, for the other commands."""
+    if args.command != "serve":
+        return None
+    return log_format_of(args.config, _serve_overrides(args))

@@ -4,8 +4,10 @@ aiohttp or redis exception reaches a handler. Only the HTTP edge turns them into
 problem responses.
 
     GatewayError
-    ├── ConfigError                  a setting is missing or invalid (exit 2)
-    ├── StartError                   the server cannot listen where told (exit 1)
+    ├── ConfigError                  a setting, a flag or a file they name is wrong
+    │                                (exit 2)
+    ├── StartError                   the server cannot start: its address, its
+    │                                metrics folder (exit 1)
     ├── CacheUnavailable             the cache backend failed or timed out (never
     │                                reaches a caller: the request goes upstream)
     ├── RequestError                 the caller's request is at fault (4xx)
@@ -30,12 +32,26 @@ class GatewayError(Exception):
 
 
 class ConfigError(GatewayError):
-    """The configuration is invalid; the message names the key."""
+    """The configuration is invalid; the message names the key (or the file).
+
+    ``where`` holds what the message names as fields of a log line: ``key`` (dotted,
+    ``upstream.timeout_s``), ``path`` (a file).
+    """
+
+    def __init__(self, message: str, **where: str) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 class StartError(GatewayError):
     """The server cannot start where it is told (an address in use or not on this
-    machine, a port it may not bind); the message names what and where."""
+    machine, a port it may not bind, a folder it cannot write); the message names what
+    and where, and ``where`` holds them as fields of a log line (``address``,
+    ``path``)."""
+
+    def __init__(self, message: str, **where: str) -> None:
+        super().__init__(message)
+        self.where = where
 
 
 class CacheUnavailable(GatewayError):

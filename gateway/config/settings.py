@@ -534,15 +534,17 @@ def _read_toml(path: Path) -> dict[str, Any]:
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except FileNotFoundError as exc:
-        raise ConfigError(f"config file {path}: not found") from exc
+        raise ConfigError(f"config file {path}: not found", path=str(path)) from exc
     except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror}") from exc
+        raise ConfigError(f"config file {path}: {exc.strerror}", path=str(path)) from exc
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path}: not valid TOML: {exc}") from exc
+        raise ConfigError(f"config file {path}: not valid TOML: {exc}", path=str(path)) from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {path}: not UTF-8 text ({exc.reason})") from exc
+        raise ConfigError(
+            f"config file {path}: not UTF-8 text ({exc.reason})", path=str(path)
+        ) from exc
     except RecursionError as exc:
-        raise ConfigError(f"config file {path}: nested too deeply") from exc
+        raise ConfigError(f"config file {path}: nested too deeply", path=str(path)) from exc
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -587,10 +589,57 @@ def load_settings(
     try:
         return _Loaded(**(overrides or {}))
     except ValidationError as exc:
-        raise ConfigError(describe_validation_error(exc)) from exc
+        described = describe_validation_error(exc)
+        raise ConfigError(described, key=described.partition(": ")[0]) from exc
     except SettingsError as exc:
         # an environment variable that should hold JSON (a whole section) does not
         raise ConfigError(str(exc).splitlines()[0]) from exc
+
+
+class _LogFormatOnly(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    format: Literal["json", "text"] = LogSettings().format
+
+
+def log_format_of(
+    config_path: Path | None = None, overrides: dict[str, Any] | None = None
+) -> Literal["json", "text"]:
+    """``log.format`` as :func:`load_settings` reads it (flags, environment, file), read
+    alone: for saying why the settings do not load in the format of the logs they
+    would have made. The default where it cannot be read."""
+    try:
+        file_data = _read_toml(config_path) if config_path is not None else {}
+    except ConfigError:
+        file_data = {}
+
+    class _LogOnly(BaseSettings):
+        model_config = SettingsConfigDict(
+            env_prefix="GATEWAY_", env_nested_delimiter="__", extra="ignore"
+        )
+
+        log: _LogFormatOnly = _LogFormatOnly()
+
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (
+                init_settings,
+                env_settings,
+                InitSettingsSource(settings_cls, init_kwargs=file_data),
+            )
+
+    overrides = overrides or {}
+    try:
+        return _LogOnly(**({"log": overrides["log"]} if "log" in overrides else {})).log.format
+    except (ValidationError, SettingsError):
+        return _LogFormatOnly().format
 
 
 REDACTED = "**********"
@@ -624,5 +673,6 @@ __all__ = [
     "UpstreamSettings",
     "describe_validation_error",
     "load_settings",
+    "log_format_of",
     "redacted",
 ]

@@ -18,7 +18,7 @@ from gateway.demo.changes import ChangeRates, RecordKind
 from gateway.demo.dataset import Dataset, generate_dataset
 from gateway.demo.drift import Drift, DriftKind
 from gateway.demo.request_log import RequestLog, RequestRecord
-from gateway.demo.server import DemoServer, run_demo_upstream, start_demo_server
+from gateway.demo.server import CannotListen, DemoServer, run_demo_upstream, start_demo_server
 
 __all__ = [
     "CHANGE_RATES",
@@ -26,6 +26,7 @@ __all__ = [
     "DRIFT",
     "RECORD_STORE",
     "REQUEST_LOG",
+    "CannotListen",
     "ChangeRates",
     "Dataset",
     "DemoServer",

@@ -89,6 +89,15 @@ async def start_demo_server(
     return DemoServer(runner, f"{scheme}://{_url_host(bound_host)}:{bound_port}")
 
 
+class CannotListen(Exception):
+    """``run_demo_upstream`` cannot listen where it is told; ``error`` is why (the
+    address in use, not on this machine, a port it may not bind)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def run_demo_upstream(
     *,
     host: str = "127.0.0.1",
@@ -101,7 +110,8 @@ def run_demo_upstream(
     change_rates: Mapping[str, float] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> None:
-    """Serve the reference upstream in the foreground until SIGINT or SIGTERM."""
+    """Serve the reference upstream in the foreground until SIGINT or SIGTERM; raises
+    CannotListen, having printed nothing, when it cannot listen on ``host:port``."""
     start = functools.partial(
         start_demo_server,
         host=host,
@@ -123,7 +133,10 @@ async def _serve_until_signalled(start: Callable[[], Awaitable[DemoServer]]) -> 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     try:
-        server = await start()
+        try:
+            server = await start()
+        except OSError as exc:
+            raise CannotListen(exc) from exc
         try:
             drift_on = server.app[DRIFT]
             drifting = f", drifting: {drift_on}" if drift_on else ""

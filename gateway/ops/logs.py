@@ -3,17 +3,26 @@
 Every record carries time, level and logger; the ``extra`` fields a call passes
 (request id, route, status, durations, the token fingerprint, ...) become keys of
 the JSON object. Nothing in the gateway ever passes a token to a logger.
+
+What Python itself would print (warnings, an exception nobody caught in a thread or a
+finaliser) goes to the logs too (:func:`capture_stray_output`), and the one line that
+says why the program stops goes to stderr in the same format (:func:`report_stop`,
+:func:`report_failure`): with ``json``, every line the server writes is a JSON object.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
 from aiohttp.http_exceptions import BadHttpMessage
+
+from gateway.errors import ConfigError, StartError
 
 # Attributes every LogRecord has; anything else on a record came from ``extra``.
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
@@ -93,3 +102,77 @@ def configure_logging(level: str, fmt: LogFormat) -> None:
 
 def set_level(level: str) -> None:
     logging.getLogger().setLevel(level.upper())
+
+
+def capture_stray_output() -> None:
+    """Log what Python would otherwise print on stderr in its own format: warnings
+    (logger ``py.warnings``), and exceptions nobody caught in a thread or raised where
+    nobody can catch them (a finaliser), with their tracebacks. For the server's
+    process, once its logging is set up; the main thread's own exceptions are its
+    caller's to log."""
+    logging.captureWarnings(True)
+    threading.excepthook = _log_thread_exception
+    sys.unraisablehook = _log_unraisable
+
+
+_stray = logging.getLogger("gateway.process")
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit:  # as Python's own hook: a thread may end so
+        return
+    name = args.thread.name if args.thread is not None else None
+    _stray.error("a thread failed", exc_info=args.exc_value, extra={"thread_name": name})
+
+
+def _log_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    _stray.error(
+        unraisable.err_msg or "Exception ignored in",
+        exc_info=unraisable.exc_value,
+        extra={"object": repr(unraisable.object)},
+    )
+
+
+def report_failure(
+    fmt: LogFormat | None,
+    message: str,
+    *,
+    prefix: str,
+    event: str,
+    fields: Mapping[str, object] | None = None,
+) -> None:
+    """Write the one line that says why the program stops, on stderr: with ``fmt``
+    json a JSON object like every log line (level error, logger ``gateway.server``,
+    ``event`` and ``fields`` as keys); otherwise ``prefix: message``, to be read."""
+    if fmt == "json":
+        record = logging.makeLogRecord(
+            {
+                "name": "gateway.server",
+                "levelno": logging.ERROR,
+                "levelname": "ERROR",
+                "msg": message,
+                "event": event,
+                **(fields or {}),
+            }
+        )
+        line = JsonFormatter().format(record)
+    else:
+        line = f"{prefix}: {message}"
+    # one write, so that the lines of processes failing at once do not interleave
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def report_stop(
+    fmt: LogFormat | None, exc: ConfigError | StartError, *, command: str, **fields: object
+) -> None:
+    """Say why ``command`` stops (:func:`report_failure`): a ConfigError as
+    ``records-gateway: configuration error: ...`` (event ``config_error``), a
+    StartError as ``records-gateway COMMAND: ...`` (event ``start_failed``); what the
+    error names (``key``, ``path``, ``address``) and ``fields`` are keys of the JSON
+    object."""
+    if isinstance(exc, ConfigError):
+        message, prefix, event = f"configuration error: {exc}", "records-gateway", "config_error"
+    else:
+        message, prefix, event = str(exc), f"records-gateway {command}", "start_failed"
+    report_failure(fmt, message, prefix=prefix, event=event, fields={**exc.where, **fields})

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -39,6 +40,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from gateway.errors import StartError
 from gateway.ops.ttl_advice import Advice, Evidence, Policy, advise, evidence_of
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -63,6 +65,25 @@ CIRCUIT_VALUES = {"closed": 0, "half-open": 1, "open": 2}
 
 def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV) or None
+
+
+def check_multiprocess_dir() -> None:
+    """With ``PROMETHEUS_MULTIPROC_DIR`` set: make the folder when it is missing and
+    check that this process can write in it, before any metric does; a StartError
+    naming it otherwise (a path under a regular file, a read-only or foreign folder)."""
+    directory = multiprocess_dir()
+    if directory is None:
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        # makedirs says "File exists" of a regular file where the folder should be
+        why = "not a folder" if isinstance(exc, FileExistsError) else exc.strerror or exc
+        raise StartError(
+            f"cannot write the metrics in {directory}: {why} ({MULTIPROC_ENV})", path=directory
+        ) from None
 
 
 class _Timed:

@@ -8,11 +8,18 @@ they all have: 0, or 1 when one failed (it then stops the others). The workers w
 their metrics to a shared folder so that /metrics of any of them reports the whole
 gateway.
 
+What stops the gateway before it serves (an address it cannot listen on, a folder it
+cannot write) is a StartError for the caller to report; with several workers the
+supervisor finds an address it cannot listen on before it forks, so that it is said
+once, not by every worker. An unexpected exception is logged with its traceback, in
+the log format like every other line, and the exit status is 1.
+
 What a worker does with SIGHUP, SIGTERM and SIGINT is in ``gateway.process.worker``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import logging
@@ -23,9 +30,9 @@ import tempfile
 
 from gateway.config.live import ConfigSource
 from gateway.config.settings import Settings
-from gateway.errors import StartError
-from gateway.ops.logs import configure_logging
-from gateway.process.worker import run, serve
+from gateway.errors import ConfigError, StartError
+from gateway.ops.logs import capture_stray_output, configure_logging, report_stop
+from gateway.process.worker import SERVE_ADDRESS_KEYS, cannot_listen, run, serve
 
 log = logging.getLogger("gateway.server")
 # gateway.ops.metrics.MULTIPROC_ENV, named here: importing prometheus-client before
@@ -36,35 +43,62 @@ _FORWARDED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)
 
 
 def main_serve(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
-    """Serve until told to stop; returns the exit status."""
+    """Serve until told to stop; returns the exit status. Raises StartError (or a
+    ConfigError) when the gateway cannot start, for the caller to say why."""
     configure_logging(settings.log.level, settings.log.format)
+    capture_stray_output()
     # until the event loop handles SIGHUP (a reload), one must not end the process
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     if settings.server.workers == 1:
         try:
             run(serve(settings, source, demo=demo))
-        except StartError as exc:
-            _start_failed(exc)
+        except (StartError, ConfigError):
+            raise
+        except Exception:
+            # a bug, not the operator's doing: its traceback, in the logs' format
+            log.exception("the gateway failed", extra={"event": "failed"})
             return 1
         return 0
     return _supervise(settings, source, demo=demo)
 
 
-def _start_failed(exc: StartError, worker: int | None = None) -> None:
-    """One log line saying why the server could not start (no traceback: the operator
-    put it there, not a bug)."""
-    log.error(
-        f"records-gateway cannot start: {exc}",
-        extra={"event": "start_failed", "error": str(exc), "worker": worker},
-    )
+def _check_address(settings: Settings) -> None:
+    """Raise StartError if the workers could not listen on the address: bind it as
+    they will (SO_REUSEPORT), without listening, and let it go."""
+    host, port = settings.server.host, settings.server.port
+
+    async def bind() -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            server = await loop.create_server(
+                asyncio.Protocol, host, port, reuse_port=True, start_serving=False
+            )
+        except OSError as exc:
+            raise cannot_listen(host, port, exc, SERVE_ADDRESS_KEYS) from None
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(bind())
 
 
 _PR_SET_PDEATHSIG = 1  # prctl(2)
+# the exit status of a worker that could not start and said why
+_SAID_WHY = 3
 
 
 def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
     """Fork the workers, forward signals to them, reap them."""
-    metrics_dir = tempfile.mkdtemp(prefix="records-gateway-metrics-")
+    _check_address(settings)
+    try:
+        metrics_dir = tempfile.mkdtemp(prefix="records-gateway-metrics-")
+    except OSError as exc:
+        # no writable temporary folder (TMPDIR, then /tmp, ...)
+        parent = os.path.dirname(exc.filename) if exc.filename else None
+        raise StartError(
+            f"cannot make the workers' metrics folder in {parent or 'a temporary folder'}:"
+            f" {exc.strerror or exc} (TMPDIR)",
+            **({"path": parent} if parent else {}),
+        ) from None
     os.environ[MULTIPROC_ENV] = metrics_dir
     children: dict[int, int] = {}
     supervisor = os.getpid()
@@ -79,9 +113,11 @@ def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
             code = 0
             try:
                 run(serve(settings, source, demo=demo, reuse_port=True, worker=index))
-            except StartError as exc:
-                _start_failed(exc, index)
-                code = 1
+            except (StartError, ConfigError) as exc:
+                # what stops it before it serves: the address taken since
+                # _check_address, say
+                report_stop(settings.log.format, exc, command="serve", worker=index)
+                code = _SAID_WHY
             except BaseException:
                 log.exception("worker failed", extra={"worker": index})
                 code = 1
@@ -113,8 +149,12 @@ def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
         code = os.waitstatus_to_exitcode(wait_status)
         _mark_dead(pid)
         if code != 0:
+            # no line of its own for a worker that said why it could not start, nor
+            # for one this loop stopped (SIGTERM) because another had failed
+            said = code == _SAID_WHY or (status == 1 and code == -signal.SIGTERM)
             status = 1
-            log.error("worker exited", extra={"worker": index, "pid": pid, "exit": code})
+            if not said:
+                log.error("worker exited", extra={"worker": index, "pid": pid, "exit": code})
             forward(signal.SIGTERM, None)
     shutil.rmtree(metrics_dir, ignore_errors=True)
     return status

@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 from collections.abc import Coroutine
 from typing import Any
 
@@ -53,12 +54,14 @@ async def serve(
     from gateway.http.admin import LIVE
     from gateway.http.app import create_app
     from gateway.normalise.rules import engine_name
+    from gateway.ops.metrics import check_multiprocess_dir
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
+    check_multiprocess_dir()
     demo_server = None
     if demo:
         from gateway.demo import start_demo_server
@@ -84,26 +87,23 @@ async def serve(
     )
     await runner.setup()
     loop.add_signal_handler(signal.SIGHUP, app[LIVE].reload)
+    started = False
     try:
-        site = web.TCPSite(
-            runner, settings.server.host, settings.server.port, reuse_port=reuse_port or None
-        )
+        host, port = settings.server.host, settings.server.port
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
         try:
             await site.start()
         except OSError as exc:
-            where = f"{settings.server.host}:{settings.server.port}"
-            raise StartError(
-                f"cannot listen on {where}: {exc.strerror or exc}"
-                " (server.host, server.port, --host, --port)"
-            ) from None
+            raise cannot_listen(host, port, exc, SERVE_ADDRESS_KEYS) from None
+        started = True
         release_free_memory()
         settle_collector()
-        port = runner.addresses[0][1] if runner.addresses else settings.server.port
+        port = runner.addresses[0][1] if runner.addresses else port
         log.info(
             "started",
             extra={
                 "event": "start",
-                "host": settings.server.host,
+                "host": host,
                 "port": port,
                 "pid": os.getpid(),
                 "worker": worker,
@@ -127,7 +127,26 @@ async def serve(
         await runner.cleanup()
         if demo_server is not None:
             await demo_server.close()
-        log.info("stopped", extra={"event": "stopped", "pid": os.getpid()})
+        # a process that never listened says why (its StartError), not that it stopped
+        if started:
+            log.info("stopped", extra={"event": "stopped", "pid": os.getpid()})
+
+
+# what sets the address serve listens on, named when it cannot listen there
+SERVE_ADDRESS_KEYS = "server.host, server.port, --host, --port"
+
+
+def cannot_listen(host: str, port: int, exc: OSError, keys: str) -> StartError:
+    """The StartError of an address a server cannot listen on: the address, why in
+    the system's words (in use, cannot assign requested address, permission denied, a
+    name that does not resolve), and ``keys``, what sets the address."""
+    if isinstance(exc, socket.gaierror) or not exc.errno:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+    else:
+        # asyncio's own text repeats the address: "error while attempting to bind ..."
+        reason = os.strerror(exc.errno)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return StartError(f"cannot listen on {address}: {reason} ({keys})", address=address)
 
 
 def release_free_memory() -> None:

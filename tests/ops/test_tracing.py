@@ -108,8 +108,8 @@ async def test_with_an_endpoint_the_app_s_start_imports_opentelemetry() -> None:
 
 async def test_an_endpoint_without_opentelemetry_is_refused_naming_the_key_and_the_extra() -> None:
     env = clean_env(GATEWAY_TRACING__OTLP_ENDPOINT="http://127.0.0.1:4318")
-    for command in ("check-config", "serve"):
-        main = f"from gateway.cli import main; main([{command!r}])"
+    for command in ("check-config", "serve --log-format text"):
+        main = f"from gateway.cli import main; main({command.split()!r})"
         code, out, err = await python(BLOCKED + main, env=env)
         assert code == 2, err
         assert out == ""
