@@ -221,7 +221,7 @@ async def _reachable(upstream: UpstreamClient) -> None:
     except UpstreamUnavailable as exc:
         why = exc.detail.removeprefix("readiness check: ")
         _fail(
-            f"cannot reach the upstream at {upstream.base_url} (upstream.base_url): {why}",
+            f"the upstream at {upstream.base_url} (upstream.base_url): {why}",
             EXIT_FAILED,
         )
     except UpstreamFailed:

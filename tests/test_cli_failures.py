@@ -279,7 +279,10 @@ async def test_a_metrics_folder_the_gateway_cannot_write_is_one_line_and_exit_1(
 
 async def test_an_upstream_or_gateway_that_cannot_be_reached_is_one_line_and_exit_1() -> None:
     closed = f"http://127.0.0.1:{free_port()}"
-    unreachable = f"cannot reach the upstream at {closed} (upstream.base_url): Connect call failed"
+    unreachable = (
+        f"the upstream at {closed} (upstream.base_url): cannot connect to the upstream"
+        " (Connect call failed"
+    )
     port = free_port()
     await check_all(
         [

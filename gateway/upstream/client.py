@@ -185,7 +185,12 @@ class UpstreamClient:
             status = response.status
             response.release()
         except (TimeoutError, aiohttp.ClientError) as exc:
-            detail = f"readiness check: {reason_of(exc)}"
+            why = (
+                self._not_connected(exc)
+                if isinstance(exc, aiohttp.ClientConnectorError)
+                else reason_of(exc)
+            )
+            detail = f"readiness check: {why}"
             if breaker is not None:
                 breaker.failed(detail, ticket)
             raise UpstreamUnavailable(detail) from exc
@@ -200,6 +205,18 @@ class UpstreamClient:
             raise UpstreamFailed(detail, upstream_status=status)
         if breaker is not None:
             breaker.succeeded(ticket, conclusive=False)
+
+    def _not_connected(self, exc: aiohttp.ClientConnectorError) -> str:
+        """Why no connection to the upstream was made, for a detail: an untrusted
+        certificate and a failed handshake are named as such (the TLS keys fix them)."""
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            error = exc.certificate_error
+            why = error.verify_message if isinstance(error, ssl.SSLCertVerificationError) else ""
+            return f"the upstream's TLS certificate was not trusted ({why or error})"
+        if isinstance(exc, aiohttp.ClientConnectorSSLError):
+            return f"the TLS handshake with the upstream failed ({reason_of(exc)})"
+        hint = self._tls_hint() if isinstance(exc.os_error, ConnectionResetError) else ""
+        return f"cannot connect to the upstream ({reason_of(exc)}){hint}"
 
     def _tls_hint(self) -> str:
         """What a connection closed before any answer may mean over TLS: an upstream
@@ -320,21 +337,8 @@ class UpstreamClient:
                 f"{what}: the upstream did not answer within {self._settings.timeout_s:g} s"
                 f" (connect timeout {self._settings.connect_timeout_s:g} s)"
             ) from exc
-        except aiohttp.ClientConnectorCertificateError as exc:
-            error = exc.certificate_error
-            why = error.verify_message if isinstance(error, ssl.SSLCertVerificationError) else ""
-            raise UpstreamUnavailable(
-                f"{what}: the upstream's TLS certificate was not trusted ({why or error})"
-            ) from exc
-        except aiohttp.ClientConnectorSSLError as exc:
-            raise UpstreamUnavailable(
-                f"{what}: the TLS handshake with the upstream failed ({reason_of(exc)})"
-            ) from exc
         except aiohttp.ClientConnectorError as exc:
-            hint = self._tls_hint() if isinstance(exc.os_error, ConnectionResetError) else ""
-            raise UpstreamUnavailable(
-                f"{what}: cannot connect to the upstream ({reason_of(exc)}){hint}"
-            ) from exc
+            raise UpstreamUnavailable(f"{what}: {self._not_connected(exc)}") from exc
         except ConnectionLost as exc:
             raise UpstreamUnavailable(
                 f"{what}: the upstream closed the connection before answering"
