@@ -31,6 +31,7 @@ from gateway.http.openapi_admin import (
 )
 from gateway.http.openapi_parameters import parameter_components
 from gateway.http.openapi_responses import (
+    EDGE_ERRORS,
     RESPONSES,
     SCHEMAS,
     header_refs,
@@ -71,7 +72,9 @@ Every request is validated before anything reaches the upstream; every error is 
 RFC 9457 problem (`application/problem+json`) whose `type` is a
 `urn:records-gateway:problem:` URN. The record routes need
 `Authorization: Bearer <token>`, forwarded to the upstream verbatim. `HEAD` is
-answered like `GET`, without a body; other methods are 405. On `/expenses`, `dateFrom`
+answered like `GET`, without a body; other methods are 405; a path not listed here is
+a 404 not-found problem. Every path can also answer the 400 of a request the HTTP
+parser refuses (malformed-request), 417, 500 and 505. On `/expenses`, `dateFrom`
 must not be after `dateTo` (a 400 otherwise), a rule between two parameters that the
 schemas below cannot state. Answers may come from
 the gateway's cache: `X-Cache`, `Cache-Status`, `Age` and `ETag` say so, and
@@ -84,7 +87,7 @@ record answer says `Vary: Accept-Encoding`. Problems are never compressed.
 
 _REQUEST_HEADERS = ("If-None-Match", "Cache-Control", "Pragma", "Accept-Encoding", "X-Request-ID")
 _CACHE_HEADERS = ("X-Cache", "Cache-Status", "Age", "ETag", "Cache-Control", "Vary")
-_RECORD_ERRORS = (400, 401, 403, 404, 405, 417, 429, 500, 502, 503, 504, 505)
+_RECORD_ERRORS = tuple(sorted({*EDGE_ERRORS, 401, 403, 404, 405, 429, 502, 503, 504}))
 
 _INFO = {
     "title": "records-gateway",
@@ -221,7 +224,7 @@ def _plain_operation(
                 "headers": {**header_refs("X-Request-ID"), **(headers_ or {})},
                 "content": {media_type: {"schema": schema}},
             },
-            **response_refs(405),
+            **response_refs(*sorted({*EDGE_ERRORS, 405})),
         },
     }
 
@@ -314,6 +317,7 @@ def _gateway_paths(examples: dict[str, Any]) -> dict[str, Any]:
         "headers": header_refs("X-Request-ID"),
         "content": {_JSON: {"schema": {"$ref": SCHEMAS + "Readiness"}}},
     }
+    ready["responses"] = dict(sorted(ready["responses"].items()))
     metrics = _plain_operation(
         "getMetrics",
         "Prometheus metrics",

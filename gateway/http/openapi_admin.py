@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.http.admin import ADMIN_ROUTES
-from gateway.http.openapi_responses import SCHEMAS, header_refs, response_refs
+from gateway.http.openapi_responses import EDGE_ERRORS, SCHEMAS, header_refs, response_refs
 from gateway.http.problems import PROBLEM_JSON
 from gateway.records.routes import ROUTES
 
@@ -200,8 +200,10 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
 }
 
 
-# the routes that take any query (they read none); the others refuse one with a 400
-_ERRORS = {"/admin/config": (401, 405), "/admin/reload": (401, 405)}
+# every admin route: no admin token, another method, and what any path can answer (a
+# 400 among them: invalid-parameters from the routes that read or refuse a query, a
+# malformed-request from any)
+_ERRORS = tuple(sorted({*EDGE_ERRORS, 401, 405}))
 
 
 def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -210,21 +212,22 @@ def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for path, _, handlers in ADMIN_ROUTES:
         for method in handlers:
             operation_id, summary, description, schema, extra = _TEXT[(path, method)]
+            responses = {
+                "200": {
+                    "description": summary,
+                    "headers": header_refs("X-Request-ID"),
+                    "content": {_JSON: {"schema": schema}},
+                },
+                **response_refs(*_ERRORS),
+                **extra,
+            }
             operation: dict[str, Any] = {
                 "operationId": operation_id,
                 "summary": summary,
                 "description": description,
                 "tags": ["admin"],
                 "security": [{SECURITY_SCHEME: []}],
-                "responses": {
-                    "200": {
-                        "description": summary,
-                        "headers": header_refs("X-Request-ID"),
-                        "content": {_JSON: {"schema": schema}},
-                    },
-                    **response_refs(*_ERRORS.get(path, (400, 401, 405))),
-                    **extra,
-                },
+                "responses": dict(sorted(responses.items())),
             }
             if path == "/admin/cache":
                 operation["parameters"] = [route_parameter]

@@ -336,6 +336,69 @@ async def test_edge_problems_match_the_document(gateway: Gateway, contract: Cont
     assert (len(body["errors"]), body["omittedErrors"]) == (20, 10)
 
 
+_LONG_REQUEST_ID = "r" * 40_000  # a value the X-Request-ID parameter documents
+
+
+async def test_what_any_path_answers_before_its_route_is_documented_on_every_operation(
+    gateway_factory: GatewayFactory, upstream: TestServer, fast_path: bool
+) -> None:
+    """Every operation, admin routes too, documents the answers of the edge: the 400 of
+    a request the HTTP parser refuses (here a header line too long, for an X-Request-ID
+    the document lets a caller send), the 417 of an Expect it does not meet and the 505
+    of another HTTP version; each is held to the operation's document."""
+    gateway = await gateway_factory(base_url(upstream), admin={"token": ADMIN})
+    contract = Contract(openapi_document(gateway.app[LIVE].settings))
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    for template, item in contract.document["paths"].items():
+        path = template.replace("{expenseId}", EXPENSE_ID).replace("{accountId}", "ACC-001")
+        headers = auth if template.startswith("/admin/") else AUTH
+        for method in item:
+            refused = await gateway.request(
+                method.upper(), path, headers={**headers, "X-Request-ID": _LONG_REQUEST_ID}
+            )
+            assert refused.status == 400, (method, template)
+            if fast_path:
+                body = await contract.check(template, refused, method)
+                assert body["type"] == _PROBLEM + "malformed-request"
+                assert "errors" not in body
+            else:  # aiohttp's own plain-text 400, as the 400's description says
+                assert refused.content_type == "text/plain"
+            expecting = await gateway.request(
+                method.upper(), path, headers={**headers, "Expect": "foo"}
+            )
+            body = await contract.check(template, expecting, method)
+            assert body["type"] == _PROBLEM + "expectation-failed"
+            async with ClientSession(version=HttpVersion(2, 0)) as session:
+                versioned = await session.request(
+                    method.upper(), gateway.make_url(path), headers=headers
+                )
+                body = await contract.check(template, versioned, method)
+            assert body["type"] == _PROBLEM + "http-version-not-supported"
+
+
+def test_a_400_has_errors_only_when_it_is_invalid_parameters() -> None:
+    """The 400 of a malformed request has no `errors`; the schema does not require
+    them, and says when they are there (what the bad parameters' 400s hold is checked
+    on real answers above)."""
+    document = openapi_document(Settings())
+    validator = Contract(document).validator("/components/schemas/ValidationProblem")
+    problem = {
+        "type": _PROBLEM + "malformed-request",
+        "title": "Malformed HTTP request",
+        "status": 400,
+        "detail": "the request line or a header is longer than the gateway accepts",
+        "instance": "/",
+        "requestId": "a1",
+    }
+    assert validator.is_valid(problem)
+    schema = document["components"]["schemas"]["ValidationProblem"]
+    assert "errors" not in schema["required"]
+    assert (
+        "always there on an invalid-parameters problem"
+        in schema["properties"]["errors"]["description"]
+    )
+
+
 def _template_of(path: str) -> str:
     bare = path.split("?", 1)[0]
     if bare.startswith("/expenses/"):
