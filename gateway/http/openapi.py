@@ -8,8 +8,9 @@ the problem ``type`` URNs from :mod:`gateway.http.problems`. What is written her
 what no code holds as data: the descriptions, which problem types each status carries,
 and the headers.
 
-The document is built once per app (``create_app``) and served as bytes at
-``GET /openapi.json``, without a token.
+The document is built by ``create_app``, and again by every applied reload (it states
+live keys: ``limits.max_limit``, ``cache.honor_client_no_cache``); it is served as bytes
+at ``GET /openapi.json``, without a token (``gateway.http.service.ServedDocument``).
 """
 
 from __future__ import annotations
