@@ -230,6 +230,10 @@ def _plain_operation(
     }
 
 
+# the answers of /healthz, /readyz and /metrics are never to be reused
+_NO_STORE = {"Cache-Control": {"required": True, "schema": {"type": "string", "const": "no-store"}}}
+
+
 def _readiness_schema() -> dict[str, Any]:
     component = {
         "type": "object",
@@ -243,6 +247,19 @@ def _readiness_schema() -> dict[str, Any]:
                 " call it (the upstream: stale answers and 503s; the cache: skipped)",
                 "type": "string",
                 "enum": ["closed", "open", "half-open"],
+            },
+            "reads": {
+                "$ref": SCHEMAS + "CallCounts",
+                "description": "The cache's recent reads (the cache component only)",
+            },
+            "writes": {
+                "$ref": SCHEMAS + "CallCounts",
+                "description": "The cache's recent writes (the cache component only)",
+            },
+            "probes": {
+                "$ref": SCHEMAS + "CallCounts",
+                "description": "The readiness check's recent probes of the cache (the cache"
+                " component only)",
             },
         },
     }
@@ -265,6 +282,15 @@ def _readiness_schema() -> dict[str, Any]:
             },
         },
         "ComponentHealth": component,
+        "CallCounts": {
+            "type": "object",
+            "required": ["ok", "failed"],
+            "properties": {
+                "ok": {"type": "integer", "minimum": 0},
+                "failed": {"type": "integer", "minimum": 0},
+            },
+            "additionalProperties": False,
+        },
         # named, so that generators name each enumeration for what it is
         "ReadinessStatus": {"type": "string", "enum": ["ok", "degraded", "down"]},
         "ComponentStatus": {"type": "string", "enum": ["ok", "degraded", "down", "disabled"]},
@@ -302,7 +328,7 @@ def _gateway_paths(examples: dict[str, Any]) -> dict[str, Any]:
         "200 while the process answers. Touches neither the upstream nor the cache: for"
         " a container's or orchestrator's liveness check.",
         {"$ref": SCHEMAS + "Health"},
-        {"Cache-Control": {"required": True, "schema": {"type": "string", "const": "no-store"}}},
+        _NO_STORE,
     )
     healthz["responses"]["200"]["content"][_JSON].update(_example(examples, "healthz"))
     ready = _plain_operation(
@@ -312,10 +338,11 @@ def _gateway_paths(examples: dict[str, Any]) -> dict[str, Any]:
         " when the upstream is down and there is no cache to serve from: for a load"
         " balancer.",
         {"$ref": SCHEMAS + "Readiness"},
+        _NO_STORE,
     )
     ready["responses"]["503"] = {
         "description": "Not ready: the upstream is down and nothing can be served.",
-        "headers": header_refs("X-Request-ID"),
+        "headers": {**header_refs("X-Request-ID"), **_NO_STORE},
         "content": {_JSON: {"schema": {"$ref": SCHEMAS + "Readiness"}}},
     }
     ready["responses"] = dict(sorted(ready["responses"].items()))
@@ -324,6 +351,7 @@ def _gateway_paths(examples: dict[str, Any]) -> dict[str, Any]:
         "Prometheus metrics",
         "Every metric of the gateway (of every worker), in Prometheus' text exposition format.",
         {"type": "string"},
+        _NO_STORE,
         media_type="text/plain",
     )
     document = _plain_operation(

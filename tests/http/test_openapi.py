@@ -223,6 +223,31 @@ async def test_gateway_routes_match_the_document(gateway: Gateway, contract: Con
     assert await contract.check("/healthz", response) == {"status": "ok"}
     assert contract.operation("/healthz")["security"] == []
     assert contract.operation("/openapi.json")["security"] == []
+    await gateway.get("/users", headers=AUTH)
+    ready = await gateway.get("/readyz")
+    body = await contract.check("/readyz", ready)
+    assert body["components"]["cache"]["writes"]["ok"] >= 1
+    # every member the gateway sends is one the document names
+    component_schema = contract.document["components"]["schemas"]["ComponentHealth"]
+    for name, component in body["components"].items():
+        assert set(component) <= set(component_schema["properties"]), name
+    metrics = await gateway.get("/metrics")
+    assert metrics.status == 200
+    documented = contract.operation("/metrics")["responses"]["200"]["headers"]
+    assert metrics.headers["Cache-Control"] == documented["Cache-Control"]["schema"]["const"]
+
+
+async def test_readiness_503_matches_the_document(gateway_factory: GatewayFactory) -> None:
+    """No upstream and no cache to serve from: 503, as documented, not to be stored."""
+    down = await gateway_factory(f"http://127.0.0.1:{unused_port()}", cache={"backend": "none"})
+    contract = Contract(openapi_document(down.app[LIVE].settings))
+    response = await down.get("/readyz")
+    assert response.status == 503
+    body = await contract.check("/readyz", response)
+    assert body["status"] == "down"
+    assert body["components"]["cache"] == {"status": "disabled", "lastError": None}
+    # documented as required, so the check above held the answer to it
+    assert "Cache-Control" in contract.operation("/readyz")["responses"]["503"]["headers"]
 
 
 async def test_every_path_documents_the_405_it_answers(
