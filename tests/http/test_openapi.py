@@ -29,7 +29,7 @@ from gateway import __version__
 from gateway.config.settings import Settings
 from gateway.demo import create_demo_app
 from gateway.errors import InvalidParameters
-from gateway.http.admin import LIVE
+from gateway.http.admin import LIVE, SHADOW
 from gateway.http.openapi import openapi_bytes, openapi_document
 from gateway.normalise.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.normalise.schema import (
@@ -43,7 +43,7 @@ from gateway.normalise.schema import (
 )
 from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
 
-from ..conftest import AUTH, GatewayFactory, base_url, fleet_of, redis_cache
+from ..conftest import AUTH, GatewayFactory, base_url, fleet_of, redis_cache, until
 
 Gateway = TestClient[web.Request, web.Application]
 EXPENSE_ID = "b1a6b1f1-620e-49d3-bb33-f3d8269cd696"
@@ -853,6 +853,36 @@ async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
             assert all(op["security"] == [{"adminToken": []}] for op in item.values()), path
     schemes = contract.document["components"]["securitySchemes"]
     assert set(schemes) == {"bearer", "adminToken"}
+
+
+async def test_a_shadow_report_with_differences_and_noise_matches_the_document(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    """The report of a candidate that rounds amounts, both twins adding noise: every
+    member it holds (totals, routes, fields, noise and its evidence) is documented."""
+    primary = await aiohttp_server(create_demo_app(drift=["noise"]))
+    candidate = await aiohttp_server(create_demo_app(drift=["noise", "amount-scale"]))
+    shadow = {"base_url": base_url(candidate), "sample_ratio": 1.0, "recheck_ratio": 1.0}
+    gateway = await gateway_factory(
+        base_url(primary), upstream={"shadow": shadow}, admin={"token": ADMIN}
+    )
+    for path in ("/expenses?limit=3", f"/expenses/{EXPENSE_ID}", "/users", "/accounts"):
+        assert (await gateway.get(path, headers=AUTH)).status == 200
+    await until(lambda: gateway.app[SHADOW].in_flight == 0)
+    contract = Contract(openapi_document(gateway.app[LIVE].settings))
+    response = await gateway.get("/admin/shadow", headers={"Authorization": f"Bearer {ADMIN}"})
+    report = await contract.check("/admin/shadow", response)
+    expense = report["routes"]["expense"]
+    assert [item["field"] for item in expense["fields"]] == ["amount"]
+    assert [item["field"] for item in expense["noise"]] == ["paymentId"]
+    assert expense["noise"][0]["evidence"]
+    assert report["totals"]["compared"] == 4
+    # nothing the report holds is left undocumented
+    schemas = contract.document["components"]["schemas"]
+    assert set(report) == set(schemas["ShadowReport"]["properties"])
+    assert set(report["totals"]) == set(schemas["ShadowTotals"]["properties"])
+    assert set(expense) == set(schemas["ShadowRoute"]["properties"])
+    assert set(expense["noise"][0]) == set(schemas["ShadowField"]["properties"])
 
 
 def test_without_an_admin_token_no_admin_route_is_documented() -> None:
