@@ -13,6 +13,7 @@ import copy
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,16 +21,18 @@ from aiohttp import ClientResponse, ClientSession, HttpVersion, web
 from aiohttp.test_utils import TestClient, TestServer, unused_port
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
-from pytest_aiohttp import AiohttpServer
+from pytest_aiohttp import AiohttpClient, AiohttpServer
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 from yarl import URL
 
 from gateway import __version__
+from gateway.config.live import ConfigSource
 from gateway.config.settings import Settings
 from gateway.demo import create_demo_app
 from gateway.errors import InvalidParameters
 from gateway.http.admin import LIVE, SHADOW
+from gateway.http.app import create_app
 from gateway.http.openapi import openapi_bytes, openapi_document
 from gateway.normalise.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.normalise.schema import (
@@ -43,7 +46,17 @@ from gateway.normalise.schema import (
 )
 from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
 
-from ..conftest import AUTH, GatewayFactory, base_url, fleet_of, redis_cache, until
+from ..config.test_live import to_toml
+from ..conftest import (
+    AUTH,
+    GatewayFactory,
+    base_url,
+    fleet_of,
+    gateway_client,
+    redis_cache,
+    until,
+)
+from ..redis_server import RedisServer
 
 Gateway = TestClient[web.Request, web.Application]
 EXPENSE_ID = "b1a6b1f1-620e-49d3-bb33-f3d8269cd696"
@@ -883,6 +896,39 @@ async def test_a_shadow_report_with_differences_and_noise_matches_the_document(
     assert set(report["totals"]) == set(schemas["ShadowTotals"]["properties"])
     assert set(expense) == set(schemas["ShadowRoute"]["properties"])
     assert set(expense["noise"][0]) == set(schemas["ShadowField"]["properties"])
+
+
+async def test_a_purge_redis_does_not_confirm_and_a_refused_reload_match_the_document(
+    aiohttp_client: AiohttpClient,
+    upstream: TestServer,
+    own_redis: RedisServer,
+    tmp_path: Path,
+    fast_path: bool,
+) -> None:
+    """DELETE /admin/cache with Redis gone: the documented 503 purge-outcome-unknown;
+    POST /admin/reload of a file that is no longer TOML: the documented 422."""
+    config = tmp_path / "gateway.toml"
+    sections: dict[str, dict[str, Any]] = {
+        "server": {"fast_path": fast_path},
+        "upstream": {"base_url": base_url(upstream)},
+        "cache": redis_cache(own_redis.url, redis_timeout_ms=50),
+        "admin": {"token": ADMIN},
+    }
+    config.write_text(to_toml(sections))
+    source = ConfigSource(config)
+    gateway = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+    contract = Contract(openapi_document(gateway.app[LIVE].settings))
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    own_redis.stop()
+    purge = await gateway.delete("/admin/cache", headers=admin)
+    assert purge.status == 503
+    body = await contract.check("/admin/cache", purge, "delete")
+    assert (body["type"], body["outcome"]) == (_PROBLEM + "purge-outcome-unknown", "unknown")
+    config.write_text("[[[")
+    reload = await gateway.post("/admin/reload", headers=admin)
+    assert reload.status == 422
+    body = await contract.check("/admin/reload", reload, "post")
+    assert body["type"] == _PROBLEM + "config-refused"
 
 
 def test_without_an_admin_token_no_admin_route_is_documented() -> None:
