@@ -38,6 +38,7 @@ from gateway.http.records import RECORDS, RecordHandlers
 from gateway.http.service import (
     METRICS,
     OPENAPI,
+    ServedDocument,
     healthz,
     metrics,
     openapi_json,
@@ -86,7 +87,9 @@ def create_app(
     app[LIVE] = live
     app[METRICS] = metrics_
     app[COERCIONS] = coercions
-    app[OPENAPI] = openapi_bytes(settings)
+    document = ServedDocument(openapi_bytes, settings)
+    live.on_change(document.apply)
+    app[OPENAPI] = document
     edge = Edge(metrics=metrics_, live=live)
     # first: cleanup contexts end in reverse order, and the last spans (of requests and
     # refreshes the other contexts end) are exported at its end

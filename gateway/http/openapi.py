@@ -8,8 +8,9 @@ the problem ``type`` URNs from :mod:`gateway.http.problems`. What is written her
 what no code holds as data: the descriptions, which problem types each status carries,
 and the headers.
 
-The document is built once per app (``create_app``) and served as bytes at
-``GET /openapi.json``, without a token.
+The document is built by ``create_app``, and again by every applied reload (it states
+live keys: ``limits.max_limit``, ``cache.honor_client_no_cache``); it is served as bytes
+at ``GET /openapi.json``, without a token (``gateway.http.service.ServedDocument``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gateway.http.openapi_admin import (
 )
 from gateway.http.openapi_parameters import parameter_components
 from gateway.http.openapi_responses import (
+    EDGE_ERRORS,
     RESPONSES,
     SCHEMAS,
     header_refs,
@@ -71,7 +73,9 @@ Every request is validated before anything reaches the upstream; every error is 
 RFC 9457 problem (`application/problem+json`) whose `type` is a
 `urn:records-gateway:problem:` URN. The record routes need
 `Authorization: Bearer <token>`, forwarded to the upstream verbatim. `HEAD` is
-answered like `GET`, without a body; other methods are 405. On `/expenses`, `dateFrom`
+answered like `GET`, without a body; other methods are 405; a path not listed here is
+a 404 not-found problem. Every path can also answer the 400 of a request the HTTP
+parser refuses (malformed-request), 417, 500 and 505. On `/expenses`, `dateFrom`
 must not be after `dateTo` (a 400 otherwise), a rule between two parameters that the
 schemas below cannot state. Answers may come from
 the gateway's cache: `X-Cache`, `Cache-Status`, `Age` and `ETag` say so, and
@@ -84,7 +88,7 @@ record answer says `Vary: Accept-Encoding`. Problems are never compressed.
 
 _REQUEST_HEADERS = ("If-None-Match", "Cache-Control", "Pragma", "Accept-Encoding", "X-Request-ID")
 _CACHE_HEADERS = ("X-Cache", "Cache-Status", "Age", "ETag", "Cache-Control", "Vary")
-_RECORD_ERRORS = (400, 401, 403, 404, 405, 417, 429, 500, 502, 503, 504, 505)
+_RECORD_ERRORS = tuple(sorted({*EDGE_ERRORS, 401, 403, 404, 405, 429, 502, 503, 504}))
 
 _INFO = {
     "title": "records-gateway",
@@ -221,9 +225,13 @@ def _plain_operation(
                 "headers": {**header_refs("X-Request-ID"), **(headers_ or {})},
                 "content": {media_type: {"schema": schema}},
             },
-            **response_refs(405),
+            **response_refs(*sorted({*EDGE_ERRORS, 405})),
         },
     }
+
+
+# the answers of /healthz, /readyz and /metrics are never to be reused
+_NO_STORE = {"Cache-Control": {"required": True, "schema": {"type": "string", "const": "no-store"}}}
 
 
 def _readiness_schema() -> dict[str, Any]:
@@ -239,6 +247,19 @@ def _readiness_schema() -> dict[str, Any]:
                 " call it (the upstream: stale answers and 503s; the cache: skipped)",
                 "type": "string",
                 "enum": ["closed", "open", "half-open"],
+            },
+            "reads": {
+                "$ref": SCHEMAS + "CallCounts",
+                "description": "The cache's recent reads (the cache component only)",
+            },
+            "writes": {
+                "$ref": SCHEMAS + "CallCounts",
+                "description": "The cache's recent writes (the cache component only)",
+            },
+            "probes": {
+                "$ref": SCHEMAS + "CallCounts",
+                "description": "The readiness check's recent probes of the cache (the cache"
+                " component only)",
             },
         },
     }
@@ -261,6 +282,15 @@ def _readiness_schema() -> dict[str, Any]:
             },
         },
         "ComponentHealth": component,
+        "CallCounts": {
+            "type": "object",
+            "required": ["ok", "failed"],
+            "properties": {
+                "ok": {"type": "integer", "minimum": 0},
+                "failed": {"type": "integer", "minimum": 0},
+            },
+            "additionalProperties": False,
+        },
         # named, so that generators name each enumeration for what it is
         "ReadinessStatus": {"type": "string", "enum": ["ok", "degraded", "down"]},
         "ComponentStatus": {"type": "string", "enum": ["ok", "degraded", "down", "disabled"]},
@@ -298,7 +328,7 @@ def _gateway_paths(examples: dict[str, Any]) -> dict[str, Any]:
         "200 while the process answers. Touches neither the upstream nor the cache: for"
         " a container's or orchestrator's liveness check.",
         {"$ref": SCHEMAS + "Health"},
-        {"Cache-Control": {"required": True, "schema": {"type": "string", "const": "no-store"}}},
+        _NO_STORE,
     )
     healthz["responses"]["200"]["content"][_JSON].update(_example(examples, "healthz"))
     ready = _plain_operation(
@@ -308,17 +338,20 @@ def _gateway_paths(examples: dict[str, Any]) -> dict[str, Any]:
         " when the upstream is down and there is no cache to serve from: for a load"
         " balancer.",
         {"$ref": SCHEMAS + "Readiness"},
+        _NO_STORE,
     )
     ready["responses"]["503"] = {
         "description": "Not ready: the upstream is down and nothing can be served.",
-        "headers": header_refs("X-Request-ID"),
+        "headers": {**header_refs("X-Request-ID"), **_NO_STORE},
         "content": {_JSON: {"schema": {"$ref": SCHEMAS + "Readiness"}}},
     }
+    ready["responses"] = dict(sorted(ready["responses"].items()))
     metrics = _plain_operation(
         "getMetrics",
         "Prometheus metrics",
         "Every metric of the gateway (of every worker), in Prometheus' text exposition format.",
         {"type": "string"},
+        _NO_STORE,
         media_type="text/plain",
     )
     document = _plain_operation(

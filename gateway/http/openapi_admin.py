@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.comparison.diff import KINDS
 from gateway.http.admin import ADMIN_ROUTES
-from gateway.http.openapi_responses import SCHEMAS, header_refs, response_refs
+from gateway.http.openapi_responses import EDGE_ERRORS, SCHEMAS, header_refs, response_refs
 from gateway.http.problems import PROBLEM_JSON
 from gateway.records.routes import ROUTES
 
@@ -23,6 +24,26 @@ _SHARES = {
     "required": ["staleShare", "hitRatio"],
     "properties": {"staleShare": _NUMBER_OR_NULL, "hitRatio": _NUMBER_OR_NULL},
 }
+
+
+_SHADOW_COUNTS = ("compared", "identical", "identicalShare", "different", "noiseOnly", "skipped")
+
+
+def _shadow_counts() -> dict[str, dict[str, Any]]:
+    count = {"type": "integer", "minimum": 0}
+    return {
+        "compared": {**count, "description": "Requests with both answers compared."},
+        "identical": count,
+        "identicalShare": {
+            "type": ["number", "null"],
+            "minimum": 0,
+            "maximum": 1,
+            "description": "identical / compared; null before any comparison.",
+        },
+        "different": count,
+        "noiseOnly": {**count, "description": "Compared requests that differ in noise only."},
+        "skipped": count,
+    }
 
 
 def admin_schemas() -> dict[str, dict[str, Any]]:
@@ -72,18 +93,102 @@ def admin_schemas() -> dict[str, dict[str, Any]]:
             "type": "object",
             "description": "The shadow traffic's report (docs/switching-upstreams.md):"
             " its state, and per route what was compared and how it differed.",
-            "required": ["enabled", "sampleRatio", "maxInFlight", "inFlight", "workers"],
+            "required": [
+                "primary",
+                "candidate",
+                "since",
+                "totals",
+                "routes",
+                "enabled",
+                "sampleRatio",
+                "maxInFlight",
+                "inFlight",
+                "workers",
+            ],
             "properties": {
+                "primary": {"type": "string", "description": "The primary's base URL."},
+                "candidate": {
+                    "type": "string",
+                    "description": "The candidate's base URL; empty when none is set.",
+                },
+                "since": {
+                    "type": "string",
+                    "format": "date-time",
+                    "description": "When the report began (UTC).",
+                },
+                "totals": {"$ref": SCHEMAS + "ShadowTotals"},
+                "routes": {
+                    "type": "object",
+                    "description": "By route name, the routes with a comparison.",
+                    "propertyNames": {"enum": [route.name for route in ROUTES]},
+                    "additionalProperties": {"$ref": SCHEMAS + "ShadowRoute"},
+                },
                 "enabled": {"type": "boolean"},
                 "sampleRatio": {"type": "number", "minimum": 0, "maximum": 1},
                 "maxInFlight": {"type": "integer", "minimum": 1},
                 "inFlight": {"type": "integer", "minimum": 0},
                 "workers": {"type": "integer", "minimum": 1},
-                "primary": {"type": "string"},
-                "candidate": {"type": "string"},
-                "since": {"type": "string"},
-                "totals": {"type": "object"},
-                "routes": {"type": "object", "additionalProperties": {"type": "object"}},
+            },
+        },
+        "ShadowTotals": {
+            "type": "object",
+            "description": "Every route's comparisons added up.",
+            "required": [*_SHADOW_COUNTS, "candidateErrors"],
+            "properties": {
+                **_shadow_counts(),
+                "candidateErrors": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Requests whose candidate gave no answer to compare.",
+                },
+            },
+        },
+        "ShadowRoute": {
+            "type": "object",
+            "description": "One route's comparisons: the fields that differ, worst first,"
+            " and those that differ as the primary differs from itself (noise).",
+            "required": [*_SHADOW_COUNTS, "candidateErrors", "fields", "noise"],
+            "properties": {
+                **_shadow_counts(),
+                "candidateErrors": {
+                    "type": "object",
+                    "description": "Requests whose candidate gave no answer to compare, by"
+                    " what it did instead (its status, timeout, unreachable, invalid-body).",
+                    "additionalProperties": {"type": "integer", "minimum": 1},
+                },
+                "fields": {"type": "array", "items": {"$ref": SCHEMAS + "ShadowField"}},
+                "noise": {"type": "array", "items": {"$ref": SCHEMAS + "ShadowField"}},
+            },
+        },
+        "ShadowField": {
+            "type": "object",
+            "description": "One field that differs (`data[].amount`: list indices folded),"
+            " how often and in which kinds, and the first examples; a noisy field also has"
+            " the primary's own differences as its evidence.",
+            "required": ["field", "total", "kinds", "examples"],
+            "properties": {
+                "field": {"type": "string"},
+                "total": {"type": "integer", "minimum": 0},
+                "kinds": {
+                    "type": "object",
+                    "propertyNames": {"enum": list(KINDS)},
+                    "additionalProperties": {"type": "integer", "minimum": 1},
+                },
+                "examples": {"type": "array", "items": {"$ref": SCHEMAS + "ShadowExample"}},
+                "evidence": {"type": "array", "items": {"$ref": SCHEMAS + "ShadowExample"}},
+            },
+        },
+        "ShadowExample": {
+            "type": "object",
+            "description": "One difference seen: the request's id, its kind, and the two"
+            " values as the report shows them (any JSON value; text cut to 200 characters,"
+            " a caller's token never shown).",
+            "required": ["requestId", "kind", "primary", "candidate"],
+            "properties": {
+                "requestId": {"type": "string"},
+                "kind": {"type": "string", "enum": list(KINDS)},
+                "primary": {},
+                "candidate": {},
             },
         },
         "ShadowReset": {
@@ -200,8 +305,10 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
 }
 
 
-# the routes that take any query (they read none); the others refuse one with a 400
-_ERRORS = {"/admin/config": (401, 405), "/admin/reload": (401, 405)}
+# every admin route: no admin token, another method, and what any path can answer (a
+# 400 among them: invalid-parameters from the routes that read or refuse a query, a
+# malformed-request from any)
+_ERRORS = tuple(sorted({*EDGE_ERRORS, 401, 405}))
 
 
 def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -210,21 +317,22 @@ def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for path, _, handlers in ADMIN_ROUTES:
         for method in handlers:
             operation_id, summary, description, schema, extra = _TEXT[(path, method)]
+            responses = {
+                "200": {
+                    "description": summary,
+                    "headers": header_refs("X-Request-ID"),
+                    "content": {_JSON: {"schema": schema}},
+                },
+                **response_refs(*_ERRORS),
+                **extra,
+            }
             operation: dict[str, Any] = {
                 "operationId": operation_id,
                 "summary": summary,
                 "description": description,
                 "tags": ["admin"],
                 "security": [{SECURITY_SCHEME: []}],
-                "responses": {
-                    "200": {
-                        "description": summary,
-                        "headers": header_refs("X-Request-ID"),
-                        "content": {_JSON: {"schema": schema}},
-                    },
-                    **response_refs(*_ERRORS.get(path, (400, 401, 405))),
-                    **extra,
-                },
+                "responses": dict(sorted(responses.items())),
             }
             if path == "/admin/cache":
                 operation["parameters"] = [route_parameter]

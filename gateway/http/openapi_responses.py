@@ -22,6 +22,11 @@ RESPONSES = "#/components/responses/"
 # What edge.choose_request_id echoes; anything else is replaced by a new id.
 _REQUEST_ID = f"^{REQUEST_ID_PATTERN.pattern}$"
 
+# What any path can answer, whatever its route: a request the HTTP parser refuses (400),
+# an Expect the gateway does not meet (417), a fault of its own (500), another HTTP
+# version (505); they are answered by the edge and the fast path, before any handler.
+EDGE_ERRORS = (400, 417, 500, 505)
+
 
 def headers() -> dict[str, dict[str, Any]]:
     """components.headers: every response header the gateway documents."""
@@ -122,11 +127,16 @@ def _types(*slugs: str) -> str:
 PROBLEMS = (
     ProblemResponse(
         400,
-        "InvalidParameters",
-        "A bad, unknown or repeated parameter, or a dateFrom after dateTo; `errors` lists"
-        f" them (the first {InvalidParameters.LISTED}; `omittedErrors` counts the others)."
-        " Nothing was sent upstream.",
-        ("invalid-parameters",),
+        "BadRequest",
+        "A bad, unknown or repeated parameter, or a dateFrom after dateTo"
+        f" (invalid-parameters): `errors` lists them (the first {InvalidParameters.LISTED};"
+        " `omittedErrors` counts the others). On any path, a request the HTTP parser"
+        " refuses (malformed-request, without `errors`): a request line or a header over"
+        " the gateway's limit (32 KiB as `records-gateway serve` runs it), more than 128"
+        " header fields, a control byte in one; it is answered as HTTP/1.0 and the"
+        " connection closed (with server.fast_path off, this one is aiohttp's own"
+        " plain-text 400). Nothing was sent upstream.",
+        ("invalid-parameters", "malformed-request"),
         examples=("invalid-parameters", "date-range"),
     ),
     ProblemResponse(
@@ -252,7 +262,8 @@ def problem_schemas() -> dict[str, dict[str, Any]]:
         "minItems": 1,
         "maxItems": InvalidParameters.LISTED,
         "items": {"$ref": SCHEMAS + "ParameterError"},
-        "description": "The bad parameters, in the order of the request.",
+        "description": "The bad parameters, in the order of the request; always there"
+        " on an invalid-parameters problem, never on a malformed-request one.",
     }
     validation["omittedErrors"] = {
         "type": "integer",
@@ -291,9 +302,11 @@ def problem_schemas() -> dict[str, dict[str, Any]]:
         "ValidationProblem": {
             "title": "ValidationProblem",
             "description": "The RFC 9457 problem of a 400: the request was refused before"
-            " anything reached the upstream, and `errors` names each bad parameter.",
+            " anything reached the upstream. An invalid-parameters problem always has"
+            " `errors`, naming each bad parameter; a malformed-request problem (a request"
+            " the HTTP parser refused) has none.",
             "type": "object",
-            "required": [*_PROBLEM_REQUIRED, "errors"],
+            "required": _PROBLEM_REQUIRED,
             "properties": validation,
         },
         "ParameterError": {

@@ -3,17 +3,36 @@ the OpenAPI document. None of them needs a token."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import orjson
 from aiohttp import web
 
+from gateway.config.settings import Settings
 from gateway.http.binding import UPSTREAMS
 from gateway.http.replies import JSON
 from gateway.ops.metrics import CONTENT_TYPE, Metrics
 
 _HEALTHY = b'{"status":"ok"}'
 
+
+class ServedDocument:
+    """The bytes of the OpenAPI document for the settings in use: written at start and
+    again by every applied reload (``LiveConfig.on_change``), since the document states
+    keys a reload applies (``limits.max_limit``, ``cache.honor_client_no_cache``)."""
+
+    __slots__ = ("_build", "body")
+
+    def __init__(self, build: Callable[[Settings], bytes], settings: Settings) -> None:
+        self._build = build
+        self.body = build(settings)
+
+    def apply(self, settings: Settings) -> None:
+        self.body = self._build(settings)
+
+
 METRICS = web.AppKey("metrics", Metrics)
-OPENAPI = web.AppKey("openapi", bytes)  # the document, written once at start
+OPENAPI = web.AppKey("openapi", ServedDocument)
 
 
 async def healthz(request: web.Request) -> web.StreamResponse:
@@ -43,4 +62,4 @@ async def metrics(request: web.Request) -> web.StreamResponse:
 
 async def openapi_json(request: web.Request) -> web.StreamResponse:
     """The OpenAPI document of this gateway."""
-    return web.Response(body=request.app[OPENAPI], content_type=JSON)
+    return web.Response(body=request.app[OPENAPI].body, content_type=JSON)

@@ -13,6 +13,8 @@ nothing new fails.
 A route is OK when its body normalises; it fails on an upstream error (unreachable,
 timeout, 401, a body that is not JSON...) or on any value that cannot be brought to
 the published schema. A detail route is skipped when its list gave no id to ask for.
+A record's id may not be null: a bad or missing one is replaced by a stand-in instead,
+so that it hides none of the record's other bad values.
 ``docs/probe.md`` explains how to read the report.
 """
 
@@ -48,6 +50,15 @@ from gateway.upstream.client import UpstreamClient
 
 # The reference's default page size; the probe asks for it whatever limits.max_limit is.
 PROBE_LIMIT = 10
+# What a record's bad or missing id is replaced with while its other values are checked:
+# canonical text and a canonical UUID, which every id's rule accepts.
+ID_STAND_IN = "00000000-0000-0000-0000-000000000000"
+_REQUIRED_FIELDS = frozenset(
+    name
+    for model in CanonicalModel.__subclasses__()
+    for name, field in model.model_fields.items()
+    if field.is_required()
+)
 _ABSENT = ("null", "missing")
 
 Outcome = Literal["ok", "failed", "skipped"]
@@ -287,13 +298,15 @@ def _problems(
         if counting is context:
             current = copy.deepcopy(value)
             counting = NormaliseContext(page=context.page, limit=context.limit)
-        if not any([_set_null(current, location) for location, _ in new]):  # noqa: C419 - null all
+        if not any([_set_aside(current, location) for location, _ in new]):  # noqa: C419 - all
             break
     return list(found.items())
 
 
-def _set_null(value: Any, location: Location) -> bool:
-    """Set the value at ``location`` inside ``value`` to null; False when there is none."""
+def _set_aside(value: Any, location: Location) -> bool:
+    """Set the value at ``location`` inside ``value`` to null, or, for a field that may
+    not be null (every record's id), to a stand-in its rule accepts, present or not;
+    False when there is nothing to change."""
     if not location:
         return False
     container = value
@@ -302,6 +315,11 @@ def _set_null(value: Any, location: Location) -> bool:
             return False
         container = container[part]
     last = location[-1]
+    if last in _REQUIRED_FIELDS and isinstance(container, dict):
+        if container.get(last) == ID_STAND_IN:
+            return False
+        container[last] = ID_STAND_IN
+        return True
     if not _holds(container, last) or container[last] is None:
         return False
     container[last] = None

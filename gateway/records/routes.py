@@ -204,7 +204,10 @@ def canonical_decimal(value: str) -> str | None:
 def _amount(name: str, value: str, problems: _Collector) -> str | None:
     text = canonical_decimal(value)
     if text is None:
-        problems.add(name, "must be a finite decimal number such as 12.50")
+        if NUMBER_PATTERN.fullmatch(value) is None:
+            problems.add(name, "must be a finite decimal number such as 12.50")
+        else:  # a number all the same: what it is refused for is its length
+            problems.add(name, f"must have at most {_MAX_AMOUNT_DIGITS} digits once written out")
     return text
 
 

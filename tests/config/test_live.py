@@ -406,6 +406,32 @@ async def test_admin_reload_answers_what_it_applied(start: Start, config: Config
     )
 
 
+async def test_the_openapi_document_states_what_a_reload_applied(
+    start: Start, config: ConfigFile
+) -> None:
+    """limits.max_limit and cache.honor_client_no_cache are live keys and in the
+    document: after a reload it says what the gateway now does."""
+
+    async def document() -> tuple[dict[str, Any], str]:
+        response = await client.get("/openapi.json")
+        parameters = (await response.json())["components"]["parameters"]
+        return parameters["limit"]["schema"], parameters["Cache-Control"]["description"]
+
+    client = await start(config)
+    limit, no_cache = await document()
+    assert (limit["maximum"], limit["default"]) == (100, 10)
+    assert no_cache.startswith("no-cache: do not serve a stored answer")
+    config.set("limits", "max_limit", 5)
+    config.set("cache", "honor_client_no_cache", False)
+    assert (await reload(client))[0] == 200
+    limit, no_cache = await document()
+    assert (limit["maximum"], limit["default"]) == (5, 5)
+    assert no_cache.startswith("no-cache: ignored by this deployment")
+    refused = await client.get("/users?limit=6", headers=AUTH)
+    assert refused.status == 400
+    assert (await client.get("/users?limit=5", headers=AUTH)).status == 200
+
+
 async def test_admin_reload_refuses_an_invalid_file_with_a_problem(
     start: Start, config: ConfigFile
 ) -> None:

@@ -13,6 +13,7 @@ import copy
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,16 +21,18 @@ from aiohttp import ClientResponse, ClientSession, HttpVersion, web
 from aiohttp.test_utils import TestClient, TestServer, unused_port
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
-from pytest_aiohttp import AiohttpServer
+from pytest_aiohttp import AiohttpClient, AiohttpServer
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 from yarl import URL
 
 from gateway import __version__
+from gateway.config.live import ConfigSource
 from gateway.config.settings import Settings
 from gateway.demo import create_demo_app
 from gateway.errors import InvalidParameters
-from gateway.http.admin import LIVE
+from gateway.http.admin import LIVE, SHADOW
+from gateway.http.app import create_app
 from gateway.http.openapi import openapi_bytes, openapi_document
 from gateway.normalise.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.normalise.schema import (
@@ -43,7 +46,17 @@ from gateway.normalise.schema import (
 )
 from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
 
-from ..conftest import AUTH, GatewayFactory, base_url, fleet_of, redis_cache
+from ..config.test_live import to_toml
+from ..conftest import (
+    AUTH,
+    GatewayFactory,
+    base_url,
+    fleet_of,
+    gateway_client,
+    redis_cache,
+    until,
+)
+from ..redis_server import RedisServer
 
 Gateway = TestClient[web.Request, web.Application]
 EXPENSE_ID = "b1a6b1f1-620e-49d3-bb33-f3d8269cd696"
@@ -223,6 +236,31 @@ async def test_gateway_routes_match_the_document(gateway: Gateway, contract: Con
     assert await contract.check("/healthz", response) == {"status": "ok"}
     assert contract.operation("/healthz")["security"] == []
     assert contract.operation("/openapi.json")["security"] == []
+    await gateway.get("/users", headers=AUTH)
+    ready = await gateway.get("/readyz")
+    body = await contract.check("/readyz", ready)
+    assert body["components"]["cache"]["writes"]["ok"] >= 1
+    # every member the gateway sends is one the document names
+    component_schema = contract.document["components"]["schemas"]["ComponentHealth"]
+    for name, component in body["components"].items():
+        assert set(component) <= set(component_schema["properties"]), name
+    metrics = await gateway.get("/metrics")
+    assert metrics.status == 200
+    documented = contract.operation("/metrics")["responses"]["200"]["headers"]
+    assert metrics.headers["Cache-Control"] == documented["Cache-Control"]["schema"]["const"]
+
+
+async def test_readiness_503_matches_the_document(gateway_factory: GatewayFactory) -> None:
+    """No upstream and no cache to serve from: 503, as documented, not to be stored."""
+    down = await gateway_factory(f"http://127.0.0.1:{unused_port()}", cache={"backend": "none"})
+    contract = Contract(openapi_document(down.app[LIVE].settings))
+    response = await down.get("/readyz")
+    assert response.status == 503
+    body = await contract.check("/readyz", response)
+    assert body["status"] == "down"
+    assert body["components"]["cache"] == {"status": "disabled", "lastError": None}
+    # documented as required, so the check above held the answer to it
+    assert "Cache-Control" in contract.operation("/readyz")["responses"]["503"]["headers"]
 
 
 async def test_every_path_documents_the_405_it_answers(
@@ -334,6 +372,69 @@ async def test_edge_problems_match_the_document(gateway: Gateway, contract: Cont
     assert many.status == 400
     body = await contract.check("/users", many)
     assert (len(body["errors"]), body["omittedErrors"]) == (20, 10)
+
+
+_LONG_REQUEST_ID = "r" * 40_000  # a value the X-Request-ID parameter documents
+
+
+async def test_what_any_path_answers_before_its_route_is_documented_on_every_operation(
+    gateway_factory: GatewayFactory, upstream: TestServer, fast_path: bool
+) -> None:
+    """Every operation, admin routes too, documents the answers of the edge: the 400 of
+    a request the HTTP parser refuses (here a header line too long, for an X-Request-ID
+    the document lets a caller send), the 417 of an Expect it does not meet and the 505
+    of another HTTP version; each is held to the operation's document."""
+    gateway = await gateway_factory(base_url(upstream), admin={"token": ADMIN})
+    contract = Contract(openapi_document(gateway.app[LIVE].settings))
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    for template, item in contract.document["paths"].items():
+        path = template.replace("{expenseId}", EXPENSE_ID).replace("{accountId}", "ACC-001")
+        headers = auth if template.startswith("/admin/") else AUTH
+        for method in item:
+            refused = await gateway.request(
+                method.upper(), path, headers={**headers, "X-Request-ID": _LONG_REQUEST_ID}
+            )
+            assert refused.status == 400, (method, template)
+            if fast_path:
+                body = await contract.check(template, refused, method)
+                assert body["type"] == _PROBLEM + "malformed-request"
+                assert "errors" not in body
+            else:  # aiohttp's own plain-text 400, as the 400's description says
+                assert refused.content_type == "text/plain"
+            expecting = await gateway.request(
+                method.upper(), path, headers={**headers, "Expect": "foo"}
+            )
+            body = await contract.check(template, expecting, method)
+            assert body["type"] == _PROBLEM + "expectation-failed"
+            async with ClientSession(version=HttpVersion(2, 0)) as session:
+                versioned = await session.request(
+                    method.upper(), gateway.make_url(path), headers=headers
+                )
+                body = await contract.check(template, versioned, method)
+            assert body["type"] == _PROBLEM + "http-version-not-supported"
+
+
+def test_a_400_has_errors_only_when_it_is_invalid_parameters() -> None:
+    """The 400 of a malformed request has no `errors`; the schema does not require
+    them, and says when they are there (what the bad parameters' 400s hold is checked
+    on real answers above)."""
+    document = openapi_document(Settings())
+    validator = Contract(document).validator("/components/schemas/ValidationProblem")
+    problem = {
+        "type": _PROBLEM + "malformed-request",
+        "title": "Malformed HTTP request",
+        "status": 400,
+        "detail": "the request line or a header is longer than the gateway accepts",
+        "instance": "/",
+        "requestId": "a1",
+    }
+    assert validator.is_valid(problem)
+    schema = document["components"]["schemas"]["ValidationProblem"]
+    assert "errors" not in schema["required"]
+    assert (
+        "always there on an invalid-parameters problem"
+        in schema["properties"]["errors"]["description"]
+    )
 
 
 def _template_of(path: str) -> str:
@@ -765,6 +866,69 @@ async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
             assert all(op["security"] == [{"adminToken": []}] for op in item.values()), path
     schemes = contract.document["components"]["securitySchemes"]
     assert set(schemes) == {"bearer", "adminToken"}
+
+
+async def test_a_shadow_report_with_differences_and_noise_matches_the_document(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    """The report of a candidate that rounds amounts, both twins adding noise: every
+    member it holds (totals, routes, fields, noise and its evidence) is documented."""
+    primary = await aiohttp_server(create_demo_app(drift=["noise"]))
+    candidate = await aiohttp_server(create_demo_app(drift=["noise", "amount-scale"]))
+    shadow = {"base_url": base_url(candidate), "sample_ratio": 1.0, "recheck_ratio": 1.0}
+    gateway = await gateway_factory(
+        base_url(primary), upstream={"shadow": shadow}, admin={"token": ADMIN}
+    )
+    for path in ("/expenses?limit=3", f"/expenses/{EXPENSE_ID}", "/users", "/accounts"):
+        assert (await gateway.get(path, headers=AUTH)).status == 200
+    await until(lambda: gateway.app[SHADOW].in_flight == 0)
+    contract = Contract(openapi_document(gateway.app[LIVE].settings))
+    response = await gateway.get("/admin/shadow", headers={"Authorization": f"Bearer {ADMIN}"})
+    report = await contract.check("/admin/shadow", response)
+    expense = report["routes"]["expense"]
+    assert [item["field"] for item in expense["fields"]] == ["amount"]
+    assert [item["field"] for item in expense["noise"]] == ["paymentId"]
+    assert expense["noise"][0]["evidence"]
+    assert report["totals"]["compared"] == 4
+    # nothing the report holds is left undocumented
+    schemas = contract.document["components"]["schemas"]
+    assert set(report) == set(schemas["ShadowReport"]["properties"])
+    assert set(report["totals"]) == set(schemas["ShadowTotals"]["properties"])
+    assert set(expense) == set(schemas["ShadowRoute"]["properties"])
+    assert set(expense["noise"][0]) == set(schemas["ShadowField"]["properties"])
+
+
+async def test_a_purge_redis_does_not_confirm_and_a_refused_reload_match_the_document(
+    aiohttp_client: AiohttpClient,
+    upstream: TestServer,
+    own_redis: RedisServer,
+    tmp_path: Path,
+    fast_path: bool,
+) -> None:
+    """DELETE /admin/cache with Redis gone: the documented 503 purge-outcome-unknown;
+    POST /admin/reload of a file that is no longer TOML: the documented 422."""
+    config = tmp_path / "gateway.toml"
+    sections: dict[str, dict[str, Any]] = {
+        "server": {"fast_path": fast_path},
+        "upstream": {"base_url": base_url(upstream)},
+        "cache": redis_cache(own_redis.url, redis_timeout_ms=50),
+        "admin": {"token": ADMIN},
+    }
+    config.write_text(to_toml(sections))
+    source = ConfigSource(config)
+    gateway = await gateway_client(aiohttp_client, create_app(source.load(), source=source))
+    contract = Contract(openapi_document(gateway.app[LIVE].settings))
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    own_redis.stop()
+    purge = await gateway.delete("/admin/cache", headers=admin)
+    assert purge.status == 503
+    body = await contract.check("/admin/cache", purge, "delete")
+    assert (body["type"], body["outcome"]) == (_PROBLEM + "purge-outcome-unknown", "unknown")
+    config.write_text("[[[")
+    reload = await gateway.post("/admin/reload", headers=admin)
+    assert reload.status == 422
+    body = await contract.check("/admin/reload", reload, "post")
+    assert body["type"] == _PROBLEM + "config-refused"
 
 
 def test_without_an_admin_token_no_admin_route_is_documented() -> None:

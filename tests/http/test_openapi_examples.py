@@ -78,7 +78,7 @@ def test_every_example_is_a_recorded_answer_valid_under_its_schema() -> None:
                 assert (
                     name
                     == {
-                        400: "InvalidParameters",
+                        400: "BadRequest",
                         401: "Unauthenticated",
                         404: "NotFound",
                         405: "MethodNotAllowed",

@@ -31,6 +31,7 @@ from gateway.upstream.link import UpstreamLink
 from tests.conftest import AUTH, TOKEN, base_url
 
 ROOT = Path(__file__).parent.parent.parent
+EXAMPLES = ROOT / "gateway" / "http" / "openapi_examples.json"
 FIRST_EXPENSE = "3730bf79-913a-47af-a917-9e028868b644"
 FIRST_ACCOUNT = "ACC-001"
 
@@ -266,6 +267,39 @@ async def test_an_unreachable_upstream_fails_every_list_and_skips_the_details() 
     )
     assert report.route("expense").detail == "GET /expenses failed, so there is no id to ask for"
     assert report.exit_code == 1
+
+
+def test_a_bad_or_missing_id_hides_none_of_the_records_other_bad_values() -> None:
+    """An id may not be null, so the probe cannot null it to look further: it puts a
+    stand-in there, and the record's other bad values are still named, in the record
+    and in those it embeds."""
+    expense = json.loads(EXAMPLES.read_bytes())["expense"]["body"]
+    expense["id"] = "not-a-uuid"
+    expense["amount"] = "abc"
+    del expense["account"]["id"]
+    expense["account"]["lastBalance"] = "n/a"
+    expense["user"]["id"] = None
+    expense["user"]["role"] = 7
+
+    _, failures = check_body("expense", expense)
+
+    # found round by round, so in no particular order
+    assert sorted(failures, key=lambda failure: failure.path) == [
+        Failure("account.id", "missing or null; every record has one"),
+        Failure("account.lastBalance", "the string 'n/a' is not a plain decimal number"),
+        Failure("amount", "the string 'abc' is not a plain decimal number"),
+        Failure("id", "the string 'not-a-uuid' is not a UUID"),
+        Failure("user.id", "missing or null; every record has one"),
+        Failure("user.role", "a JSON number where an enumeration value is expected"),
+    ]
+    page = {"data": [dict(expense["user"]), dict(expense["user"], id=7)], "total": 2}
+    _, failures = check_body("users", page)
+    assert sorted(failure.path for failure in failures) == [
+        "data[0].id",
+        "data[0].role",
+        "data[1].id",
+        "data[1].role",
+    ]
 
 
 def test_what_the_gateway_refuses_fails_even_when_the_models_accept_it(

@@ -106,6 +106,16 @@ def test_amount_rejects_what_is_not_a_finite_number(value: str) -> None:
     }
 
 
+@pytest.mark.parametrize("value", ["1e999", "1E40", ".1e-39", "1" * 41, "-0.00" + "1" * 39])
+def test_amount_too_long_once_written_out_is_refused_for_its_length(value: str) -> None:
+    """A number the document's pattern takes, refused for what its description says:
+    more than 40 digits once written out (not for not being a number)."""
+    assert problems_of(EXPENSES, [("amount", value)]) == {
+        "amount": "must have at most 40 digits once written out"
+    }
+    assert ("amount", "1" + "0" * 39) in parse(EXPENSES, [("amount", "1E39")]).params
+
+
 def test_type_any_case_in_upper_case_out() -> None:
     assert ("type", "CASH") in parse(ACCOUNTS, [("type", "cAsh")]).params
     assert problems_of(ACCOUNTS, [("type", "CARD")]) == {"type": "must be CASH or BANK"}
