@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.process.worker import cannot_listen
+
 from .test_cli import ROOT, clean_env, free_port
 
 LISTEN_KEYS = "(server.host, server.port, --host, --port)"
@@ -349,3 +351,15 @@ async def test_a_bug_keeps_its_traceback_and_with_json_every_line_is_json(fmt: s
     assert (failed["level"], failed["event"]) == ("error", "failed")
     assert failed["exception"].startswith("Traceback (most recent call last):")
     assert failed["exception"].endswith("RuntimeError: a bug while starting")
+
+
+def test_an_address_error_without_its_errno_is_said_in_the_systems_words() -> None:
+    """Python 3.13's asyncio raises "could not bind on any address out of [...]", with no
+    errno, for an address not on this machine: the reason is asked of a plain bind."""
+    port = free_port()
+    error = OSError(f"could not bind on any address out of [('203.0.113.1', {port})]")
+    failure = cannot_listen("203.0.113.1", port, error, "--host, --port")
+    assert str(failure) == (
+        f"cannot listen on 203.0.113.1:{port}: Cannot assign requested address (--host, --port)"
+    )
+    assert failure.where == {"address": f"203.0.113.1:{port}"}

@@ -140,13 +140,33 @@ def cannot_listen(host: str, port: int, exc: OSError, keys: str) -> StartError:
     """The StartError of an address a server cannot listen on: the address, why in
     the system's words (in use, cannot assign requested address, permission denied, a
     name that does not resolve), and ``keys``, what sets the address."""
-    if isinstance(exc, socket.gaierror) or not exc.errno:
-        reason = exc.strerror or str(exc) or type(exc).__name__
+    if isinstance(exc, socket.gaierror):
+        reason = exc.strerror or str(exc)
+    elif not exc.errno:
+        # Python 3.13's asyncio drops the errno of EADDRNOTAVAIL ("could not bind on any
+        # address out of [...]"): one bind of a plain socket says it in the system's words
+        reason = _bind_error(host, port) or str(exc) or type(exc).__name__
     else:
         # asyncio's own text repeats the address: "error while attempting to bind ..."
         reason = os.strerror(exc.errno)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return StartError(f"cannot listen on {address}: {reason} ({keys})", address=address)
+
+
+def _bind_error(host: str, port: int) -> str | None:
+    """Why a socket cannot bind to ``host:port``, in the system's words (None: it can
+    now). The socket is closed at once; it never listens."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                return os.strerror(exc.errno) if exc.errno else str(exc)
+    return None
 
 
 def release_free_memory() -> None:
