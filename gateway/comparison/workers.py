@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from gateway.comparison.tally import Tally
+from gateway.ops.files import write_whole
 
 log = logging.getLogger("gateway.shadow")
 _PREFIX = "shadow-"
@@ -59,14 +60,14 @@ class WorkerReports:
     def announce_reset(self) -> None:
         """Tell every worker that the report starts again now."""
         self.epoch = max(time.time_ns(), self.epoch + 1)
-        _replace(self._marker, str(self.epoch).encode())
+        write_whole(self._marker, str(self.epoch).encode())
 
     def publish(self, tally: Tally) -> None:
         """Write this worker's counts, when they changed since the last write."""
         written = (self.epoch, tally.serial, tally.changes)
         if written == self._written:
             return
-        _replace(self._own, orjson.dumps({"epoch": self.epoch, "tally": tally.snapshot()}))
+        write_whole(self._own, orjson.dumps({"epoch": self.epoch, "tally": tally.snapshot()}))
         self._written = written
 
     def gather(self, tally: Tally) -> tuple[Tally, int]:
@@ -122,9 +123,3 @@ class WorkerReports:
         """Take this worker's file away (it stops)."""
         with contextlib.suppress(OSError):
             self._own.unlink()
-
-
-def _replace(path: Path, data: bytes) -> None:
-    aside = path.with_name(f".{path.name}.{os.getpid()}")
-    aside.write_bytes(data)
-    os.replace(aside, path)

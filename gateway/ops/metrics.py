@@ -41,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from gateway.errors import StartError
+from gateway.ops.files import write_whole
 from gateway.ops.ttl_advice import Advice, Evidence, Policy, advise, evidence_of
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -198,9 +199,7 @@ class Histograms(Collector):
             ]
             for name, h in self.histograms.items()
         }
-        partial = self._path.with_suffix(".tmp")
-        partial.write_bytes(orjson.dumps(data))
-        partial.replace(self._path)
+        write_whole(self._path, orjson.dumps(data))
 
     def collect(self) -> Iterator[Any]:
         if self._directory is None:
