@@ -14,7 +14,7 @@ import ssl
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
@@ -90,49 +90,13 @@ def _check_upstream_url(value: str) -> str:
     return value.rstrip("/")
 
 
-def _check_tls_keys(
-    base_url: str | None,
-    *,
-    ca_file: Path | None,
-    client_cert_file: Path | None,
-    client_key_file: Path | None,
-    tls_verify: bool,
-) -> None:
-    """The TLS keys of an upstream (or of the shadow's candidate) fit its base_url and
-    their files load; each message starts with the key it is about."""
-    tls_keys = {
-        "ca_file": ca_file is not None,
-        "client_cert_file": client_cert_file is not None,
-        "client_key_file": client_key_file is not None,
-        "tls_verify": not tls_verify,
-    }
-    given = [key for key, set_ in tls_keys.items() if set_]
-    if given and not (base_url or "").startswith("https://"):
-        raise ValueError(f"{given[0]}: used only with an https:// base_url")
-    if client_key_file is not None and client_cert_file is None:
-        raise ValueError("client_key_file: needs client_cert_file (the certificate it signs)")
-    # every file loads, or the key that does not is named
-    upstream_ssl_context(
-        ca_file=ca_file,
-        client_cert_file=client_cert_file,
-        client_key_file=client_key_file,
-        verify=tls_verify,
-    )
-
-
-class ShadowSettings(_Section):
-    """Shadow traffic: a sampled share of the requests that reach the upstream is sent
-    again, after its caller is answered, to a candidate upstream, and the two answers
-    are compared (gateway.comparison). The candidate gets the callers' own tokens."""
+class _UpstreamEndpoint(_Section):
+    """Where an upstream is (the one in use, or the shadow's candidate) and the TLS keys
+    to reach it over https://: ca_file replaces the system's trust store; a client
+    certificate (and its key, unless the certificate's file holds it) for mutual TLS.
+    Each message of its validation starts with the key it is about."""
 
     base_url: str | None = None
-    # the share of upstream calls (misses and refreshes) mirrored; 0 turns shadowing off
-    sample_ratio: float = Field(default=0.0, ge=0, le=1)
-    # candidate calls (and second primary calls) under way at once; more are skipped
-    max_in_flight: int = Field(default=8, ge=1, le=1000)
-    # the share of differing requests whose primary is asked a second time, to tell
-    # noise from regressions (a field that differs once compared is always asked)
-    recheck_ratio: float = Field(default=0.2, ge=0, le=1)
     ca_file: Path | None = None
     client_cert_file: Path | None = None
     client_key_file: Path | None = None
@@ -144,16 +108,53 @@ class ShadowSettings(_Section):
         return None if value is None else _check_upstream_url(value)
 
     @model_validator(mode="after")
-    def _check_shadow(self) -> ShadowSettings:
-        if self.sample_ratio > 0 and self.base_url is None:
-            raise ValueError("base_url: needed when sample_ratio is above 0 (the candidate)")
-        _check_tls_keys(
-            self.base_url,
+    def _check_tls(self) -> Self:
+        defaults = _UpstreamEndpoint.model_fields
+        given = [key for key, value in self.tls_keys().items() if value != defaults[key].default]
+        if given and not (self.base_url or "").startswith("https://"):
+            raise ValueError(f"{given[0]}: used only with an https:// base_url")
+        if self.client_key_file is not None and self.client_cert_file is None:
+            raise ValueError("client_key_file: needs client_cert_file (the certificate it signs)")
+        self.ssl_context()  # every file loads, or the key that does not is named
+        return self
+
+    def tls_keys(self) -> dict[str, Any]:
+        """The TLS keys by name, as they are set."""
+        return {
+            "ca_file": self.ca_file,
+            "client_cert_file": self.client_cert_file,
+            "client_key_file": self.client_key_file,
+            "tls_verify": self.tls_verify,
+        }
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A new TLS context for the upstream from the files as they are now (None:
+        the defaults); raises ValueError naming the key of a file that does not load."""
+        return upstream_ssl_context(
             ca_file=self.ca_file,
             client_cert_file=self.client_cert_file,
             client_key_file=self.client_key_file,
-            tls_verify=self.tls_verify,
+            verify=self.tls_verify,
         )
+
+
+class ShadowSettings(_UpstreamEndpoint):
+    """Shadow traffic: a sampled share of the requests that reach the upstream is sent
+    again, after its caller is answered, to a candidate upstream, and the two answers
+    are compared (gateway.comparison). The candidate gets the callers' own tokens."""
+
+    # the share of upstream calls (misses and refreshes) mirrored; 0 turns shadowing off
+    sample_ratio: float = Field(default=0.0, ge=0, le=1)
+    # candidate calls (and second primary calls) under way at once; more are skipped
+    max_in_flight: int = Field(default=8, ge=1, le=1000)
+    # the share of differing requests whose primary is asked a second time, to tell
+    # noise from regressions (a field that differs once compared is always asked)
+    recheck_ratio: float = Field(default=0.2, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _check_shadow(self) -> ShadowSettings:
+        if self.sample_ratio > 0 and self.base_url is None:
+            raise ValueError("base_url: needed when sample_ratio is above 0 (the candidate)")
         return self
 
     @property
@@ -161,7 +162,7 @@ class ShadowSettings(_Section):
         return self.base_url is not None and self.sample_ratio > 0
 
 
-class UpstreamSettings(_Section):
+class UpstreamSettings(_UpstreamEndpoint):
     base_url: str = "http://127.0.0.1:9090"
     timeout_s: float = Field(default=10.0, gt=0, le=600)
     connect_timeout_s: float = Field(default=2.0, gt=0, le=600)
@@ -177,19 +178,8 @@ class UpstreamSettings(_Section):
     breaker_window_s: float = Field(default=10.0, ge=0.1, le=3600)
     breaker_failure_share: float = Field(default=0.5, gt=0, le=1)
     breaker_min_calls: int = Field(default=20, ge=1, le=100_000)
-    # TLS to an https:// upstream: ca_file replaces the system's trust store; a client
-    # certificate (and its key, unless the certificate's file holds it) for mutual TLS
-    ca_file: Path | None = None
-    client_cert_file: Path | None = None
-    client_key_file: Path | None = None
-    tls_verify: bool = True
 
     shadow: ShadowSettings = ShadowSettings()
-
-    @field_validator("base_url")
-    @classmethod
-    def _check_base_url(cls, value: str) -> str:
-        return _check_upstream_url(value)
 
     @field_validator("bank_code_param")
     @classmethod
@@ -197,17 +187,6 @@ class UpstreamSettings(_Section):
         if not all(ch.isalnum() or ch in "_-." for ch in value):
             raise ValueError("must be letters, digits, '_', '-' or '.'")
         return value
-
-    @model_validator(mode="after")
-    def _check_tls(self) -> UpstreamSettings:
-        _check_tls_keys(
-            self.base_url,
-            ca_file=self.ca_file,
-            client_cert_file=self.client_cert_file,
-            client_key_file=self.client_key_file,
-            tls_verify=self.tls_verify,
-        )
-        return self
 
     def candidate(self) -> UpstreamSettings:
         """These settings pointed at the shadow's candidate: its URL and TLS keys, the
@@ -218,23 +197,10 @@ class UpstreamSettings(_Section):
         return self.model_copy(
             update={
                 "base_url": shadow.base_url,
-                "ca_file": shadow.ca_file,
-                "client_cert_file": shadow.client_cert_file,
-                "client_key_file": shadow.client_key_file,
-                "tls_verify": shadow.tls_verify,
+                **shadow.tls_keys(),
                 "max_connections": shadow.max_in_flight + 1,
                 "shadow": ShadowSettings(),
             }
-        )
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """A new TLS context for the upstream from the files as they are now (None:
-        the defaults); raises ValueError naming the key of a file that does not load."""
-        return upstream_ssl_context(
-            ca_file=self.ca_file,
-            client_cert_file=self.client_cert_file,
-            client_key_file=self.client_key_file,
-            verify=self.tls_verify,
         )
 
 
