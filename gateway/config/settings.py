@@ -14,7 +14,7 @@ import ssl
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
@@ -535,8 +535,24 @@ def load_settings(
     Raises ConfigError with one line naming the key and the problem.
     """
     file_data = _read_toml(config_path) if config_path is not None else {}
+    try:
+        return _layered(Settings, file_data)(**(overrides or {}))
+    except ValidationError as exc:
+        described = describe_validation_error(exc)
+        raise ConfigError(described, key=described.partition(": ")[0]) from exc
+    except SettingsError as exc:
+        # an environment variable that should hold JSON (a whole section) does not
+        raise ConfigError(str(exc).splitlines()[0]) from exc
 
-    class _Loaded(Settings):
+
+_S = TypeVar("_S", bound=BaseSettings)
+
+
+def _layered(base: type[_S], file_data: dict[str, Any]) -> type[_S]:
+    """``base`` read in the gateway's order: the flags (the keyword arguments), then
+    the environment, then the file's ``file_data``."""
+
+    class Layered(base):  # type: ignore[valid-type,misc]
         @classmethod
         def settings_customise_sources(
             cls,
@@ -552,20 +568,23 @@ def load_settings(
                 InitSettingsSource(settings_cls, init_kwargs=file_data),
             )
 
-    try:
-        return _Loaded(**(overrides or {}))
-    except ValidationError as exc:
-        described = describe_validation_error(exc)
-        raise ConfigError(described, key=described.partition(": ")[0]) from exc
-    except SettingsError as exc:
-        # an environment variable that should hold JSON (a whole section) does not
-        raise ConfigError(str(exc).splitlines()[0]) from exc
+    return Layered
 
 
 class _LogFormatOnly(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     format: Literal["json", "text"] = LogSettings().format
+
+
+class _LogOnly(BaseSettings):
+    """The settings' ``log.format`` alone, every other key ignored."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GATEWAY_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    log: _LogFormatOnly = _LogFormatOnly()
 
 
 def log_format_of(
@@ -579,31 +598,10 @@ def log_format_of(
     except ConfigError:
         file_data = {}
 
-    class _LogOnly(BaseSettings):
-        model_config = SettingsConfigDict(
-            env_prefix="GATEWAY_", env_nested_delimiter="__", extra="ignore"
-        )
-
-        log: _LogFormatOnly = _LogFormatOnly()
-
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (
-                init_settings,
-                env_settings,
-                InitSettingsSource(settings_cls, init_kwargs=file_data),
-            )
-
     overrides = overrides or {}
     try:
-        return _LogOnly(**({"log": overrides["log"]} if "log" in overrides else {})).log.format
+        read = _layered(_LogOnly, file_data)
+        return read(**({"log": overrides["log"]} if "log" in overrides else {})).log.format
     except (ValidationError, SettingsError):
         return _LogFormatOnly().format
 
