@@ -18,6 +18,7 @@ import io
 import math
 import os
 import pickle
+import stat
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ async def read_toml_bounded(path: Path, bounds: ParseBounds) -> dict[str, Any]:
     """The file at ``path`` parsed off the event loop: read in a thread (at most
     MAX_FILE_BYTES), parsed in a child process within ``bounds``. Raises ConfigError
     naming the file and what is wrong with it, or the bound it went over."""
-    data = await asyncio.to_thread(read_bounded, path, nonblocking=True)
+    data = await asyncio.to_thread(read_bounded, path, regular_only=True)
     cpu_seconds = math.ceil(bounds.timeout_s) + 1
     try:
         process = await asyncio.create_subprocess_exec(
@@ -95,23 +96,22 @@ async def read_toml_bounded(path: Path, bounds: ParseBounds) -> dict[str, Any]:
     return _outcome(path, bounds, answer, process.returncode)
 
 
-def read_bounded(path: Path, *, nonblocking: bool = False) -> bytes:
+def read_bounded(path: Path, *, regular_only: bool = False) -> bytes:
     """At most MAX_FILE_BYTES of the file at ``path``; ConfigError when it holds more
-    (it is not read further) or cannot be read. ``nonblocking`` opens it so that a
-    named pipe without a writer does not wait for one."""
-    flags = os.O_RDONLY | os.O_CLOEXEC | (os.O_NONBLOCK if nonblocking else 0)
+    (it is not read further) or cannot be read. ``regular_only`` refuses anything but a
+    regular file (a named pipe would hold the reload until something writes to it)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | (os.O_NONBLOCK if regular_only else 0)
     try:
         fd = os.open(path, flags)
         with open(fd, "rb") as handle:
+            if regular_only and not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ConfigError(f"config file {path}: not a regular file", path=str(path))
             data = handle.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file {path}: not found", path=str(path)) from exc
     except OSError as exc:
         raise ConfigError(f"config file {path}: {exc.strerror}", path=str(path)) from exc
-    if data is None or len(data) > MAX_FILE_BYTES:
-        # None: a pipe whose writer has not written yet (read without blocking)
-        if data is None:
-            raise ConfigError(f"config file {path}: nothing to read yet", path=str(path))
+    if len(data) > MAX_FILE_BYTES:
         raise ConfigError(
             f"config file {path}: larger than {MAX_FILE_BYTES // MiB} MiB"
             f" ({MAX_FILE_BYTES} bytes), the bound on a config file",
