@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config.live import ConfigSource
 from gateway.config.tomlfile import (
     MAX_FILE_BYTES,
     ParseBounds,
@@ -79,6 +80,12 @@ async def test_a_refused_file_is_refused_alike_at_start_and_on_a_reload(
     with pytest.raises(ConfigError) as at_start:
         read_toml(path)
     assert str(at_start.value) == str(off_loop.value)
+
+
+def test_a_reload_parses_within_5_s_and_256_mib_unless_told_otherwise() -> None:
+    assert ConfigSource(Path("config.toml")).bounds == ParseBounds(
+        timeout_s=5.0, max_memory_bytes=256 * 1024 * 1024
+    )
 
 
 async def test_parsing_over_the_memory_bound_is_refused(tmp_path: Path) -> None:
