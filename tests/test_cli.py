@@ -85,6 +85,19 @@ async def test_bad_config_exits_2_with_one_line_naming_the_key(tmp_path: Path) -
     ]
 
 
+async def test_check_config_refuses_a_file_over_1_mib_unparsed(tmp_path: Path) -> None:
+    """README, Operations: a file larger than 1 MiB is refused at check-config too."""
+    path = tmp_path / "big.toml"
+    path.write_text("[server\n" + "#" * (1024 * 1024) + "\n")
+    code, out, err = await run_cli("check-config", "--config", str(path))
+    assert code == 2
+    assert out == ""
+    assert err.strip().splitlines() == [
+        f"records-gateway: configuration error: config file {path}: larger than 1 MiB"
+        " (1048576 bytes), the bound on a config file"
+    ]
+
+
 @pytest.mark.parametrize(
     ("env", "line"),
     [

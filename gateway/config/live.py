@@ -2,17 +2,20 @@
 /admin/reload).
 
 A reload re-reads the config file (and the environment and flags, as at start),
-validates it whole, and applies what can change while serving: the cache TTLs and
-stale windows, the log level and access log, the upstream's URL, timeouts and TLS
-files (read again on every reload, so that a certificate renewed in place is taken),
-the readiness check interval, ``limits.max_limit`` and the shadow traffic
-(``upstream.shadow``). A file that fails validation, or settings a running part cannot
-take, are refused with a log line and the running configuration is kept. Other changes
+reading at most 1 MiB of it and parsing it off the event loop within a time and a
+memory bound (gateway.config.tomlfile), validates it whole, and applies what can
+change while serving: the cache TTLs and stale windows, the log level and access log,
+the upstream's URL, timeouts and TLS files (read again on every reload, so that a
+certificate renewed in place is taken), the readiness check interval,
+``limits.max_limit`` and the shadow traffic (``upstream.shadow``). A file over a bound
+or that fails validation, or settings a running part cannot take, are refused with a
+log line and the running configuration is kept. Other changes
 (addresses, the cache backend, secrets) need a restart and are reported so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -21,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.config.settings import Settings, load_settings, redacted
+from gateway.config.settings import Settings, load_settings, redacted, settings_from
+from gateway.config.tomlfile import ParseBounds, read_toml_bounded
 from gateway.errors import ConfigError
 
 log = logging.getLogger("gateway.config")
@@ -64,9 +68,16 @@ class ConfigSource:
 
     path: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    bounds: ParseBounds = field(default_factory=ParseBounds)
 
     def load(self) -> Settings:
+        """The settings, the file parsed in this process (at start)."""
         return load_settings(self.path, self.overrides)
+
+    async def load_while_serving(self) -> Settings:
+        """The settings, the file parsed off the event loop within ``bounds``."""
+        file_data = await read_toml_bounded(self.path, self.bounds) if self.path is not None else {}
+        return settings_from(file_data, self.overrides)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +130,8 @@ class LiveConfig:
         self.settings = settings
         self._source = source
         self._appliers: list[Callable[[Settings], None]] = []
+        # one reload at a time, so that an older file never lands after a newer one
+        self._reloading = asyncio.Lock()
 
     def on_change(self, apply: Callable[[Settings], None]) -> None:
         """Register a part that takes new settings (called with every applied reload,
@@ -130,9 +143,16 @@ class LiveConfig:
     def effective(self) -> dict[str, Any]:
         return redacted(self.settings)
 
-    def reload(self) -> ReloadResult:
+    async def reload(self) -> ReloadResult:
+        """Read the configuration again and apply its live part; refused (``ok`` false,
+        the running settings kept) when the file or the settings are refused. Reloads
+        run one at a time, in the order called."""
+        async with self._reloading:
+            return await self._reload()
+
+    async def _reload(self) -> ReloadResult:
         try:
-            new = self._source.load()
+            new = await self._source.load_while_serving()
             merged = self._live_part(new)
             self._apply(merged)
         except ConfigError as exc:

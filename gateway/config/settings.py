@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import ssl
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Self, TypeVar
@@ -36,6 +35,7 @@ from pydantic_settings import (
 from yarl import URL
 
 from gateway.config.tls import upstream_ssl_context
+from gateway.config.tomlfile import read_toml
 from gateway.errors import ConfigError
 
 
@@ -495,24 +495,6 @@ class Settings(BaseSettings):
     tracing: TracingSettings = TracingSettings()
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"config file {path}: not found", path=str(path)) from exc
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: {exc.strerror}", path=str(path)) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path}: not valid TOML: {exc}", path=str(path)) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"config file {path}: not UTF-8 text ({exc.reason})", path=str(path)
-        ) from exc
-    except RecursionError as exc:
-        raise ConfigError(f"config file {path}: nested too deeply", path=str(path)) from exc
-
-
 def describe_validation_error(exc: ValidationError) -> str:
     """One line naming the first bad key (dotted) and what is wrong with it."""
     first = exc.errors()[0]
@@ -534,7 +516,12 @@ def load_settings(
 
     Raises ConfigError with one line naming the key and the problem.
     """
-    file_data = _read_toml(config_path) if config_path is not None else {}
+    return settings_from(read_toml(config_path) if config_path is not None else {}, overrides)
+
+
+def settings_from(file_data: dict[str, Any], overrides: dict[str, Any] | None = None) -> Settings:
+    """Build the settings from a config file's parsed ``file_data``, the environment and
+    ``overrides`` (CLI flags); raises ConfigError as :func:`load_settings` does."""
     try:
         return _layered(Settings, file_data)(**(overrides or {}))
     except ValidationError as exc:
@@ -594,7 +581,7 @@ def log_format_of(
     alone: for saying why the settings do not load in the format of the logs they
     would have made. The default where it cannot be read."""
     try:
-        file_data = _read_toml(config_path) if config_path is not None else {}
+        file_data = read_toml(config_path) if config_path is not None else {}
     except ConfigError:
         file_data = {}
 
@@ -639,4 +626,5 @@ __all__ = [
     "load_settings",
     "log_format_of",
     "redacted",
+    "settings_from",
 ]

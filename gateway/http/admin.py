@@ -109,7 +109,7 @@ async def effective_config(request: web.Request) -> web.StreamResponse:
 async def reload_config(request: web.Request) -> web.StreamResponse:
     """POST /admin/reload: what SIGHUP does; 422 when the new configuration is refused."""
     check_admin(request)
-    result = request.app[LIVE].reload()
+    result = await request.app[LIVE].reload()
     if not result.ok:
         return problem_response(
             request,

@@ -1,8 +1,9 @@
 """One gateway process: its event loop, its server on the listening socket, and signals.
 
-SIGHUP re-reads the configuration and applies what can change live; SIGTERM or SIGINT
-stop accepting, let requests in flight finish for up to ``server.shutdown_timeout_s``,
-close the upstream session and the Redis pool, and return.
+SIGHUP re-reads the configuration (parsed off the event loop, which keeps serving) and
+applies what can change live; SIGTERM or SIGINT stop accepting, let requests in flight
+finish for up to ``server.shutdown_timeout_s``, close the upstream session and the Redis
+pool, and return.
 """
 
 from __future__ import annotations
@@ -86,7 +87,15 @@ async def serve(
         max_line_size=MAX_HEADER_BYTES,
     )
     await runner.setup()
-    loop.add_signal_handler(signal.SIGHUP, app[LIVE].reload)
+    # a reload parses the file off the loop: each SIGHUP starts one, run in order
+    reloads: set[asyncio.Task[object]] = set()
+
+    def reload_on_signal() -> None:
+        task: asyncio.Task[object] = loop.create_task(app[LIVE].reload())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, reload_on_signal)
     started = False
     try:
         host, port = settings.server.host, settings.server.port
@@ -124,6 +133,10 @@ async def serve(
         )
     finally:
         loop.remove_signal_handler(signal.SIGHUP)
+        for task in reloads:
+            task.cancel()
+        # a reload cut short kills its parser; the running configuration stays
+        await asyncio.gather(*reloads, return_exceptions=True)
         await runner.cleanup()
         if demo_server is not None:
             await demo_server.close()

@@ -298,7 +298,7 @@ async def test_instances_that_disagree_on_the_cache_configuration_are_reported(
     config.write_text(
         f'[upstream]\nbase_url = "{base_url(upstream)}"\n[cache]\n{cache}[cache.ttl_s]\nusers = 5\n'
     )
-    assert first.app[LIVE].reload().applied == ["cache.ttl_s"]
+    assert (await first.app[LIVE].reload()).applied == ["cache.ttl_s"]
     caplog.clear()
     for _ in range(3):
         await announce_all()

@@ -94,7 +94,7 @@ async def test_a_ttl_change_on_reload_empties_that_route_everywhere(
     config.write_text(
         f'[upstream]\nbase_url = "{base_url(upstream)}"\n[cache]\n{cache}[cache.ttl_s]\nusers = 5\n'
     )
-    result = first.app[LIVE].reload()
+    result = await first.app[LIVE].reload()
     assert result.applied == ["cache.ttl_s"]
     await until(lambda: len(near_of(second)) == 1)
     assert await x_cache(second, "/clients") == "HIT"

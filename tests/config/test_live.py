@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
@@ -130,7 +131,7 @@ async def test_a_new_ttl_applies_to_the_next_miss(start: Start, config: ConfigFi
     assert await cache_control(client, "/users") == ("MISS", "private, max-age=300")
     config.set("cache", "ttl_s.users", 120)
     config.set("cache", "ttl_s.clients", 0)
-    result = live(client).reload()
+    result = await live(client).reload()
     assert (result.ok, result.applied, result.needs_restart, result.error) == (
         True,
         ["cache.ttl_s"],
@@ -151,7 +152,7 @@ async def test_the_log_level_and_the_access_log_apply(
     client = await start(config)
     config.set("log", "level", "warning")
     config.set("log", "access", False)
-    result = live(client).reload()
+    result = await live(client).reload()
     assert (result.ok, result.applied) == (True, ["log.access", "log.level"])
     assert logging.getLogger().level == logging.WARNING
     caplog.set_level(logging.INFO, logger="gateway.access")
@@ -159,7 +160,7 @@ async def test_the_log_level_and_the_access_log_apply(
     assert [r for r in caplog.records if r.name == "gateway.access"] == []
     # on again: each line has what its request did upstream, gathered while it ran
     config.set("log", "access", True)
-    assert live(client).reload().applied == ["log.access"]
+    assert (await live(client).reload()).applied == ["log.access"]
     assert (await client.get("/users?page=3", headers=AUTH)).status == 200
     (line,) = [r for r in caplog.records if r.name == "gateway.access"]
     assert (line.cache, line.upstream_status) == ("miss", "200")  # type: ignore[attr-defined]
@@ -176,7 +177,7 @@ async def test_upstream_timeout_limits_and_check_interval_apply(
     config.set("upstream", "timeout_s", 0.05)
     config.set("limits", "max_limit", 20)
     config.set("health", "check_interval_s", 0.5)
-    result = live(client).reload()
+    result = await live(client).reload()
     assert result.applied == ["health.check_interval_s", "limits.max_limit", "upstream.timeout_s"]
     assert client.app[UPSTREAMS].current.readiness.interval_s == 0.5
 
@@ -196,7 +197,7 @@ async def test_turning_the_fast_path_on_or_off_needs_a_restart(
     client = await start(config)
     before = live(client).settings.server.fast_path
     config.set("server", "fast_path", not before)
-    result = live(client).reload()
+    result = await live(client).reload()
     assert (result.ok, result.applied, result.needs_restart) == (True, [], ["server.fast_path"])
     assert live(client).settings.server.fast_path == before
 
@@ -205,7 +206,7 @@ async def test_the_tracing_keys_need_a_restart(start: Start, config: ConfigFile)
     client = await start(config)
     config.set("tracing", "service_name", "renamed")
     config.set("tracing", "sample_ratio", 0.5)
-    result = live(client).reload()
+    result = await live(client).reload()
     assert (result.ok, result.applied) == (True, [])
     assert result.needs_restart == ["tracing.sample_ratio", "tracing.service_name"]
     assert live(client).settings.tracing.service_name == "records-gateway"
@@ -220,7 +221,7 @@ async def test_changes_that_need_a_restart_are_reported_not_applied(
     config.set("upstream", "max_connections", 7)
     config.set("cache", "backend", "none")
     config.set("cache", "ttl_s.users", 100)
-    result = live(client).reload()
+    result = await live(client).reload()
     assert result.ok
     assert result.applied == ["cache.ttl_s"]
     assert result.needs_restart == ["cache.backend", "server.port", "upstream.max_connections"]
@@ -242,7 +243,7 @@ async def test_a_new_base_url_is_applied_and_a_restart_only_change_beside_it_is_
     other = await aiohttp_server(create_demo_app())
     config.set("upstream", "base_url", base_url(other))
     config.set("server", "port", 9999)
-    result = live(client).reload()
+    result = await live(client).reload()
     assert (result.ok, result.applied, result.needs_restart) == (
         True,
         ["upstream.base_url"],
@@ -268,7 +269,7 @@ async def test_a_part_that_refuses_new_settings_refuses_the_reload(
 
     live(client).on_change(refuse)
     config.set("cache", "ttl_s.users", 7)
-    result = live(client).reload()
+    result = await live(client).reload()
     assert (result.ok, result.applied, result.error) == (
         False,
         [],
@@ -307,7 +308,7 @@ async def test_an_invalid_file_is_refused_and_the_settings_stay(
     before = live(client).settings
     policy = client.app[UPSTREAMS].current.pipeline.policy
     config.set(*change)
-    result = live(client).reload()
+    result = await live(client).reload()
     assert (result.ok, result.applied, result.needs_restart) == (False, [], [])
     assert result.error is not None
     assert result.error.startswith(error)
@@ -324,12 +325,12 @@ async def test_an_invalid_file_is_refused_and_the_settings_stay(
 async def test_a_file_that_is_not_toml_is_refused(start: Start, config: ConfigFile) -> None:
     client = await start(config)
     config.path.write_text("[cache\nttl = 3\n")
-    result = live(client).reload()
+    result = await live(client).reload()
     assert not result.ok
     assert result.error is not None
     assert result.error.startswith(f"config file {config.path}: not valid TOML")
     config.path.unlink()
-    result = live(client).reload()
+    result = await live(client).reload()
     assert result.error == f"config file {config.path}: not found"
 
 
@@ -339,7 +340,7 @@ async def test_flags_and_environment_still_win_on_reload(
     client = await start(config, log={"level": "error"})
     config.set("log", "level", "debug")
     monkeypatch.setenv("GATEWAY_CACHE__TTL_S__USERS", "42")
-    result = live(client).reload()
+    result = await live(client).reload()
     assert (result.ok, result.applied) == (True, ["cache.ttl_s"])
     assert live(client).settings.log.level == "error"
     assert await cache_control(client, "/users") == ("MISS", "private, max-age=42")
@@ -351,7 +352,7 @@ async def test_a_changed_secret_is_reported_as_needing_a_restart(
     client = await start(config)
     config.set("admin", "token", "another-admin-token-0123456789")
     config.set("cache", "key_secret", "another-key-secret-0123456789")
-    result = live(client).reload()
+    result = await live(client).reload()
     assert result.ok
     assert result.needs_restart == ["admin.token", "cache.key_secret"]
 
@@ -363,6 +364,61 @@ async def test_a_file_that_is_not_utf8_is_refused(start: Start, config: ConfigFi
     assert status == 422
     assert body["detail"].startswith(f"the running configuration stays: config file {config.path}")
     assert live(client).settings.log.level == "info"
+
+
+# Bounds on a reload's file (gateway.config.tomlfile; README, Operations)
+
+# 24 KB: one dotted key of 12,000 parts, which tomllib parses in quadratic time and
+# memory (seconds and hundreds of MiB)
+HOSTILE = "a" + ".a" * 11_999 + " = 1\n"
+
+
+async def test_a_hostile_file_is_refused_and_the_loop_answers_meanwhile(
+    start: Start, config: ConfigFile
+) -> None:
+    client = await start(config)
+    config.path.write_text(HOSTILE)
+    order: list[str] = []
+    reloading = asyncio.ensure_future(client.post("/admin/reload", headers=ADMIN_AUTH))
+    reloading.add_done_callback(lambda _: order.append("reload"))
+    # time for the gateway to take the reload up (it has it within a few loop turns)
+    await asyncio.sleep(0.05)
+    health = await client.get("/healthz")
+    order.append("healthz")
+    assert health.status == 200
+    response = await reloading
+    assert order == ["healthz", "reload"]
+    assert response.status == 422
+    body = await response.json(content_type=None)
+    assert body["type"] == "urn:records-gateway:problem:config-refused"
+    assert body["detail"] == (
+        f"the running configuration stays: config file {config.path}: parsing it needed"
+        " more than 256 MiB (the bound on parsing a config file)"
+    )
+    assert live(client).settings.cache.ttl_s.users == 300
+    config.set("cache", "ttl_s.users", 61)
+    assert (await reload(client))[0] == 200
+    assert await cache_control(client, "/users") == ("MISS", "private, max-age=61")
+
+
+async def test_a_file_over_the_size_bound_is_refused_unparsed(
+    start: Start, config: ConfigFile
+) -> None:
+    client = await start(config)
+    # not TOML from its first line: parsed, it would be refused as "not valid TOML"
+    config.path.write_text("[cache\n" + "#" * (1024 * 1024) + "\n")
+    status, body = await reload(client)
+    assert status == 422
+    assert body["detail"] == (
+        f"the running configuration stays: config file {config.path}: larger than"
+        " 1 MiB (1048576 bytes), the bound on a config file"
+    )
+    assert live(client).settings.cache.ttl_s.users == 300
+    # a file of exactly the bound is read and parsed
+    exact = to_toml(config.sections)
+    config.path.write_text(exact + "#" * (1024 * 1024 - len(exact) - 1) + "\n")
+    assert config.path.stat().st_size == 1024 * 1024
+    assert (await reload(client))[0] == 200
 
 
 # The admin routes

@@ -141,6 +141,15 @@ def test_bad_environment_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
         load_settings()
 
 
+def test_a_file_over_the_size_bound_is_refused_unparsed(tmp_path: Path) -> None:
+    path = write(tmp_path, "[server\n" + "#" * (1024 * 1024) + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert str(caught.value) == (
+        f"config file {path}: larger than 1 MiB (1048576 bytes), the bound on a config file"
+    )
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         load_settings(tmp_path / "nope.toml")

@@ -185,6 +185,36 @@ async def test_sighup_applies_a_new_ttl_and_refuses_an_invalid_file(
     assert await gateway.wait() == 0
 
 
+async def test_sighup_with_a_hostile_file_keeps_serving_and_logs_the_refusal(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    gateway = await serve(started, tmp_path, fast_upstream.url, users_ttl=300)
+
+    def refused(line: dict[str, Any]) -> bool:
+        return line.get("event") == "config_reload" and line.get("ok") is False
+
+    async with aiohttp.ClientSession() as http:
+        # 24 KB: one dotted key of 12,000 parts (quadratic for tomllib)
+        gateway.config.write_text("a" + ".a" * 11_999 + " = 1\n")
+        gateway.signal(signal.SIGHUP)
+        async with http.get(f"{gateway.url}/healthz") as response:
+            assert response.status == 200
+        # answered while the reload was still being parsed
+        assert not any(refused(line) for line in gateway.lines)
+        await gateway.wait_for(refused)
+        line = next(line for line in gateway.lines if refused(line))
+        assert line["level"] == "error"
+        assert line["error"] == (
+            f"config file {gateway.config}: parsing it needed more than 256 MiB"
+            " (the bound on parsing a config file)"
+        )
+        async with http.get(f"{gateway.url}/users", headers=AUTH) as response:
+            assert response.status == 200
+            assert response.headers["Cache-Control"] == "private, max-age=300"
+    gateway.signal(signal.SIGTERM)
+    assert await gateway.wait() == 0
+
+
 async def test_sigterm_lets_requests_in_flight_finish(
     tmp_path: Path, slow_upstream: DemoServer, started: list[GatewayProcess]
 ) -> None:
