@@ -24,6 +24,7 @@ from ..conftest import (
     FakeClock,
     GatewayFactory,
     base_url,
+    near_cache_live,
     redis_cache,
     token_upstream,
     until,
@@ -596,3 +597,162 @@ async def test_a_request_whose_cache_read_failed_joins_the_fill_in_flight(
     assert headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"
     assert (await first)[1] == body
     assert len(slow.app[REQUEST_LOG]) == 1
+
+
+# A refused caller is refused (docs: README, "Caching"): an upstream that answers 401 or
+# 403 for a token, or 404 for a record, drops that token's entry of the key; stale
+# answers stand in for an upstream that fails (5xx), never for one that says no.
+
+TOKEN_A, TOKEN_B = "token-a-0123456789", "token-b-0123456789"
+
+
+class Refusing:
+    """An upstream of /users whose answer to each token can be set: 200 with that
+    token's user, or the status set for it."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, int] = {}
+        self.calls: list[str] = []
+
+    def app(self) -> web.Application:
+        async def users(request: web.Request) -> web.Response:
+            token = request.headers["Authorization"].removeprefix("Bearer ")
+            self.calls.append(token)
+            status = self.status.get(token, 200)
+            if status != 200:
+                return web.json_response({"message": "no"}, status=status)
+            user = {"id": "00000000-0000-4000-8000-000000000001", "username": token[:7]}
+            return web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
+
+        app = web.Application()
+        app.router.add_get("/users", users)
+        return app
+
+
+async def as_token(client: Client, token: str, **headers: str) -> tuple[int, bytes, Any]:
+    response = await client.get("/users", headers={"Authorization": f"Bearer {token}", **headers})
+    return response.status, await response.read(), response.headers
+
+
+def cache_of(backend: str, redis_url: str, **extra: Any) -> dict[str, Any]:
+    if backend == "memory":
+        return {"backend": "memory", **extra}
+    return redis_cache(redis_url, **extra)
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("refusal", [401, 403, 404])
+async def test_a_refresh_refused_drops_the_entry_and_the_caller_gets_the_refusal(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+    refusal: int,
+) -> None:
+    upstream = Refusing()
+    server = await aiohttp_server(upstream.app())
+    cache = cache_of(backend, redis_url, ttl_s={"users": 2}, stale_while_revalidate_s=30)
+    client = await gateway_factory(base_url(server), clock=clock, cache=cache)
+    _, body_a, _ = await as_token(client, TOKEN_A)
+    _, body_b, _ = await as_token(client, TOKEN_B)
+    upstream.status[TOKEN_A] = refusal
+    clock.advance(5)  # stale, within stale_while_revalidate_s
+    status, body, headers = await as_token(client, TOKEN_A)
+    assert (status, body, headers["X-Cache"]) == (200, body_a, "STALE")
+    pipeline = client.app[UPSTREAMS].current.pipeline
+    await until(lambda: len(upstream.calls) == 3 and not pipeline.in_flight)
+    # the background refresh was refused: the next request asks the upstream again and
+    # gets its refusal, never the stale entry
+    status, body, headers = await as_token(client, TOKEN_A)
+    assert status == refusal
+    assert headers["Content-Type"] == "application/problem+json"
+    assert body_a not in body
+    assert upstream.calls == [TOKEN_A, TOKEN_B, TOKEN_A, TOKEN_A]
+    # another caller's entry of the same path is untouched: still served stale
+    status, body, headers = await as_token(client, TOKEN_B)
+    assert (status, body, headers["X-Cache"]) == (200, body_b, "STALE")
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("failure", [500, 503])
+async def test_a_refresh_that_fails_keeps_the_stale_entry(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+    failure: int,
+) -> None:
+    upstream = Refusing()
+    server = await aiohttp_server(upstream.app())
+    cache = cache_of(backend, redis_url, ttl_s={"users": 2}, stale_while_revalidate_s=30)
+    client = await gateway_factory(base_url(server), clock=clock, cache=cache)
+    _, body_a, _ = await as_token(client, TOKEN_A)
+    upstream.status[TOKEN_A] = failure
+    clock.advance(5)
+    assert (await as_token(client, TOKEN_A))[2]["X-Cache"] == "STALE"
+    pipeline = client.app[UPSTREAMS].current.pipeline
+    await until(lambda: len(upstream.calls) == 2 and not pipeline.in_flight)
+    status, body, headers = await as_token(client, TOKEN_A)
+    assert (status, body, headers["X-Cache"]) == (200, body_a, "STALE")
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("refusal", [401, 403, 404])
+async def test_a_refusal_in_place_of_an_upstream_failure_drops_the_entry(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+    refusal: int,
+) -> None:
+    """Past stale_while_revalidate_s, within stale_if_error_s: the refusal is the
+    answer, and the entry is gone, so that an outage right after it has nothing of
+    that caller's to serve."""
+    upstream = Refusing()
+    server = await aiohttp_server(upstream.app())
+    cache = cache_of(
+        backend,
+        redis_url,
+        ttl_s={"users": 2},
+        stale_while_revalidate_s=5,
+        stale_if_error_s=600,
+    )
+    client = await gateway_factory(base_url(server), clock=clock, cache=cache)
+    await as_token(client, TOKEN_A)
+    upstream.status[TOKEN_A] = refusal
+    clock.advance(60)
+    assert (await as_token(client, TOKEN_A))[0] == refusal
+    upstream.status[TOKEN_A] = 503
+    status, _, headers = await as_token(client, TOKEN_A)
+    assert status == 502
+    assert "X-Cache" not in headers or headers["X-Cache"] != "STALE"
+    assert upstream.calls == [TOKEN_A, TOKEN_A, TOKEN_A]
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_refusal_drops_a_fresh_entry_from_every_copy_in_the_process(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+) -> None:
+    """A request with Cache-Control: no-cache refused by the upstream: the fresh entry
+    (in memory, or in Redis and the near cache) is not a hit any more."""
+    upstream = Refusing()
+    server = await aiohttp_server(upstream.app())
+    client = await gateway_factory(
+        base_url(server), clock=clock, cache=cache_of(backend, redis_url)
+    )
+    if backend == "redis":
+        await near_cache_live(client)
+    await as_token(client, TOKEN_A)
+    assert (await as_token(client, TOKEN_A))[2]["X-Cache"] == "HIT"
+    upstream.status[TOKEN_A] = 401
+    assert (await as_token(client, TOKEN_A, **{"Cache-Control": "no-cache"}))[0] == 401
+    status, _, _ = await as_token(client, TOKEN_A)
+    assert status == 401
+    assert upstream.calls == [TOKEN_A, TOKEN_A, TOKEN_A]
