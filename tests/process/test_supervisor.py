@@ -522,10 +522,12 @@ async def test_a_purge_is_in_force_in_every_worker_before_it_is_answered(
     filled = await _on_every_worker(gateway, "/users", "fill")
     upstream_log = fast_upstream.app[REQUEST_LOG]
     assert len(upstream_log.for_path("/users")) == 2  # one miss in each worker
-    async with aiohttp.ClientSession() as http:
-        async with http.delete(f"{gateway.url}/admin/cache", headers=ADMIN_AUTH) as response:
-            assert response.status == 200
-            body = await response.json()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.delete(f"{gateway.url}/admin/cache", headers=ADMIN_AUTH) as response,
+    ):
+        assert response.status == 200
+        body = await response.json()
     after = await _on_every_worker(gateway, "/users", "after-purge")
     # no pre-purge entry: each worker's first answer after the purge is a miss, and the
     # upstream was asked once more by each
@@ -543,10 +545,12 @@ async def test_a_reload_is_in_force_in_every_worker_before_it_is_answered(
         started, tmp_path, fast_upstream.url, users_ttl=300, extra=_TWO_WORKERS, workers=2
     )
     write_config(gateway.config, fast_upstream.url, users_ttl=7, extra=_TWO_WORKERS)
-    async with aiohttp.ClientSession() as http:
-        async with http.post(f"{gateway.url}/admin/reload", headers=ADMIN_AUTH) as response:
-            assert response.status == 200
-            body = await response.json()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{gateway.url}/admin/reload", headers=ADMIN_AUTH) as response,
+    ):
+        assert response.status == 200
+        body = await response.json()
     assert body["applied"] == ["cache.ttl_s"]
     # new connections, a page each (a miss each): every answer has the new TTL
     workers = {line["pid"] for line in gateway.lines if line.get("event") == "start"}
@@ -582,13 +586,12 @@ async def test_a_shadow_reset_is_confirmed_by_every_worker(
         gateway = await serve(
             started, tmp_path, fast_upstream.url, extra=_TWO_WORKERS + shadow, workers=2
         )
-        async with aiohttp.ClientSession() as http:
-            async with http.delete(f"{gateway.url}/admin/shadow", headers=ADMIN_AUTH) as response:
-                assert response.status == 200
-                assert await response.json() == {
-                    "reset": True,
-                    "workers": {"told": 2, "confirmed": 2},
-                }
+        async with (
+            aiohttp.ClientSession() as http,
+            http.delete(f"{gateway.url}/admin/shadow", headers=ADMIN_AUTH) as response,
+        ):
+            assert response.status == 200
+            assert await response.json() == {"reset": True, "workers": {"told": 2, "confirmed": 2}}
         await gateway.wait_for(lambda line: line.get("event") == "shadow_reset", count=2)
         resets = [line for line in gateway.lines if line.get("event") == "shadow_reset"]
         assert len({line["pid"] for line in resets}) == 2
