@@ -187,6 +187,14 @@ class Shadow:
                     extra={"event": "shadow", "error": str(exc)},
                 )
 
+    def take_reset(self) -> None:
+        """Start again now, as another worker of the instance did (its :meth:`reset`
+        announced the new report); comparisons under way go to the old."""
+        if self._workers is not None:
+            self._workers.reset_due()
+        self._restart()
+        self.publish()
+
     def _restart(self) -> None:
         self.tally = Tally(primary=self._primary, candidate=self._settings.base_url or "")
 

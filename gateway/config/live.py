@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.config.settings import Settings, load_settings, redacted, settings_from
+from pydantic import ValidationError
+
+from gateway.config.settings import (
+    Settings,
+    describe_validation_error,
+    load_settings,
+    redacted,
+    settings_from,
+)
 from gateway.config.tomlfile import ParseBounds, read_toml_bounded
 from gateway.errors import ConfigError
 
@@ -60,6 +68,15 @@ LIVE_KEYS = (
     "limits.max_limit",
     "health.check_interval_s",
 )
+
+
+# what a reload takes whole from the new settings (``LiveConfig._live_part``), besides
+# the LIVE_KEYS
+_WHOLE_SECTIONS = ("upstream.shadow.", "limits.", "health.")
+
+
+def _taken_live(key: str) -> bool:
+    return key in LIVE_KEYS or key.startswith(_WHOLE_SECTIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +140,15 @@ def cache_fingerprint(settings: Settings) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def live_fingerprint(settings: Settings) -> str:
+    """A short digest of every live key's value: the workers of one instance that run
+    the same configuration have the same."""
+    flat = _flatten(settings.model_dump(mode="json"))
+    relevant = {key: value for key, value in flat.items() if _taken_live(key)}
+    text = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 class LiveConfig:
     """Holds the effective settings and applies reloads to the running parts."""
 
@@ -153,14 +179,50 @@ class LiveConfig:
     async def _reload(self) -> ReloadResult:
         try:
             new = await self._source.load_while_serving()
+        except ConfigError as exc:
+            return self._refused(exc)
+        return self.take(new)
+
+    def live_values(self) -> dict[str, Any]:
+        """The live part of the running settings as JSON data (dotted keys): what
+        :meth:`adopt` takes, in another worker of the same instance."""
+        flat = _flatten(self.settings.model_dump(mode="json"))
+        return {key: value for key, value in flat.items() if _taken_live(key)}
+
+    def adopt(self, values: dict[str, Any]) -> ReloadResult:
+        """Apply the live keys another worker applied (its :meth:`live_values`), as a
+        reload of them would; what is not live stays as it is here."""
+        data = self.settings.model_dump()
+        try:
+            for key, value in values.items():
+                if not _taken_live(key):
+                    raise ConfigError(f"{key}: not a live key")
+                *sections, name = key.split(".")
+                part = data
+                for section in sections:
+                    part = part[section]
+                part[name] = value
+            new = Settings.model_validate(data)
+        except ValidationError as exc:
+            return self._refused(ConfigError(describe_validation_error(exc)))
+        except (ConfigError, KeyError, TypeError) as exc:
+            return self._refused(ConfigError(str(exc)))
+        return self.take(new)
+
+    def _refused(self, exc: ConfigError) -> ReloadResult:
+        log.error(
+            "config reload refused; the running configuration stays",
+            extra={"event": "config_reload", "ok": False, "error": str(exc)},
+        )
+        return ReloadResult(ok=False, applied=[], needs_restart=[], error=str(exc))
+
+    def take(self, new: Settings) -> ReloadResult:
+        """Apply the live keys of ``new`` (validated settings), name the others."""
+        try:
             merged = self._live_part(new)
             self._apply(merged)
         except ConfigError as exc:
-            log.error(
-                "config reload refused; the running configuration stays",
-                extra={"event": "config_reload", "ok": False, "error": str(exc)},
-            )
-            return ReloadResult(ok=False, applied=[], needs_restart=[], error=str(exc))
+            return self._refused(exc)
         # compared unredacted (SecretStr compares by value); only key names are reported
         before = _flatten(self.settings.model_dump())
         after = _flatten(new.model_dump())

@@ -4,6 +4,12 @@
 use; ``DELETE /admin/cache?route=expenses`` purges one route for every token. With the
 redis backend the purge is seen by every instance sharing the Redis and the upstream;
 the memory backend's purge drops what it holds of every upstream.
+
+With several workers (``server.workers``) the worker that takes a purge, a reload or a
+shadow reset applies it and sends it to the others (``gateway.ops.siblings``); it
+answers 200 once every worker confirmed, and otherwise a 503 problem that says how many
+workers it reached (``workers``: ``told``, ``confirmed``). A purge that Redis shares
+needs no message: every worker is an instance Redis tells.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ from gateway.http.binding import UPSTREAMS
 from gateway.http.edge import REQUEST_ID, Handler
 from gateway.http.problems import problem_response
 from gateway.http.service import METRICS
+from gateway.ops.siblings import Reach, Siblings
 from gateway.records.routes import ROUTES
 
 log = logging.getLogger("gateway.admin")
 LIVE = web.AppKey("live", LiveConfig)
 SHADOW = web.AppKey("shadow", Shadow)
+SIBLINGS = web.AppKey("siblings", Siblings)
 _ROUTE_NAMES = tuple(route.name for route in ROUTES)
 
 
@@ -96,7 +104,69 @@ async def purge_cache(request: web.Request) -> web.StreamResponse:
     body: dict[str, object] = {"purged": route or "all", "backend": backend.name}
     if purged.told is not None:
         body["instances"] = {"told": purged.told, "confirmed": purged.confirmed}
+    else:
+        # a backend in this process: every other worker purges its own
+        reach = await _tell_siblings(request, {"action": "purge", "route": route})
+        if reach is not None and not reach.everywhere:
+            return problem_response(
+                request,
+                status=503,
+                slug="purge-outcome-unknown",
+                title="The purge's outcome is unknown",
+                detail=(
+                    f"{reach.confirmed} of {reach.told} workers confirmed the purge; the"
+                    " others may still serve what it dropped. Send it again to be sure"
+                ),
+                request_id=request[REQUEST_ID],
+                extra={"outcome": "unknown", "workers": reach.as_json()},
+            )
+        if reach is not None:
+            body["workers"] = reach.as_json()
     return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+async def _tell_siblings(request: web.Request, message: dict[str, object]) -> Reach | None:
+    """Send ``message`` to the other workers of this instance (None: it has no others)."""
+    siblings = request.app.get(SIBLINGS)
+    if siblings is None:
+        return None
+    return await siblings.tell(message)
+
+
+def _not_everywhere(request: web.Request, reach: Reach, what: str) -> web.StreamResponse:
+    return problem_response(
+        request,
+        status=503,
+        slug="workers-not-confirmed",
+        title="Not every worker confirmed the change",
+        detail=(
+            f"{what} is in force in {reach.confirmed} of {reach.told} workers; the others did"
+            " not confirm it in time. Send it again to be sure"
+        ),
+        request_id=request[REQUEST_ID],
+        extra={"workers": reach.as_json()},
+    )
+
+
+async def apply_from_sibling(app: web.Application, message: dict[str, object]) -> bool:
+    """Apply here an admin action another worker of the instance took
+    (``gateway.ops.siblings``); whether it is in force here."""
+    action = message.get("action")
+    if action == "purge":
+        route = message.get("route")
+        if route is not None and route not in _ROUTE_NAMES:
+            return False
+        await app[UPSTREAMS].current.cache.backend.purge(route if isinstance(route, str) else None)
+        log.info("cache purged", extra={"event": "cache_purge", "purged_route": route or "*"})
+        return True
+    if action == "reload":
+        values = message.get("live")
+        return isinstance(values, dict) and app[LIVE].adopt(values).ok
+    if action == "shadow_reset":
+        app[SHADOW].take_reset()
+        log.info("shadow report reset", extra={"event": "shadow_reset"})
+        return True
+    return False
 
 
 async def effective_config(request: web.Request) -> web.StreamResponse:
@@ -119,7 +189,15 @@ async def reload_config(request: web.Request) -> web.StreamResponse:
             detail=f"the running configuration stays: {result.error}",
             request_id=request[REQUEST_ID],
         )
-    return web.Response(body=orjson.dumps(result.as_json()), content_type="application/json")
+    body = result.as_json()
+    reach = await _tell_siblings(
+        request, {"action": "reload", "live": request.app[LIVE].live_values()}
+    )
+    if reach is not None and not reach.everywhere:
+        return _not_everywhere(request, reach, "the reloaded configuration")
+    if reach is not None:
+        body["workers"] = reach.as_json()
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
 async def shadow_report(request: web.Request) -> web.StreamResponse:
@@ -136,7 +214,13 @@ async def reset_shadow(request: web.Request) -> web.StreamResponse:
     _no_query(request)
     request.app[SHADOW].reset()
     log.info("shadow report reset", extra={"event": "shadow_reset"})
-    return web.Response(body=orjson.dumps({"reset": True}), content_type="application/json")
+    body: dict[str, object] = {"reset": True}
+    reach = await _tell_siblings(request, {"action": "shadow_reset"})
+    if reach is not None and not reach.everywhere:
+        return _not_everywhere(request, reach, "the reset")
+    if reach is not None:
+        body["workers"] = reach.as_json()
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
 def _no_query(request: web.Request) -> None:

@@ -27,10 +27,10 @@ from gateway.cache.coding import IdentityBodies
 from gateway.cache.fleet import Fleet
 from gateway.cache.memory import MemoryBackend, NullBackend
 from gateway.comparison.shadow import Shadow
-from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint
+from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint, live_fingerprint
 from gateway.config.settings import CacheSettings, Settings, UpstreamSettings
 from gateway.errors import ConfigError
-from gateway.http.admin import ADMIN_ROUTES, LIVE, SHADOW
+from gateway.http.admin import ADMIN_ROUTES, LIVE, SHADOW, SIBLINGS, apply_from_sibling
 from gateway.http.binding import UPSTREAMS, UpstreamBinding, Upstreams
 from gateway.http.edge import Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
@@ -50,6 +50,7 @@ from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.health import Readiness
 from gateway.ops.logs import set_level
 from gateway.ops.metrics import METRICS_FLUSH_S, Metrics, multiprocess_dir
+from gateway.ops.siblings import Siblings
 from gateway.ops.tracing import Tracer, tracer_for
 from gateway.ops.ttl_advice import Policy
 from gateway.records.keys import Keyer
@@ -69,6 +70,7 @@ def create_app(
     source: ConfigSource | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     tracer: Tracer | None = None,
+    siblings: Siblings | None = None,
 ) -> web.Application:
     """Build the gateway application for ``settings``.
 
@@ -77,7 +79,8 @@ def create_app(
     cache entries; ``monotonic`` the time of the upstream's circuit breaker.
     ``tracer`` makes the requests' spans (None: the one ``settings.tracing`` asks for,
     made at the application's start); the application shuts it down at its cleanup,
-    once everything else has stopped.
+    once everything else has stopped. ``siblings``: the other workers of this
+    instance, which every admin action reaches (None: this process is the only one).
     """
     app = web.Application()
     coercions = CoercionCounts()
@@ -115,7 +118,24 @@ def create_app(
         app.middlewares.append(pathless_middleware(unrouted))
     app.cleanup_ctx.append(functools.partial(_pipeline_ctx, clock=clock, monotonic=monotonic))
     app.cleanup_ctx.append(_metrics_flush_ctx)
+    if siblings is not None:
+        app[SIBLINGS] = siblings
+        app.cleanup_ctx.append(_siblings_ctx)
     return app
+
+
+async def _siblings_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Take the other workers' admin actions for the life of the app, and say which
+    configuration this worker runs (at start and after every applied reload)."""
+    siblings = app[SIBLINGS]
+    live = app[LIVE]
+    siblings.publish_fingerprint(live_fingerprint(live.settings))
+    live.on_change(lambda new: siblings.publish_fingerprint(live_fingerprint(new)))
+    await siblings.listen(functools.partial(apply_from_sibling, app))
+    try:
+        yield
+    finally:
+        await siblings.close()
 
 
 def ttl_policy(settings: Settings) -> tuple[Policy, dict[str, int]]:
@@ -242,6 +262,14 @@ def _fleet_of(
     return fleet
 
 
+def _workers_report(parts: ProcessParts) -> Callable[[], dict[str, Any]] | None:
+    """The workers component of /readyz, with several workers."""
+    siblings = parts.siblings
+    if siblings is None:
+        return None
+    return lambda: siblings.report(live_fingerprint(parts.live.settings))
+
+
 def _breaker(settings: CacheSettings | UpstreamSettings, **options: Any) -> CircuitBreaker:
     """The circuit breaker of a section's ``breaker_*`` keys (the cache's and the
     upstream's are named alike)."""
@@ -269,7 +297,7 @@ class ProcessParts:
     without ``cache.key_secret``), the clocks, the shadow traffic (whose report goes
     on across switches, starting again when the primary changes), and the memory or
     null backend (``local_backend``; None with Redis, whose backends are each
-    binding's own)."""
+    binding's own); the other workers of the instance, if any (``siblings``)."""
 
     live: LiveConfig
     metrics: Metrics
@@ -280,6 +308,7 @@ class ProcessParts:
     monotonic: Callable[[], float]
     shadow: Shadow
     local_backend: CacheBackend | None
+    siblings: Siblings | None = None
 
 
 def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
@@ -345,6 +374,7 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
         interval_s=settings.health.check_interval_s,
         fleet=None if fleet is None else fleet.report,
         upstream_circuit=lambda: upstream_breaker.state.value,
+        workers=_workers_report(parts),
     )
     binding = UpstreamBinding(
         pipeline, cache, readiness, link, fleet=fleet, own_backend=own_backend
@@ -378,6 +408,7 @@ async def _pipeline_ctx(
             settings.upstream, metrics=metrics_, shared=None if shared is None else Path(shared)
         ),
         local_backend=local_backend,
+        siblings=app.get(SIBLINGS),
     )
     app[SHADOW] = parts.shadow
     upstreams = Upstreams(bind_upstream(settings, parts), records=app[RECORDS])

@@ -279,6 +279,7 @@ def _readiness_schema() -> dict[str, Any]:
                 "upstream": {"$ref": SCHEMAS + "ComponentHealth"},
                 "cache": {"$ref": SCHEMAS + "ComponentHealth"},
                 "fleet": {"$ref": SCHEMAS + "FleetHealth"},
+                "workers": {"$ref": SCHEMAS + "WorkersHealth"},
             },
         },
         "ComponentHealth": component,
@@ -309,6 +310,22 @@ def _readiness_schema() -> dict[str, Any]:
                     "additionalProperties": {"type": "integer"},
                 },
                 "lastError": {"type": ["string", "null"]},
+            },
+        },
+        "WorkersHealth": {
+            "description": "With several workers (`server.workers`): whether every worker"
+            " of this instance runs the same live configuration (a fingerprint of its live"
+            " keys); `degraded` while one does not",
+            "type": "object",
+            "required": ["status", "workers", "fingerprint", "configurations"],
+            "properties": {
+                "status": {"type": "string", "enum": ["ok", "degraded"]},
+                "workers": {"type": "integer", "minimum": 2},
+                "fingerprint": {"type": "string"},
+                "configurations": {
+                    "type": "object",
+                    "additionalProperties": {"type": "integer"},
+                },
             },
         },
         "Health": {

@@ -46,9 +46,23 @@ def _shadow_counts() -> dict[str, dict[str, Any]]:
     }
 
 
+_WORKERS_REACHED = {
+    "description": "With several workers (`server.workers`): the workers of this instance"
+    " the action was sent to (the one that took it included), and those that confirmed it"
+    " is in force in them.",
+    "type": "object",
+    "required": ["told", "confirmed"],
+    "properties": {
+        "told": {"type": "integer", "minimum": 2},
+        "confirmed": {"type": "integer", "minimum": 1},
+    },
+}
+
+
 def admin_schemas() -> dict[str, dict[str, Any]]:
     """components.schemas of the admin answers."""
     return {
+        "WorkersReached": _WORKERS_REACHED,
         "PurgeResult": {
             "type": "object",
             "required": ["purged", "backend"],
@@ -69,6 +83,7 @@ def admin_schemas() -> dict[str, dict[str, Any]]:
                         "confirmed": {"type": ["integer", "null"]},
                     },
                 },
+                "workers": {"$ref": SCHEMAS + "WorkersReached"},
             },
         },
         "ReloadResult": {
@@ -87,6 +102,7 @@ def admin_schemas() -> dict[str, dict[str, Any]]:
                     "description": "Changed keys that only a restart applies.",
                 },
                 "error": {"type": ["string", "null"]},
+                "workers": {"$ref": SCHEMAS + "WorkersReached"},
             },
         },
         "ShadowReport": {
@@ -194,7 +210,10 @@ def admin_schemas() -> dict[str, dict[str, Any]]:
         "ShadowReset": {
             "type": "object",
             "required": ["reset"],
-            "properties": {"reset": {"type": "boolean", "const": True}},
+            "properties": {
+                "reset": {"type": "boolean", "const": True},
+                "workers": {"$ref": SCHEMAS + "WorkersReached"},
+            },
         },
         "TtlAdvice": {
             "type": "object",
@@ -238,6 +257,15 @@ def admin_schemas() -> dict[str, dict[str, Any]]:
     }
 
 
+_NOT_CONFIRMED = {
+    "description": "A worker of this instance did not confirm the change in time: it is in"
+    " force in `workers.confirmed` of `workers.told` workers (the others may still take it);"
+    " send it again to be sure. Problem type:"
+    " `urn:records-gateway:problem:workers-not-confirmed`.",
+    "headers": header_refs("X-Request-ID"),
+    "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
+}
+
 # (operationId, summary, description, body schema, extra responses) by (path, method)
 _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]]] = {
     ("/admin/cache", "DELETE"): (
@@ -245,12 +273,14 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
         "Purge the cache",
         "Drops every cached answer of this namespace and of the upstream in use, or with"
         " `route` those of one route for every token. With Redis the purge reaches every"
-        " instance sharing it.",
+        " instance sharing it; with the memory backend and several workers, every worker"
+        " has purged its own before the answer.",
         {"$ref": SCHEMAS + "PurgeResult"},
         {
             "503": {
-                "description": "Redis did not confirm the purge in time: it may have"
-                " happened or not, and is retried in the background; send it again to be"
+                "description": "Redis, or a worker of this instance, did not confirm the"
+                " purge in time: it may have happened or not (Redis retries it in the"
+                " background; `workers` counts the workers reached); send it again to be"
                 " sure. Problem type: `urn:records-gateway:problem:purge-outcome-unknown`.",
                 "headers": header_refs("X-Request-ID"),
                 "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
@@ -268,15 +298,17 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
         "reloadConfig",
         "Reload the configuration",
         "What SIGHUP does: re-reads the configuration file and the environment, applies"
-        " the live keys and names those that need a restart.",
+        " the live keys and names those that need a restart. With several workers, every"
+        " worker runs the new live keys before the answer.",
         {"$ref": SCHEMAS + "ReloadResult"},
         {
+            "503": _NOT_CONFIRMED,
             "422": {
                 "description": "The new configuration failed validation; the running one"
                 " stays. Problem type: `urn:records-gateway:problem:config-refused`.",
                 "headers": header_refs("X-Request-ID"),
                 "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
-            }
+            },
         },
     ),
     ("/admin/shadow", "GET"): (
@@ -290,9 +322,10 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
     ("/admin/shadow", "DELETE"): (
         "resetShadowReport",
         "Reset the shadow traffic's report",
-        "Forgets every comparison, on every worker; the report starts again. Takes no query.",
+        "Forgets every comparison, on every worker, before the answer; the report starts"
+        " again. Takes no query.",
         {"$ref": SCHEMAS + "ShadowReset"},
-        {},
+        {"503": _NOT_CONFIRMED},
     ),
     ("/admin/ttl", "GET"): (
         "getTtlAdvice",

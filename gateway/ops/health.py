@@ -123,12 +123,16 @@ class Readiness:
         monotonic: Callable[[], float] = time.monotonic,
         fleet: Callable[[], dict[str, Any]] | None = None,
         upstream_circuit: Callable[[], str] | None = None,
+        workers: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         """``fleet``: the fleet component (``gateway.cache.fleet.Fleet.report``), when
         instances share a cache; a fleet that disagrees degrades the gateway.
         ``upstream_circuit``: the state of the upstream's circuit breaker (closed, open,
-        half-open), reported with the upstream."""
+        half-open), reported with the upstream. ``workers``: the workers component
+        (``gateway.ops.siblings.Siblings.report``) of a gateway with several; workers
+        that run different configurations degrade it."""
         self._fleet = fleet
+        self._workers = workers
         self._upstream_circuit = upstream_circuit
         self._upstream = upstream
         self._upstream_check = _Check(upstream_check, interval_s, monotonic)
@@ -160,6 +164,9 @@ class Readiness:
         if self._fleet is not None:
             components["fleet"] = fleet = self._fleet()
             fleet_degraded = fleet["status"] == DEGRADED
+        if self._workers is not None:
+            components["workers"] = workers = self._workers()
+            fleet_degraded = fleet_degraded or workers["status"] == DEGRADED
         if upstream["status"] == DOWN and cache["status"] in (DOWN, DISABLED):
             overall, code = DOWN, 503
         elif upstream["status"] == DOWN or cache["status"] in (DOWN, DEGRADED) or fleet_degraded:

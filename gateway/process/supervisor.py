@@ -6,7 +6,9 @@ forks N workers that each listen on the same port (SO_REUSEPORT) with their own 
 loop (uvloop on Linux), forwards SIGHUP, SIGTERM and SIGINT to them, and exits once
 they all have: 0, or 1 when one failed (it then stops the others). The workers write
 their metrics to a shared folder so that /metrics of any of them reports the whole
-gateway.
+gateway, and reach each other through Unix sockets in a private folder (mode 0700), so
+that an admin action any of them takes is in force in all (``gateway.ops.siblings``);
+both folders are removed when the supervisor exits.
 
 What stops the gateway before it serves (an address it cannot listen on, a folder it
 cannot write) is a StartError for the caller to report; with several workers the
@@ -27,6 +29,7 @@ import os
 import shutil
 import signal
 import tempfile
+from pathlib import Path
 
 from gateway.config.live import ConfigSource
 from gateway.config.settings import Settings
@@ -100,6 +103,14 @@ def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
             **({"path": parent} if parent else {}),
         ) from None
     os.environ[MULTIPROC_ENV] = metrics_dir
+    try:
+        # only this user may reach the workers' sockets in it (mkdtemp: mode 0700)
+        control = Path(tempfile.mkdtemp(prefix="records-gateway-control-"))
+    except OSError as exc:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        raise StartError(
+            f"cannot make the workers' control folder: {exc.strerror or exc} (TMPDIR)"
+        ) from None
     children: dict[int, int] = {}
     supervisor = os.getpid()
     for index in range(settings.server.workers):
@@ -112,7 +123,16 @@ def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
             code = 0
             try:
-                run(serve(settings, source, demo=demo, reuse_port=True, worker=index))
+                run(
+                    serve(
+                        settings,
+                        source,
+                        demo=demo,
+                        reuse_port=True,
+                        worker=index,
+                        control=control,
+                    )
+                )
             except (StartError, ConfigError) as exc:
                 # what stops it before it serves: the address taken since
                 # _check_address, say
@@ -157,6 +177,7 @@ def _supervise(settings: Settings, source: ConfigSource, *, demo: bool) -> int:
                 log.error("worker exited", extra={"worker": index, "pid": pid, "exit": code})
             forward(signal.SIGTERM, None)
     shutil.rmtree(metrics_dir, ignore_errors=True)
+    shutil.rmtree(control, ignore_errors=True)
     return status
 
 

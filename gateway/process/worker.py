@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 from gateway.config.live import ConfigSource
@@ -46,8 +47,11 @@ async def serve(
     demo: bool = False,
     reuse_port: bool = False,
     worker: int | None = None,
+    control: Path | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, reloading on SIGHUP, then close everything in order."""
+    """Serve until SIGTERM or SIGINT, reloading on SIGHUP, then close everything in order.
+    ``control``: the folder where the workers of ``settings.server.workers`` reach each
+    other (``gateway.ops.siblings``), when this is worker ``worker`` of several."""
     from aiohttp import web
 
     from gateway.fastpath.connection import FastPathServer
@@ -56,6 +60,7 @@ async def serve(
     from gateway.http.app import create_app
     from gateway.normalise.rules import engine_name
     from gateway.ops.metrics import check_multiprocess_dir
+    from gateway.ops.siblings import Siblings
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -76,7 +81,10 @@ async def serve(
         source = ConfigSource(source.path, overrides)
         settings = source.load()
 
-    app = create_app(settings, source=source)
+    siblings = None
+    if control is not None and worker is not None:
+        siblings = Siblings(control, index=worker, count=settings.server.workers)
+    app = create_app(settings, source=source, siblings=siblings)
     runner = make_runner(
         app,
         handle_signals=False,

@@ -496,3 +496,183 @@ def test_the_supervisor_names_the_multiprocess_folder_as_the_metrics_do() -> Non
     from gateway.process.supervisor import MULTIPROC_ENV
 
     assert MULTIPROC_ENV == METRICS_ENV
+
+
+# Workers agree: an admin action taken by one worker is in force in all before the
+# answer says so (README, "Workers"; gateway.ops.siblings).
+
+ADMIN_TOKEN = "admin-token-0123456789abcdef"
+ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+_TWO_WORKERS = f'[server]\nworkers = 2\n[admin]\ntoken = "{ADMIN_TOKEN}"\n'
+
+
+async def _served_by(
+    gateway: GatewayProcess, http: aiohttp.ClientSession, path: str, request_id: str
+) -> tuple[int, aiohttp.ClientResponse, bytes]:
+    """GET ``path`` with the caller's token: the pid of the worker that answered (from
+    its access line), the response and its body."""
+    headers = {**AUTH, "X-Request-ID": request_id}
+    async with http.get(f"{gateway.url}{path}", headers=headers) as response:
+        body = await response.read()
+    await gateway.wait_for(
+        lambda line: line.get("request_id") == request_id and line.get("logger") == "gateway.access"
+    )
+    (line,) = [
+        line
+        for line in gateway.lines
+        if line.get("request_id") == request_id and line.get("logger") == "gateway.access"
+    ]
+    return line["pid"], response, body
+
+
+async def _on_every_worker(
+    gateway: GatewayProcess, path: str, prefix: str, *, at_least: int = 30
+) -> list[tuple[int, aiohttp.ClientResponse]]:
+    """GET ``path`` over new connections, at least ``at_least`` times and until both
+    workers answered; every (pid, response) in order."""
+    workers = {line["pid"] for line in gateway.lines if line.get("event") == "start"}
+    answers: list[tuple[int, aiohttp.ClientResponse]] = []
+    connector = aiohttp.TCPConnector(force_close=True)  # a new connection each time
+    async with aiohttp.ClientSession(connector=connector) as http:
+        for n in range(400):
+            pid, response, _ = await _served_by(gateway, http, path, f"{prefix}-{n}")
+            assert response.status == 200
+            answers.append((pid, response))
+            if len(answers) >= at_least and {pid for pid, _ in answers} == workers:
+                break
+    assert {pid for pid, _ in answers} == workers, "both workers answered"
+    return answers
+
+
+async def test_a_purge_is_in_force_in_every_worker_before_it_is_answered(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    gateway = await serve(started, tmp_path, fast_upstream.url, extra=_TWO_WORKERS, workers=2)
+    # both workers hold the entry: each answered it from its own cache at least once
+    filled = await _on_every_worker(gateway, "/users", "fill")
+    upstream_log = fast_upstream.app[REQUEST_LOG]
+    assert len(upstream_log.for_path("/users")) == 2  # one miss in each worker
+    async with (
+        aiohttp.ClientSession() as http,
+        http.delete(f"{gateway.url}/admin/cache", headers=ADMIN_AUTH) as response,
+    ):
+        assert response.status == 200
+        body = await response.json()
+    after = await _on_every_worker(gateway, "/users", "after-purge")
+    # no pre-purge entry: each worker's first answer after the purge is a miss, and the
+    # upstream was asked once more by each
+    for pid in {pid for pid, _ in filled}:
+        first = next(response for seen, response in after if seen == pid)
+        assert first.headers["X-Cache"] == "MISS"
+    assert len(upstream_log.for_path("/users")) == 4
+    assert body == {"purged": "all", "backend": "memory", "workers": {"told": 2, "confirmed": 2}}
+
+
+async def test_a_reload_is_in_force_in_every_worker_before_it_is_answered(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    gateway = await serve(
+        started, tmp_path, fast_upstream.url, users_ttl=300, extra=_TWO_WORKERS, workers=2
+    )
+    write_config(gateway.config, fast_upstream.url, users_ttl=7, extra=_TWO_WORKERS)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{gateway.url}/admin/reload", headers=ADMIN_AUTH) as response,
+    ):
+        assert response.status == 200
+        body = await response.json()
+    assert body["applied"] == ["cache.ttl_s"]
+    # new connections, a page each (a miss each): every answer has the new TTL
+    workers = {line["pid"] for line in gateway.lines if line.get("event") == "start"}
+    answered: set[int] = set()
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        for page in range(1, 400):
+            pid, response, _ = await _served_by(
+                gateway, http, f"/users?page={page}", f"after-reload-{page}"
+            )
+            assert response.status == 200
+            assert response.headers["X-Cache"] == "MISS"
+            assert response.headers["Cache-Control"] == "private, max-age=7"
+            answered.add(pid)
+            if page >= 30 and answered == workers:
+                break
+    assert answered == workers
+    assert body["workers"] == {"told": 2, "confirmed": 2}
+    # and /readyz sees every worker on one configuration
+    async with aiohttp.ClientSession() as http, http.get(f"{gateway.url}/readyz") as response:
+        report = await response.json()
+    assert report["components"]["workers"]["status"] == "ok"
+    assert list(report["components"]["workers"]["configurations"].values()) == [2]
+    gateway.signal(signal.SIGTERM)
+    assert await gateway.wait() == 0
+
+
+async def test_a_shadow_reset_is_confirmed_by_every_worker(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    async with await start_demo_server(seed=7) as candidate:
+        shadow = f'[upstream.shadow]\nbase_url = "{candidate.url}"\nsample_ratio = 1.0\n'
+        gateway = await serve(
+            started, tmp_path, fast_upstream.url, extra=_TWO_WORKERS + shadow, workers=2
+        )
+        async with (
+            aiohttp.ClientSession() as http,
+            http.delete(f"{gateway.url}/admin/shadow", headers=ADMIN_AUTH) as response,
+        ):
+            assert response.status == 200
+            assert await response.json() == {"reset": True, "workers": {"told": 2, "confirmed": 2}}
+        await gateway.wait_for(lambda line: line.get("event") == "shadow_reset", count=2)
+        resets = [line for line in gateway.lines if line.get("event") == "shadow_reset"]
+        assert len({line["pid"] for line in resets}) == 2
+
+
+async def test_a_worker_that_cannot_confirm_makes_admin_actions_say_so(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    """One worker stopped (SIGSTOP): a purge, a reload and a shadow reset taken by the
+    other are 503 problems that count the workers reached; /readyz says the workers run
+    different configurations until the stopped one, resumed, takes what it missed."""
+    gateway = await serve(started, tmp_path, fast_upstream.url, extra=_TWO_WORKERS, workers=2)
+    workers = {line["pid"] for line in gateway.lines if line.get("event") == "start"}
+    # one kept-alive connection stays with the worker that accepted it
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as http:
+        mine, _, _ = await _served_by(gateway, http, "/users", "which-worker")
+        (other,) = workers - {mine}
+        os.kill(other, signal.SIGSTOP)
+        try:
+            async with http.delete(f"{gateway.url}/admin/cache", headers=ADMIN_AUTH) as response:
+                assert response.status == 503
+                problem = await response.json(content_type="application/problem+json")
+            assert problem["type"] == "urn:records-gateway:problem:purge-outcome-unknown"
+            assert problem["workers"] == {"told": 2, "confirmed": 1}
+
+            write_config(gateway.config, fast_upstream.url, users_ttl=9, extra=_TWO_WORKERS)
+            async with http.post(f"{gateway.url}/admin/reload", headers=ADMIN_AUTH) as response:
+                assert response.status == 503
+                problem = await response.json(content_type="application/problem+json")
+            assert problem["type"] == "urn:records-gateway:problem:workers-not-confirmed"
+            assert problem["workers"] == {"told": 2, "confirmed": 1}
+
+            async with http.delete(f"{gateway.url}/admin/shadow", headers=ADMIN_AUTH) as response:
+                assert response.status == 503
+                problem = await response.json(content_type="application/problem+json")
+            assert problem["type"] == "urn:records-gateway:problem:workers-not-confirmed"
+
+            async with http.get(f"{gateway.url}/readyz") as response:
+                report = await response.json()
+            assert report["status"] == "degraded"
+            assert report["components"]["workers"]["status"] == "degraded"
+            assert sorted(report["components"]["workers"]["configurations"].values()) == [1, 1]
+        finally:
+            os.kill(other, signal.SIGCONT)
+        # resumed, it applies the reload it was sent: one configuration again
+        async with asyncio.timeout(20):
+            while True:
+                async with http.get(f"{gateway.url}/readyz") as response:
+                    report = await response.json()
+                if report["components"]["workers"]["status"] == "ok":
+                    break
+                await asyncio.sleep(0.05)
+    gateway.signal(signal.SIGTERM)
+    assert await gateway.wait() == 0
