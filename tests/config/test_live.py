@@ -537,3 +537,38 @@ async def test_admin_routes_need_the_admin_token(
     assert live(client).settings.cache.ttl_s.users == 300  # no reload happened
     # the callers' token is not the admin token either
     assert (await client.post("/admin/reload", headers=AUTH)).status == 401
+
+
+def test_another_worker_adopting_the_live_values_ends_on_the_same_configuration() -> None:
+    """README, "Workers": a reload taken by one worker sends the others the live keys it
+    applied; each ends with the same live configuration (no key lost, none masked as a
+    secret would be), and keeps what is not live."""
+    from gateway.config.live import live_fingerprint
+
+    from ..conftest import make_settings
+
+    reloaded = make_settings(
+        "http://upstream.test",
+        cache={"ttl_s": {"account": 7}, "stale_while_revalidate_s": 11},
+        log={"level": "debug"},
+        limits={"max_limit": 42},
+        upstream={"shadow": {"base_url": "http://candidate.test", "sample_ratio": 0.5}},
+        server={"port": 9999},
+    )
+    sibling = LiveConfig(make_settings("http://upstream.test"), ConfigSource(None, {}))
+    assert live_fingerprint(sibling.settings) != live_fingerprint(reloaded)
+    result = sibling.adopt(LiveConfig(reloaded, ConfigSource(None, {})).live_values())
+    assert result.ok, result.error
+    assert live_fingerprint(sibling.settings) == live_fingerprint(reloaded)
+    assert sibling.settings.cache.ttl_s.account == 7
+    assert sibling.settings.upstream.shadow.base_url == "http://candidate.test"
+    assert sibling.settings.server.port != 9999  # not live: stays
+
+
+def test_adopting_a_key_that_is_not_live_is_refused() -> None:
+    from ..conftest import make_settings
+
+    sibling = LiveConfig(make_settings("http://upstream.test"), ConfigSource(None, {}))
+    result = sibling.adopt({"server.port": 1234})
+    assert not result.ok
+    assert sibling.settings.server.port != 1234

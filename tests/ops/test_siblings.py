@@ -3,6 +3,7 @@ over real Unix sockets; README, "Workers"."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -51,3 +52,28 @@ async def test_the_report_is_degraded_while_a_worker_runs_another_configuration(
     second.publish_fingerprint("bbb")
     report = first.report("aaa")
     assert (report["status"], report["configurations"]) == ("degraded", {"aaa": 1, "bbb": 1})
+
+
+async def test_a_sibling_that_does_not_answer_is_given_up_after_the_documented_3_s(
+    tmp_path: Path,
+) -> None:
+    """README, "Workers", and docs/deployment.md: a worker that does not confirm within
+    3 s makes the answer a 503. The default bound is 3 s; a sibling that takes the
+    message and never answers is, once the bound passed, told but not confirmed."""
+    assert Siblings(tmp_path, index=0, count=2).timeout_s == 3.0
+    stuck = asyncio.Event()
+    taken: list[dict[str, Any]] = []
+
+    async def never(message: dict[str, Any]) -> bool:
+        taken.append(message)
+        await stuck.wait()
+        return True
+
+    asker, silent = (Siblings(tmp_path, index=index, count=2, timeout_s=0.2) for index in (0, 1))
+    await silent.listen(never)
+    try:
+        assert await asker.tell({"action": "shadow_reset"}) == Reach(told=2, confirmed=1)
+        assert taken == [{"action": "shadow_reset"}]
+    finally:
+        stuck.set()
+        await silent.close()
