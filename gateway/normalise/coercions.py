@@ -104,7 +104,7 @@ def to_decimal(value: Any) -> tuple[Decimal, str | None]:
         number, kind = Decimal(value), "number->string"
     elif isinstance(value, str):
         if NUMERIC_TEXT.fullmatch(value) is None:
-            raise ValueError(f"the string {_show(value)} is not a plain decimal number")
+            raise ValueError("a string that is not a plain decimal number")
         number, kind = Decimal(value), None
     elif isinstance(value, float):  # the lossless parser never produces one
         raise ValueError("a binary floating-point value cannot be taken exactly")
@@ -236,7 +236,7 @@ def to_uuid(value: Any) -> tuple[str, str | None]:
     if CANONICAL_UUID.fullmatch(value) is not None:
         return value, None
     if _UUID_TEXT.fullmatch(value) is None:
-        raise ValueError(f"the string {_show(value)} is not a UUID")
+        raise ValueError("a string that is not a UUID")
     return str(uuid.UUID(value)), "uuid->canonical"
 
 
@@ -255,11 +255,11 @@ def to_date(value: Any) -> tuple[str, str | None]:
     if not isinstance(value, str):
         raise ValueError(f"a JSON {json_type(value)} is not a date")
     if _DATE_TEXT.fullmatch(value) is None:
-        raise ValueError(f"the string {_show(value)} is not a date in the form YYYY-MM-DD")
+        raise ValueError("a string that is not a date in the form YYYY-MM-DD")
     try:
         date.fromisoformat(value)
     except ValueError:
-        raise ValueError(f"{value} is not a real calendar date") from None
+        raise ValueError("a date that is not a real calendar date") from None
     if len(KNOWN_DATES) < _MAX_REMEMBERED_DATES:
         KNOWN_DATES.add(value)
     return value, None
@@ -273,11 +273,11 @@ def to_instant(value: Any) -> tuple[str, str | None]:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise ValueError(f"the string {_show(value)} is not an ISO 8601 date-time") from None
+        raise ValueError("a string that is not an ISO 8601 date-time") from None
     if _CANONICAL_INSTANT.fullmatch(value) is not None:
         return value, None
     if _DATE_ONLY.fullmatch(value) is not None:  # midnight would be a guess
-        raise ValueError(f"the string {_show(value)} is a date without a time")
+        raise ValueError("a string that is a date without a time")
     kind = "reformatted"
     if moment.tzinfo is None:
         moment, kind = moment.replace(tzinfo=UTC), "naive->utc"
@@ -285,7 +285,7 @@ def to_instant(value: Any) -> tuple[str, str | None]:
         try:
             moment = moment.astimezone(UTC)
         except OverflowError:
-            raise ValueError(f"{value} is outside the years 1 to 9999 in UTC") from None
+            raise ValueError("a date-time outside the years 1 to 9999 in UTC") from None
         kind = "offset->utc"
     # isoformat, not strftime: glibc's %Y does not pad years before 1000.
     timespec = "milliseconds" if moment.microsecond else "seconds"
@@ -320,7 +320,3 @@ def text_list(value: Any) -> tuple[list[str], str | None]:
     if not isinstance(value, list) or not all(type(item) is str for item in value):
         raise ValueError(f"a JSON {json_type(value)} where an array of strings is expected")
     return value, None
-
-
-def _show(value: str) -> str:
-    return repr(value if len(value) <= 40 else value[:40] + "...")

@@ -97,7 +97,13 @@ class Coalescer(Generic[T]):
         joined = task is not None
         if task is None:
             task = self._start(flight, key, work)
-        return await asyncio.shield(task), joined
+        try:
+            return await asyncio.shield(task), joined
+        finally:
+            # a failed task holds its exception, whose traceback holds this frame: the
+            # reference is dropped so that no cycle keeps the exception (and the frames
+            # of the fill, with the upstream's body) until the collector comes by
+            del task
 
     def start(self, flight: Hashable, key: str, work: Callable[[], Awaitable[T]]) -> bool:
         """Start ``work`` in the background unless one is in flight; True if started."""

@@ -508,13 +508,18 @@ class RecordPipeline:
         task = asyncio.ensure_future(fill)
         opening = breaker.opening()
         try:
-            await asyncio.wait((task, opening), return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if task.done():
-            return task.result()
-        task.add_done_callback(_outcome_taken)
+            try:
+                await asyncio.wait((task, opening), return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            if task.done():
+                return task.result()
+            task.add_done_callback(_outcome_taken)
+        finally:
+            # a failed task holds its exception, whose traceback holds this frame: no
+            # cycle may keep them (and the upstream's body) until the collector runs
+            del task
         raise self._upstream.circuit_open(what)
 
     def _circuit_stale(self, stale: CacheEntry, gzip: bool) -> Reply:

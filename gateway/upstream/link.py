@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import aiohttp.http_exceptions
 from yarl import URL
 
 from gateway import __version__
@@ -268,14 +269,50 @@ def timeouts(settings: UpstreamSettings) -> aiohttp.ClientTimeout:
     )
 
 
+# What a parse error of an answer's head is, by how aiohttp's message begins: each a
+# fixed name, never the message itself (it quotes the line it refused)
+_HEAD_FAULTS = (
+    ("Got more than", "a line of the answer's head too long"),
+    ("Bad status line", "status line malformed"),
+    ("Too many headers", "too many header fields"),
+    ("Invalid character in chunk", "chunked body malformed"),
+    ("Invalid character in Content-Length", "Content-Length malformed"),
+    ("Content-Length", "Content-Length malformed"),
+    ("Invalid header", "header field malformed"),
+    ("Duplicate", "header field repeated"),
+)
+
+
 def reason_of(exc: BaseException) -> str:
-    """What went wrong, in words a detail can carry: never the request's URL (aiohttp's
-    response errors quote it) nor what the upstream sent (a disconnect's error holds
-    the head read so far)."""
+    """What went wrong, in words a detail, a log line and /readyz can carry: a fixed
+    name of the fault, or the system's words for a socket error. Never the request's
+    URL (aiohttp's response errors quote it) nor any byte the upstream sent: aiohttp's
+    parse errors quote the line they refused (a header echoing the caller's token, a
+    cookie), and a disconnect's error holds the head read so far."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         return exc.os_error.strerror or type(exc.os_error).__name__
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "Server disconnected"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return _payload_fault(exc.__cause__)
     if isinstance(exc, aiohttp.ClientResponseError):
-        return exc.message or type(exc).__name__
-    return str(exc) or type(exc).__name__
+        message = exc.message if isinstance(exc.message, str) else ""
+        for start, fault in _HEAD_FAULTS:
+            if message.startswith(start):
+                return fault
+        return "the answer's head could not be parsed"
+    if isinstance(exc, aiohttp.ClientOSError):
+        return exc.strerror or type(exc).__name__
+    if isinstance(exc, ConnectionLost):
+        return exc.reason
+    return type(exc).__name__
+
+
+def _payload_fault(cause: BaseException | None) -> str:
+    if isinstance(cause, aiohttp.http_exceptions.ContentEncodingError):
+        return "its Content-Encoding could not be decoded"
+    if isinstance(cause, aiohttp.http_exceptions.ContentLengthError):
+        return "shorter than its Content-Length"
+    if isinstance(cause, aiohttp.http_exceptions.TransferEncodingError):
+        return "chunked body malformed"
+    return "its body could not be read"

@@ -93,14 +93,14 @@ def test_canonical_decimal_text_takes_the_fast_path() -> None:
 @pytest.mark.parametrize(
     ("sent", "reason"),
     [
-        ("abc", "the string 'abc' is not a plain decimal number"),
-        ("1,000.00", "the string '1,000.00' is not a plain decimal number"),
-        ("NaN", "the string 'NaN' is not a plain decimal number"),
-        ("Infinity", "the string 'Infinity' is not a plain decimal number"),
-        ("-inf", "the string '-inf' is not a plain decimal number"),
-        ("", "the string '' is not a plain decimal number"),
-        (" 1.00", "the string ' 1.00' is not a plain decimal number"),
-        ("15%", "the string '15%' is not a plain decimal number"),
+        ("abc", "a string that is not a plain decimal number"),
+        ("1,000.00", "a string that is not a plain decimal number"),
+        ("NaN", "a string that is not a plain decimal number"),
+        ("Infinity", "a string that is not a plain decimal number"),
+        ("-inf", "a string that is not a plain decimal number"),
+        ("", "a string that is not a plain decimal number"),
+        (" 1.00", "a string that is not a plain decimal number"),
+        ("15%", "a string that is not a plain decimal number"),
         (True, "a boolean is not a decimal number"),
         (1.5, "a binary floating-point value cannot be taken exactly"),
         (Decimal("NaN"), "not a finite number"),
@@ -235,15 +235,15 @@ def test_instants(sent: str, published: str, kind: str | None) -> None:
 @pytest.mark.parametrize(
     ("sent", "reason"),
     [
-        ("yesterday", "the string 'yesterday' is not an ISO 8601 date-time"),
-        ("2024-02-30T10:00:00Z", "the string '2024-02-30T10:00:00Z' is not an ISO 8601 date-time"),
+        ("yesterday", "a string that is not an ISO 8601 date-time"),
+        ("2024-02-30T10:00:00Z", "a string that is not an ISO 8601 date-time"),
         (1709288100, "a JSON number is not an ISO 8601 date-time"),
         # A date alone would be published as midnight UTC: a guess.
-        ("2024-03-01", "the string '2024-03-01' is a date without a time"),
-        ("20240301", "the string '20240301' is a date without a time"),
+        ("2024-03-01", "a string that is a date without a time"),
+        ("20240301", "a string that is a date without a time"),
         # Used to raise OverflowError (a 500).
-        ("0001-01-01T00:30:00+01:00", "0001-01-01T00:30:00+01:00 is outside the years"),
-        ("9999-12-31T23:30:00-01:00", "9999-12-31T23:30:00-01:00 is outside the years"),
+        ("0001-01-01T00:30:00+01:00", "a date-time outside the years"),
+        ("9999-12-31T23:30:00-01:00", "a date-time outside the years"),
     ],
 )
 def test_values_that_are_not_instants_are_refused(sent: Any, reason: str) -> None:
@@ -253,7 +253,7 @@ def test_values_that_are_not_instants_are_refused(sent: Any, reason: str) -> Non
 
 def test_dates() -> None:
     assert to_date("2024-02-29") == ("2024-02-29", None)
-    with pytest.raises(ValueError, match=r"^2024-02-31 is not a real calendar date$"):
+    with pytest.raises(ValueError, match=r"^a date that is not a real calendar date$"):
         to_date("2024-02-31")
     with pytest.raises(ValueError, match=r"is not a date in the form YYYY-MM-DD$"):
         to_date("01/03/2024")

@@ -173,7 +173,8 @@ def setter(*path_and_value: Any) -> Mutation:
     return mutate
 
 
-_NOT_DECIMAL = "the string {!r} is not a plain decimal number"
+# (never the value itself: it is the upstream's, and may be anything, a token included)
+_NOT_DECIMAL = "a string that is not a plain decimal number"
 _NO_ID = "missing or null; every record has one"
 _EXPENSE = "/expenses/3730bf79-913a-47af-a917-9e028868b644"
 
@@ -183,13 +184,13 @@ BAD_VALUES: list[tuple[str, bytes, str, str]] = [
         "/expenses",
         expenses_page(setter("data", 3, "amount", "abc")),
         "data[3].amount",
-        _NOT_DECIMAL.format("abc"),
+        _NOT_DECIMAL,
     ),
     (
         "/expenses",
         expenses_page(setter("data", 1, "issueDate", "2024-02-31")),
         "data[1].issueDate",
-        "2024-02-31 is not a real calendar date",
+        "a date that is not a real calendar date",
     ),
     (
         "/expenses",
@@ -201,19 +202,19 @@ BAD_VALUES: list[tuple[str, bytes, str, str]] = [
         "/expenses",
         expenses_page(setter("data", 0, "account", "liquidityThreshold", "1,000.00")),
         "data[0].account.liquidityThreshold",
-        _NOT_DECIMAL.format("1,000.00"),
+        _NOT_DECIMAL,
     ),
     (
         "/expenses",
         expenses_page(setter("data", 2, "client", "taxRetentionPercentage", "15%")),
         "data[2].client.taxRetentionPercentage",
-        _NOT_DECIMAL.format("15%"),
+        _NOT_DECIMAL,
     ),
     (
         "/clients",
         sample("clients", setter("data", 1, "taxRetentionPercentage", "15%")),
         "data[1].taxRetentionPercentage",
-        _NOT_DECIMAL.format("15%"),
+        _NOT_DECIMAL,
     ),
     # every record's id is required: missing or null, at any depth, breaks the contract
     (
@@ -230,13 +231,13 @@ BAD_VALUES: list[tuple[str, bytes, str, str]] = [
         "/expenses",
         expenses_page(setter("data", 0, "id", "EXP-2025-0001")),
         "data[0].id",
-        "the string 'EXP-2025-0001' is not a UUID",
+        "a string that is not a UUID",
     ),
     (
         _EXPENSE,
         sample("expense", setter("id", "3730bf79-913a-47af-a917")),
         "id",
-        "the string '3730bf79-913a-47af-a917' is not a UUID",
+        "a string that is not a UUID",
     ),
     (
         "/accounts",
@@ -248,20 +249,20 @@ BAD_VALUES: list[tuple[str, bytes, str, str]] = [
         "/expenses",
         expenses_page(setter("data", 0, "paidAt", "yesterday")),
         "data[0].paidAt",
-        "the string 'yesterday' is not an ISO 8601 date-time",
+        "a string that is not an ISO 8601 date-time",
     ),
     (
         "/expenses",
         expenses_page(setter("data", 0, "paidAt", "2024-03-01")),
         "data[0].paidAt",
-        "the string '2024-03-01' is a date without a time",
+        "a string that is a date without a time",
     ),
     *(
         (
             "/expenses",
             expenses_page(setter("data", 1, "amount", nan)),
             "data[1].amount",
-            _NOT_DECIMAL.format(nan),
+            _NOT_DECIMAL,
         )
         for nan in ("NaN", "nan", "Infinity", "-Infinity", "inf")
     ),
@@ -269,7 +270,7 @@ BAD_VALUES: list[tuple[str, bytes, str, str]] = [
         "/accounts/ACC-001",
         sample("account", setter("lastBalance", "NaN")),
         "lastBalance",
-        _NOT_DECIMAL.format("NaN"),
+        _NOT_DECIMAL,
     ),
     (
         "/expenses",
@@ -277,7 +278,7 @@ BAD_VALUES: list[tuple[str, bytes, str, str]] = [
         "data[0].amount",
         "a boolean is not a decimal number",
     ),
-    (_EXPENSE, sample("expense", setter("amount", "abc")), "amount", _NOT_DECIMAL.format("abc")),
+    (_EXPENSE, sample("expense", setter("amount", "abc")), "amount", _NOT_DECIMAL),
     (
         _EXPENSE,
         b'[{"id": "3730bf79-913a-47af-a917-9e028868b644"}]',

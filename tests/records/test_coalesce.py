@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -123,3 +125,32 @@ async def test_a_failed_fill_is_never_taken() -> None:
     with pytest.raises(ValueError, match="upstream failed"):
         await coalescer.run(("k", 1), "k", work)
     assert coalescer.done_reading("k", late) is None
+
+
+async def test_a_failure_is_freed_once_its_caller_is_done_with_it_without_the_collector() -> None:
+    # the worker's collector runs rarely (gateway.process.worker): a failed fill's
+    # exception, whose frames hold the upstream's body, must not wait for it
+    failures: list[weakref.ref[Exception]] = []
+
+    class Failure(Exception):
+        def __init__(self) -> None:
+            super().__init__("upstream body not JSON")
+            failures.append(weakref.ref(self))
+
+    async def work() -> str:
+        await asyncio.sleep(0)
+        raise Failure  # (no local holds it: a frame in its traceback would be a cycle)
+
+    coalescer: Coalescer[str] = Coalescer()
+    gc.disable()
+    try:
+        caught = 0
+        try:
+            await coalescer.run("k", "k", work)
+        except Failure:
+            caught += 1
+        await asyncio.sleep(0)
+        assert caught == 1
+        assert failures[0]() is None
+    finally:
+        gc.enable()

@@ -5,6 +5,7 @@ and a request without one gets a 503 with Retry-After at once."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import create_demo_app
+from gateway.errors import UpstreamContractError
 
 from ..conftest import AUTH, FakeClock, GatewayFactory, base_url
 
@@ -24,7 +26,8 @@ Client = TestClient[web.Request, web.Application]
 
 class FaultyUpstream:
     """The reference upstream behind a switch: ``mode`` "ok" serves, "hang" never
-    answers, "503" fails; ``calls`` lists every request that reached it."""
+    answers, "503" fails, "not-json" answers 200 with a body that is not JSON;
+    ``calls`` lists every request that reached it."""
 
     def __init__(self) -> None:
         self.mode = "ok"
@@ -44,6 +47,10 @@ class FaultyUpstream:
                 await asyncio.sleep(3600)
             if mode == "503":
                 return web.Response(status=503, text="down for maintenance")
+            if mode == "not-json":
+                return web.Response(
+                    text="<html>maintenance</html>", content_type="application/json"
+                )
             return await handler(request)
 
         app.middlewares.insert(0, fault)  # before the demo's own: every request counts
@@ -379,3 +386,30 @@ async def test_an_entry_within_stale_while_revalidate_says_the_circuit_is_open(
     assert headers["Cache-Status"] == ("records-gateway; hit; ttl=-5; detail=upstream-circuit-open")
     await asyncio.sleep(0.05)
     assert len(upstream.calls) == calls, "no background refresh while the circuit is open"
+
+
+async def test_a_broken_answer_while_a_stale_entry_waits_is_freed_without_the_collector(
+    faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory, clock: FakeClock
+) -> None:
+    # a request holding a stale entry waits for the fill or the circuit, whichever comes
+    # first; the fill's failure (its frames hold the upstream's body) is freed with the
+    # request, not when the worker's rarely running collector comes by
+    upstream, url = faulty
+    client = await gateway_factory(url, clock, cache=cache(), upstream={"breaker_failures": 2})
+    pages = await cached_pages(client, 1)
+    clock.advance(10)  # stale, within stale_if_error_s
+    upstream.mode = "not-json"
+    gc.collect()
+    gc.disable()
+    try:
+        status, headers, _ = await get(client, pages[0])
+        assert status == 502
+        assert headers["Content-Type"] == "application/problem+json"
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        held = [found for found in gc.garbage if isinstance(found, UpstreamContractError)]
+        assert held == []
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()

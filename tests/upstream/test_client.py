@@ -394,3 +394,73 @@ async def test_a_background_refresh_is_part_of_the_trace_of_the_request_that_sta
     assert forwarded(first)[0] != CALLER_TRACE
     assert forwarded(refresh)[0] == CALLER_TRACE
     assert forwarded(refresh)[1] != CALLER_SPAN
+
+
+ECHOED = "tok-secret-echoed-7f3a"
+
+
+def echoing_heads(token: bytes) -> dict[str, bytes]:
+    """Answers that quote the caller's Authorization back, by where they put it."""
+    bearer = b"Bearer " + token
+    page = b'{"data":[{"id":"%s","username":"u","role":"ADMIN"}],"total":1,"page":1,"limit":10}'
+    ok = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    return {
+        "long-header": ok + b"X-Echo: " + bearer + b"a" * 9000 + b"\r\nContent-Length: 2\r\n\r\n{}",
+        "set-cookie": ok
+        + b"Set-Cookie: s="
+        + bearer
+        + b"b" * 9000
+        + b"\r\nContent-Length: 2\r\n\r\n{}",
+        "status-code": b"HTTP/1.1 2x0 " + bearer + b"\r\nContent-Length: 2\r\n\r\n{}",
+        "reason": b"HTTP/1.1 503 " + bearer + b"\r\nContent-Length: 2\r\n\r\n{}",
+        "long-status": b"HTTP/1.1 200 " + bearer + b"c" * 9000 + b"\r\nContent-Length: 2\r\n\r\n{}",
+        "header-token": ok + b"X\x01Echo: " + bearer + b"\r\nContent-Length: 2\r\n\r\n{}",
+        "content-length": ok + b"Content-Length: " + bearer + b"\r\n\r\n{}",
+        "chunk-size": ok + b"Transfer-Encoding: chunked\r\n\r\n" + bearer + b"\r\n",
+        "not-json": ok + b"Content-Length: %d\r\n\r\n%s" % (len(bearer), bearer),
+        "invalid-json": ok + b'Content-Length: %d\r\n\r\n{"data": [%s' % (len(bearer) + 11, bearer),
+        "wrong-type": ok + b"Content-Length: %d\r\n\r\n%s" % (len(page % bearer), page % bearer),
+    }
+
+
+async def test_no_answer_readiness_log_or_metric_quotes_what_an_upstream_echoes(
+    gateway_factory: GatewayFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    answers = echoing_heads(ECHOED.encode())
+    order = list(answers)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        page = re.search(rb"page=([0-9]+)", head)
+        assert page is not None
+        writer.write(answers[order[int(page[1]) - 1]])
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        # every answer fails; the circuit stays closed so that each reaches the upstream
+        client = await gateway_factory(
+            f"http://127.0.0.1:{port}",
+            cache={"backend": "none"},
+            upstream={"breaker_failures": 100},
+        )
+        seen: list[str] = []
+        for number, case in enumerate(order, start=1):
+            response = await client.get(
+                f"/users?page={number}", headers={"Authorization": f"Bearer {ECHOED}"}
+            )
+            body = await response.text()
+            assert response.status in (502, 504), (case, body)
+            seen.append(body + repr(dict(response.headers)))
+            readiness = await client.get("/readyz")
+            seen.append(await readiness.text())
+        seen.append(await (await client.get("/metrics")).text())
+    finally:
+        server.close()
+        await server.wait_closed()
+    quoted = [text for text in seen if ECHOED in text]
+    assert quoted == []
+    logged = [record for record in caplog.records if ECHOED in repr(record.__dict__)]
+    assert logged == []
