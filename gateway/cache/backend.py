@@ -60,11 +60,6 @@ class CacheBackend(Protocol):
         """Store ``entry`` for ``lifetime_s`` seconds (its TTL plus the stale windows)."""
         ...
 
-    async def forget(self, key: CacheKey) -> None:
-        """Drop the entry under ``key`` (one caller's answer to one request), for every
-        instance: the upstream refused that caller or no longer has the record."""
-        ...
-
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         """The entry under ``key`` if this process holds it, it is within its TTL and
         no purge came after it; no I/O, no waiting. None says nothing: ``get`` decides."""

@@ -102,25 +102,6 @@ class GuardedCache:
         self._writes.add(self._monotonic(), False)
         return True
 
-    async def forget(self, key: CacheKey) -> bool:
-        """Drop ``key``'s entry; False when the cache could not be told (it then
-        expires with its lifetime). Counted among the writes."""
-        breaker = self.breaker
-        if not breaker.allow():
-            return False
-        try:
-            await self.backend.forget(key)
-        except CacheUnavailable as exc:
-            self._failed(self._writes, exc)
-            breaker.failed(str(exc))
-            return False
-        except asyncio.CancelledError:
-            breaker.abandoned()
-            raise
-        breaker.succeeded()
-        self._writes.add(self._monotonic(), False)
-        return True
-
     async def check(self) -> None:
         """The readiness check: one real read and one real write (``backend.probe``),
         never a PING; a failure raises CacheUnavailable. Its outcome counts among the

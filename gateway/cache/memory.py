@@ -99,9 +99,6 @@ class MemoryBackend(QuietBackend):
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         self.put(key.text, entry, lifetime_s, route=key.route)
 
-    async def forget(self, key: CacheKey) -> None:
-        self.drop(key.text)
-
     def peek(self, text: str) -> CacheEntry | None:
         """The entry under ``text`` unless expired from the store; marks it recently used."""
         return self._unpurged(text, None)
@@ -153,9 +150,6 @@ class NullBackend(QuietBackend):
         return Lookup(None, Generations())
 
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
-        return None
-
-    async def forget(self, key: CacheKey) -> None:
         return None
 
     async def purge(self, route: str | None) -> Purged:

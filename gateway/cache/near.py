@@ -139,10 +139,6 @@ class NearCache:
         if left > 0:
             self._store.put(key.text, entry, left, route=key.route)
 
-    def drop(self, key: CacheKey) -> None:
-        """Forget this process's copy of ``key``'s entry."""
-        self._store.drop(key.text)
-
     def invalidate(self, route: str | None) -> None:
         self.epoch += 1
         if route is None:
@@ -212,13 +208,6 @@ class TieredBackend:
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         await self._far.set(key, entry, lifetime_s)
         self.near.put(key, entry)
-
-    async def forget(self, key: CacheKey) -> None:
-        """Dropped here first, so that this process never serves it again even when
-        Redis fails to delete it. Another instance holds a copy only while it is fresh
-        (the near cache keeps nothing stale), and keeps it no longer than that."""
-        self.near.drop(key)
-        await self._far.forget(key)
 
     async def purge(self, route: str | None) -> Purged:
         """The new generation in Redis, then every subscribed process told and waited

@@ -198,9 +198,6 @@ class RedisBackend(QuietBackend):
         milliseconds = max(1, int(lifetime_s * 1000))
         await self._call("SET", lambda: self._client.set(key.text, entry.encode(), px=milliseconds))
 
-    async def forget(self, key: CacheKey) -> None:
-        await self._call("DEL", lambda: self._client.delete(key.text))
-
     async def purge(self, route: str | None) -> Purged:
         """A new random generation: every entry stored before is a miss from now on.
         Generations have no expiry (a handful of small keys per namespace and

@@ -9,10 +9,7 @@ turns the :class:`Reply`, or the GatewayError it raises, into a response.
 Freshness: an entry is fresh for its route's TTL. Within ``stale_while_revalidate_s``
 after that it is served at once while one background refresh runs; within
 ``stale_if_error_s`` it is served instead of an upstream failure (5xx, timeout,
-unreachable). An upstream that refuses the caller (401, 403) or no longer has the
-record (404), in a refresh of any kind, is no failure: the caller's entry of the key is
-dropped and the refusal is the answer. Misses for one key in one process make one
-upstream call.
+unreachable). Misses for one key in one process make one upstream call.
 
 While the upstream's circuit is open (``UpstreamClient.available`` is false), nothing
 waits for it: an entry within ``stale_if_error_s`` is served at once, and a request
@@ -73,12 +70,6 @@ CACHE_NAME = "records-gateway"
 # the Cache-Status detail of an answer given without calling the upstream because
 # its circuit is open
 CIRCUIT_OPEN = "upstream-circuit-open"
-
-# Upstream answers that drop the caller's entry of the key instead of leaving it to be
-# served stale: a refusal of this caller (401, 403) or a record that is gone (404).
-# Stale answers stand in for an upstream that fails (5xx, timeouts, refused
-# connections, an open circuit), never for one that answers no.
-REFUSALS = frozenset({401, 403, 404})
 
 HIT = "HIT"
 MISS = "MISS"
@@ -547,11 +538,8 @@ class RecordPipeline:
             except UpstreamCircuitOpen:
                 raise  # another call became the trial first: nothing new to say
             except UpstreamError as exc:
-                refused = isinstance(exc, UpstreamRejected) and exc.upstream_status in REFUSALS
                 log.info(
-                    "background refresh refused; the caller's entry is dropped"
-                    if refused
-                    else "background refresh failed; the stale entry stays",
+                    "background refresh failed; the stale entry stays",
                     extra={"route": job.query.route.template, "error": exc.detail},
                 )
                 raise
@@ -637,13 +625,12 @@ class RecordPipeline:
         try:
             fetched = await ask()
         except UpstreamRejected as exc:
-            cache = self._cache
             if (
                 exc.upstream_status == 404
                 and not query.route.is_list
                 and self.policy.negative_ttl_s > 0
                 and generations is not None
-                and cache is not None
+                and self._cache is not None
             ):
                 negative = CacheEntry(
                     body=exc.detail.encode(),
@@ -653,12 +640,7 @@ class RecordPipeline:
                     status=404,
                     generations=generations,
                 )
-                if not await cache.set(key, negative, self.policy.negative_ttl_s):
-                    await cache.forget(key)
-            elif exc.upstream_status in REFUSALS and cache is not None:
-                # the caller may no longer see this (a revoked token) or it is gone: its
-                # entry is not served again, stale or not
-                await cache.forget(key)
+                await self._cache.set(key, negative, self.policy.negative_ttl_s)
             self._offer(job, exc.upstream_status or 0, None, ask)
             raise
         started = time.perf_counter()

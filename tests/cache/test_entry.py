@@ -231,17 +231,6 @@ async def test_backend_get_set(backend: CacheBackend) -> None:
     assert (await backend.get(k("users", "b"))).entry is None
 
 
-async def test_backend_forgets_one_key_only(backend: CacheBackend) -> None:
-    generations = (await backend.get(k("users", "a"))).generations
-    stored = entry(b'{"users":[]}', generations=generations)
-    await backend.set(k("users", "a"), stored, 60)
-    await backend.set(k("users", "b"), stored, 60)
-    await backend.forget(k("users", "a"))
-    assert (await backend.get(k("users", "a"))).entry is None
-    assert (await backend.get(k("users", "b"))).entry == stored
-    await backend.forget(k("users", "never-stored"))
-
-
 async def test_backend_keeps_a_gzip_entry_as_it_was_stored(backend: CacheBackend) -> None:
     lookup = await backend.get(k("users", "z"))
     stored = gzip_entry(generations=lookup.generations)
