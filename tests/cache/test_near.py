@@ -15,7 +15,17 @@ from gateway.config.live import ConfigSource
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.admin import LIVE
 
-from ..conftest import AUTH, GatewayFactory, base_url, near_of, redis_cache, until
+from ..conftest import (
+    AUTH,
+    KEPT,
+    REVOKED,
+    Gatekeeper,
+    GatewayFactory,
+    base_url,
+    near_of,
+    redis_cache,
+    until,
+)
 from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
@@ -180,3 +190,36 @@ async def test_a_connection_repeating_one_request_sees_a_purge_made_on_another_i
     writer.close()
     await writer.wait_closed()
     assert [r.path for r in upstream_log.entries] == ["/users", "/users"]
+
+
+async def test_a_refused_callers_entry_leaves_redis_and_every_near_cache(
+    gateway_factory: GatewayFactory, aiohttp_server: Any, redis_url: str
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    first = await gateway_on(gateway_factory, server, redis_url)
+    second = await gateway_on(gateway_factory, server, redis_url)
+
+    async def read(client: Client, token: str, **headers: str) -> tuple[int, str]:
+        response = await client.get(
+            "/users", headers={"Authorization": f"Bearer {token}", **headers}
+        )
+        await response.read()
+        return response.status, response.headers.get("X-Cache", "")
+
+    for token in (KEPT, REVOKED):
+        assert await read(second, token) == (200, "MISS")
+        assert await read(first, token) == (200, "HIT")
+    assert len(near_of(second)) == 2
+
+    # the upstream refuses a token whose answer every instance holds fresh
+    gatekeeper.verdicts[REVOKED] = 401
+    assert (await read(first, REVOKED, **{"Cache-Control": "no-cache"}))[0] == 401
+    store = redis.Redis.from_url(redis_url)
+    entries = [key async for key in store.scan_iter("*:e:*")]
+    await store.aclose()
+    assert len(entries) == 1  # the other token's
+    await until(lambda: len(near_of(second)) == 1, within_s=5)
+    assert await read(second, KEPT) == (200, "HIT")
+    assert (await read(second, REVOKED))[0] == 401
+    assert gatekeeper.count(REVOKED) == 3  # the fill, the no-cache fetch, second's miss

@@ -21,7 +21,10 @@ from gateway.ops.circuit import CircuitState
 
 from ..conftest import (
     AUTH,
+    KEPT,
+    REVOKED,
     FakeClock,
+    Gatekeeper,
     GatewayFactory,
     base_url,
     redis_cache,
@@ -601,60 +604,6 @@ async def test_a_request_whose_cache_read_failed_joins_the_fill_in_flight(
 # A caller the upstream refuses is refused (README, "Caching"): a 401 or 403 for a
 # token drops that token's entry for the key, a 404 drops it as gone; stale answers are
 # for outages only (5xx, timeouts, refused connections, an open circuit).
-
-KEPT = "kept-token-secret"
-REVOKED = "revoked-token-secret"
-ACCOUNT = {
-    "id": "ACC-001",
-    "name": "Cuenta Corriente Principal",
-    "accountNumber": "0071234567",
-    "description": "Operating account",
-    "type": "BANK",
-    "bankCode": "007",
-    "liquidityThreshold": "5000.00",
-    "lastBalance": "182345.6700",
-}
-
-
-class Gatekeeper:
-    """An upstream whose answer to each token a test decides: ``verdicts`` maps a token
-    to the status it gets (401, 403, 404, 503, or "slow" for no answer in time);
-    every other token gets its record. ``calls`` is (token, path) of every request."""
-
-    def __init__(self) -> None:
-        self.verdicts: dict[str, int | str] = {}
-        self.calls: list[tuple[str, str]] = []
-        self.app = web.Application()
-        self.app.router.add_get("/users", self._users)
-        self.app.router.add_get("/accounts/{id}", self._account)
-
-    def count(self, token: str) -> int:
-        return sum(1 for caller, _ in self.calls if caller == token)
-
-    async def _verdict(self, request: web.Request) -> web.Response | None:
-        token = request.headers["Authorization"].removeprefix("Bearer ")
-        self.calls.append((token, request.path))
-        verdict = self.verdicts.get(token)
-        if verdict == "slow":
-            await asyncio.sleep(5)
-        elif verdict is not None:
-            assert isinstance(verdict, int)
-            return web.json_response({"message": "no"}, status=verdict)
-        return None
-
-    async def _users(self, request: web.Request) -> web.Response:
-        refused = await self._verdict(request)
-        if refused is not None:
-            return refused
-        token = request.headers["Authorization"].removeprefix("Bearer ")
-        user = {"id": "00000000-0000-4000-8000-000000000001", "username": token[:4], "role": "ADMIN"}
-        return web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
-
-    async def _account(self, request: web.Request) -> web.Response:
-        refused = await self._verdict(request)
-        if refused is not None:
-            return refused
-        return web.json_response({**ACCOUNT, "id": request.match_info["id"]})
 
 
 def as_caller(token: str) -> dict[str, str]:
