@@ -17,7 +17,9 @@ Consistency it promises (docs/near-cache.md):
   dropped, nothing heard for 0.75 s) the near cache is not used at all and is
   emptied, so that an instance that cannot be told stops serving copies within 1 s;
   it is used again once the subscription is back;
-- a near entry is never served past the freshness of the Redis entry it copies.
+- a near entry is never served past the freshness of the Redis entry it copies;
+- an entry removed for a caller the upstream refused (``TieredBackend.remove``) is
+  dropped by every process when its one-key message arrives (not waited for).
 """
 
 from __future__ import annotations

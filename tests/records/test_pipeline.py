@@ -674,7 +674,7 @@ async def test_a_refusal_seen_by_a_background_refresh_is_the_next_answer(
 
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])
-@pytest.mark.parametrize("refusal", [401, 403])
+@pytest.mark.parametrize("refusal", [401, 403, 404])
 async def test_a_refusal_in_the_stale_if_error_window_is_answered_and_drops_the_entry(
     gateway_factory: GatewayFactory,
     aiohttp_server: AiohttpServer,
@@ -772,3 +772,79 @@ async def test_an_outage_seen_by_a_background_refresh_keeps_the_stale_answer(
     status, headers = await read_as(client, KEPT, "/users")
     assert (status, headers["X-Cache"]) == (200, "STALE")
     assert headers["Cache-Status"].startswith("records-gateway; fwd=stale")
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_rate_limit_leaves_the_entry_and_is_answered_past_the_revalidate_window(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    client = await gateway_factory(
+        base_url(server), clock=clock, cache=refusing_cache(backend, redis_url)
+    )
+    assert (await read_as(client, KEPT, "/users"))[0] == 200
+    clock.advance(3)
+    gatekeeper.verdicts[KEPT] = 429
+
+    assert (await read_as(client, KEPT, "/users"))[1]["X-Cache"] == "STALE"
+    await refreshes_done(client)
+    assert (await read_as(client, KEPT, "/users"))[1]["X-Cache"] == "STALE"  # kept
+    await refreshes_done(client)
+    clock.advance(30)  # a 429 is no outage: answered, not served stale
+    assert (await read_as(client, KEPT, "/users"))[0] == 429
+    gatekeeper.verdicts[KEPT] = 503  # and the entry is still there for an outage
+    status, headers = await read_as(client, KEPT, "/users")
+    assert (status, headers["Cache-Status"]) == (200, "records-gateway; fwd=stale; fwd-status=503")
+    assert gatekeeper.count(KEPT) == 5
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("directive", ["no-cache", "no-store"])
+async def test_a_refusal_of_a_fetch_past_a_fresh_entry_removes_it(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+    directive: str,
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    client = await gateway_factory(
+        base_url(server), clock=clock, cache=refusing_cache(backend, redis_url)
+    )
+    for token in (KEPT, REVOKED):
+        assert (await read_as(client, token, "/users"))[0] == 200
+    gatekeeper.verdicts[REVOKED] = 401
+    assert (await read_as(client, REVOKED, "/users", **{"Cache-Control": directive}))[0] == 401
+    assert (await read_as(client, REVOKED, "/users"))[0] == 401  # no fresh HIT left
+    assert gatekeeper.count(REVOKED) == 3
+    assert (await read_as(client, KEPT, "/users"))[1]["X-Cache"] == "HIT"
+
+
+async def test_with_the_memory_backend_each_worker_removes_its_own_entry_on_its_refusal(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    clock: FakeClock,
+) -> None:
+    """Two gateways with memory backends of their own, as two worker processes are."""
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    workers = [
+        await gateway_factory(base_url(server), clock=clock, cache=refusing_cache("memory", ""))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        assert (await read_as(worker, REVOKED, "/users"))[0] == 200
+    clock.advance(3)
+    gatekeeper.verdicts[REVOKED] = 401
+    for worker in workers:
+        assert (await read_as(worker, REVOKED, "/users"))[1]["X-Cache"] == "STALE"
+        await refreshes_done(worker)
+        assert (await read_as(worker, REVOKED, "/users"))[0] == 401
+    assert gatekeeper.count(REVOKED) == 6
