@@ -11,6 +11,13 @@ import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.cache.entry import CacheKey
+from gateway.cache.near import (
+    invalidation_message,
+    parse_invalidation,
+    parse_removal,
+    removal_message,
+)
 from gateway.config.live import ConfigSource
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.admin import LIVE
@@ -223,3 +230,13 @@ async def test_a_refused_callers_entry_leaves_redis_and_every_near_cache(
     assert await read(second, KEPT) == (200, "HIT")
     assert (await read(second, REVOKED))[0] == 401
     assert gatekeeper.count(REVOKED) == 3  # the fill, the no-cache fetch, second's miss
+
+
+def test_a_one_key_message_names_its_key_and_no_route() -> None:
+    key = CacheKey("users", "rg:abc:e:users||page=1&limit=10|0123abcd")
+    message = removal_message(key)
+    assert parse_removal(message) == key
+    assert parse_removal(invalidation_message("users")) is None
+    assert parse_removal(invalidation_message(None, "p1")) is None
+    # a gateway that knows only purges reads it as a route no entry has
+    assert parse_invalidation(message)[1] not in {None, "users"}
