@@ -238,6 +238,10 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+# the tokens of a Gatekeeper's tests: one it goes on accepting, one it comes to refuse
+KEPT = "kept-token-secret"
+REVOKED = "revoked-token-secret"
+
 # Every token the tests send. No log line of the whole run may contain one.
 TOKENS_SENT = (
     TOKEN,
@@ -248,6 +252,8 @@ TOKENS_SENT = (
     "token-3-secret",
     "test-key-secret-0123456789",
     "admin-token-0123456789abcdef",
+    KEPT,
+    REVOKED,
 )
 
 
@@ -290,6 +296,63 @@ def token_upstream(tokens: list[str]) -> web.Application:
     app = web.Application()
     app.router.add_get("/users", users)
     return app
+
+
+ACCOUNT = {
+    "id": "ACC-001",
+    "name": "Cuenta Corriente Principal",
+    "accountNumber": "0071234567",
+    "description": "Operating account",
+    "type": "BANK",
+    "bankCode": "007",
+    "liquidityThreshold": "5000.00",
+    "lastBalance": "182345.6700",
+}
+
+
+class Gatekeeper:
+    """An upstream whose answer to each token a test decides: ``verdicts`` maps a token
+    to the status it gets (401, 403, 404, 503, or "slow" for no answer in time);
+    every other token gets its record. ``calls`` is (token, path) of every request."""
+
+    def __init__(self) -> None:
+        self.verdicts: dict[str, int | str] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.app = web.Application()
+        self.app.router.add_get("/users", self._users)
+        self.app.router.add_get("/accounts/{id}", self._account)
+
+    def count(self, token: str) -> int:
+        return sum(1 for caller, _ in self.calls if caller == token)
+
+    async def _verdict(self, request: web.Request) -> web.Response | None:
+        token = request.headers["Authorization"].removeprefix("Bearer ")
+        self.calls.append((token, request.path))
+        verdict = self.verdicts.get(token)
+        if verdict == "slow":
+            await asyncio.sleep(5)
+        elif verdict is not None:
+            assert isinstance(verdict, int)
+            return web.json_response({"message": "no"}, status=verdict)
+        return None
+
+    async def _users(self, request: web.Request) -> web.Response:
+        refused = await self._verdict(request)
+        if refused is not None:
+            return refused
+        token = request.headers["Authorization"].removeprefix("Bearer ")
+        user = {
+            "id": "00000000-0000-4000-8000-000000000001",
+            "username": token[:4],
+            "role": "ADMIN",
+        }
+        return web.json_response({"data": [user], "total": 1, "page": 1, "limit": 10})
+
+    async def _account(self, request: web.Request) -> web.Response:
+        refused = await self._verdict(request)
+        if refused is not None:
+            return refused
+        return web.json_response({**ACCOUNT, "id": request.match_info["id"]})
 
 
 def fleet_of(client: TestClient[web.Request, web.Application]) -> Fleet:

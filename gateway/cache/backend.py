@@ -69,6 +69,12 @@ class CacheBackend(Protocol):
         """Make every entry (of one route, or all) a miss, for every instance."""
         ...
 
+    async def remove(self, key: CacheKey) -> bool:
+        """Remove the entry under ``key``, fresh or stale, for every instance that
+        shares this backend (copies other instances keep in process included); True
+        when there was one."""
+        ...
+
     async def take_lease(self, key: CacheKey, milliseconds: int) -> bytes | None:
         """Take the fill lease of ``key`` for ``milliseconds``: its token when taken
         (the caller fetches and stores the entry), None when another instance holds

@@ -102,6 +102,12 @@ class GuardedCache:
         self._writes.add(self._monotonic(), False)
         return True
 
+    async def remove(self, key: CacheKey) -> bool:
+        """Remove the entry under ``key`` for every instance (CacheBackend.remove);
+        False when there was none or the cache cannot be used now (then no request
+        reads it either until the circuit closes). Counted as a write."""
+        return await self._guarded(self._writes, lambda: self.backend.remove(key), False)
+
     async def check(self) -> None:
         """The readiness check: one real read and one real write (``backend.probe``),
         never a PING; a failure raises CacheUnavailable. Its outcome counts among the

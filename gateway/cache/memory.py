@@ -114,10 +114,16 @@ class MemoryBackend(QuietBackend):
         while self._bytes > self._max_bytes:
             self.drop(next(iter(self._slots)))
 
-    def drop(self, text: str) -> None:
+    async def remove(self, key: CacheKey) -> bool:
+        return self.drop(key.text)
+
+    def drop(self, text: str) -> bool:
+        """Drop the entry under ``text``; True when there was one."""
         slot = self._slots.pop(text, None)
-        if slot is not None:
-            self._bytes -= slot.size
+        if slot is None:
+            return False
+        self._bytes -= slot.size
+        return True
 
     def drop_route(self, route: str) -> None:
         """Drop every entry of ``route`` (a scan: for purges, never on the request path)."""
@@ -154,6 +160,9 @@ class NullBackend(QuietBackend):
 
     async def purge(self, route: str | None) -> Purged:
         return Purged()
+
+    async def remove(self, key: CacheKey) -> bool:
+        return False
 
     async def close(self) -> None:
         return None

@@ -17,7 +17,9 @@ Consistency it promises (docs/near-cache.md):
   dropped, nothing heard for 0.75 s) the near cache is not used at all and is
   emptied, so that an instance that cannot be told stops serving copies within 1 s;
   it is used again once the subscription is back;
-- a near entry is never served past the freshness of the Redis entry it copies.
+- a near entry is never served past the freshness of the Redis entry it copies;
+- an entry removed for a caller the upstream refused (``TieredBackend.remove``) is
+  dropped by every process when its one-key message arrives (not waited for).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ log = logging.getLogger("gateway.cache")
 INVALIDATION_CHANNEL = "invalidate"
 ACK_CHANNEL = "invalidated"
 _EVERYTHING = b"*"
+_ONE_KEY = b"="  # what begins the target of a message that names one key
 _PING_EVERY_S = 0.25
 _SILENCE_LIMIT_S = 0.75
 _RETRY_S = 0.25
@@ -68,6 +71,23 @@ def ack_channel(prefix: str) -> str:
 def invalidation_message(route: str | None, purge_id: str = "") -> bytes:
     """``<purge id> <route or *>``; the id names the confirmations to send back."""
     return f"{purge_id or '-'} ".encode() + (_EVERYTHING if route is None else route.encode())
+
+
+def removal_message(key: CacheKey) -> bytes:
+    """``- =<route> <key>``: drop the copies of one key (no confirmation asked). A
+    gateway that does not know this form reads it as a route that matches nothing."""
+    return b"- " + _ONE_KEY + key.route.encode() + b" " + key.text.encode()
+
+
+def parse_removal(data: bytes) -> CacheKey | None:
+    """The key a :func:`removal_message` names; None for any other message."""
+    _, _, target = data.partition(b" ")
+    if not target.startswith(_ONE_KEY):
+        return None
+    route, _, text = target[len(_ONE_KEY) :].partition(b" ")
+    if not route or not text:
+        return None
+    return CacheKey(route.decode("utf-8", "replace"), text.decode("utf-8", "replace"))
 
 
 def parse_invalidation(data: bytes) -> tuple[str, str | None]:
@@ -147,6 +167,14 @@ class NearCache:
         else:
             self._store.drop_route(route)
             self._known.pop(route, None)
+
+    def remove(self, key: CacheKey) -> None:
+        """Drop the copy of ``key``. Until Redis is read again for its route, no copy
+        of that route is kept: a read that overlapped the removal may carry the
+        removed entry."""
+        self.epoch += 1
+        self._known.pop(key.route, None)
+        self._store.drop(key.text)
 
     def set_live(self, live: bool) -> None:
         if live != self.live:
@@ -229,6 +257,18 @@ class TieredBackend:
             # the new generation is in Redis; the instances were not told
             self._in_background(self._retry_purge(route, purged=True))
             raise
+
+    async def remove(self, key: CacheKey) -> bool:
+        """Drop this process's copy, DEL the entry in Redis, and when there was one
+        there, tell every instance to drop its copy (not waited for: a copy that the
+        message does not reach ends with its freshness, or with the channel)."""
+        self.near.remove(key)
+        removed = await self._far.remove(key)
+        if removed:
+            with contextlib.suppress(*REDIS_ERRORS, TimeoutError):
+                async with asyncio.timeout(CONFIRM_WAIT_S):
+                    await self._topology.publish(self._channel, removal_message(key))
+        return removed
 
     async def announce(self, route: str | None) -> None:
         """Tell every instance to drop its near entries of ``route`` (None: all)."""
@@ -344,6 +384,10 @@ class TieredBackend:
             confirmations = self._pending.get(data.decode("ascii", "replace"))
             if confirmations is not None:
                 confirmations.add()
+            return
+        removed = parse_removal(data)
+        if removed is not None:
+            self.near.remove(removed)
             return
         purge_id, route = parse_invalidation(data)
         self.near.invalidate(route)

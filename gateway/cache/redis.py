@@ -7,8 +7,9 @@ primary; on a cluster, where the entries and the generations live in different s
 the entries by slot and one MGET of the generations, sent at once (one round trip of
 latency). Under load, a read thus costs a share of one command instead of a command
 of its own. A store is one SET with an expiry; a purge is one SET of a new random
-generation; a fill lease is one SET NX PX. Every Redis failure or timeout becomes
-CacheUnavailable, which the pipeline treats as a miss.
+generation; a fill lease is one SET NX PX; removing one entry (a caller the upstream
+refused) is one DEL. Every Redis failure or timeout becomes CacheUnavailable, which the
+pipeline treats as a miss.
 """
 
 from __future__ import annotations
@@ -206,6 +207,10 @@ class RedisBackend(QuietBackend):
             "SET", lambda: self._client.set(generation_key(self._prefix, route), new_generation())
         )
         return Purged()
+
+    async def remove(self, key: CacheKey) -> bool:
+        """One DEL of the entry: no instance reads it from Redis after this."""
+        return bool(await self._call("DEL", lambda: self._client.delete(key.text)))
 
     async def take_lease(self, key: CacheKey, milliseconds: int) -> bytes | None:
         token = secrets.token_hex(8).encode()

@@ -11,6 +11,12 @@ after that it is served at once while one background refresh runs; within
 ``stale_if_error_s`` it is served instead of an upstream failure (5xx, timeout,
 unreachable). Misses for one key in one process make one upstream call.
 
+Refusals: an upstream 401 or 403 to any fetch of a key (a miss, a background refresh,
+a fetch for ``no-cache`` or ``no-store``) removes that key's entry, which is one
+token's, for every instance; a 404 removes it too, or replaces it with a negative
+entry. The next request of that token for that key is the upstream's to answer: no
+stale answer outlives a refusal. Stale answers are for outages only.
+
 While the upstream's circuit is open (``UpstreamClient.available`` is false), nothing
 waits for it: an entry within ``stale_if_error_s`` is served at once, and a request
 without one fails at once (UpstreamCircuitOpen, a 503). When the circuit's trial is
@@ -70,6 +76,10 @@ CACHE_NAME = "records-gateway"
 # the Cache-Status detail of an answer given without calling the upstream because
 # its circuit is open
 CIRCUIT_OPEN = "upstream-circuit-open"
+
+# the upstream's refusals after which a key's entry is not served again: the token is
+# refused (401, 403) or the record is gone (404)
+_DROPPED_ON = frozenset({401, 403, 404})
 
 HIT = "HIT"
 MISS = "MISS"
@@ -538,10 +548,11 @@ class RecordPipeline:
             except UpstreamCircuitOpen:
                 raise  # another call became the trial first: nothing new to say
             except UpstreamError as exc:
-                log.info(
-                    "background refresh failed; the stale entry stays",
-                    extra={"route": job.query.route.template, "error": exc.detail},
-                )
+                if exc.upstream_status not in _DROPPED_ON:
+                    log.info(
+                        "background refresh failed; the stale entry stays",
+                        extra={"route": job.query.route.template, "error": exc.detail},
+                    )
                 raise
 
         self._inflight.start(_Flight(job.key.text, generations), job.key.text, refresh)
@@ -625,22 +636,7 @@ class RecordPipeline:
         try:
             fetched = await ask()
         except UpstreamRejected as exc:
-            if (
-                exc.upstream_status == 404
-                and not query.route.is_list
-                and self.policy.negative_ttl_s > 0
-                and generations is not None
-                and self._cache is not None
-            ):
-                negative = CacheEntry(
-                    body=exc.detail.encode(),
-                    etag="",
-                    stored_at=self._clock(),
-                    ttl_s=self.policy.negative_ttl_s,
-                    status=404,
-                    generations=generations,
-                )
-                await self._cache.set(key, negative, self.policy.negative_ttl_s)
+            await self._refused(job, exc, generations)
             self._offer(job, exc.upstream_status or 0, None, ask)
             raise
         started = time.perf_counter()
@@ -668,6 +664,41 @@ class RecordPipeline:
         # once stored: a comparison is not begun before what its caller waits for is done
         self._offer(job, fetched.status, fetched.body, ask, published=body)
         return _Fetched(entry, stored, plain=body)
+
+    async def _refused(
+        self, job: _Read, exc: UpstreamRejected, generations: Generations | None
+    ) -> None:
+        """What the cache keeps of ``job``'s key once the upstream refused its caller:
+        after a 401 or 403, nothing (the token's entry is removed for every instance,
+        so that no stale answer outlives the refusal); after a 404, nothing, or the
+        negative entry (``cache.negative_ttl_s``) of a single record. A 429 says
+        nothing about the entry, which stays."""
+        cache = self._cache
+        status = exc.upstream_status
+        if cache is None or job.ttl == 0 or status not in _DROPPED_ON:
+            return
+        negative_ttl_s = self.policy.negative_ttl_s
+        if (
+            status == 404
+            and not job.query.route.is_list
+            and negative_ttl_s > 0
+            and generations is not None
+        ):
+            negative = CacheEntry(
+                body=exc.detail.encode(),
+                etag="",
+                stored_at=self._clock(),
+                ttl_s=negative_ttl_s,
+                status=404,
+                generations=generations,
+            )
+            if await cache.set(job.key, negative, negative_ttl_s):
+                return
+        if await cache.remove(job.key):
+            log.info(
+                "the upstream refused a cached answer's caller; the entry is removed",
+                extra={"route": job.query.route.template, "upstream_status": status},
+            )
 
     def _offer(
         self,

@@ -11,11 +11,28 @@ import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.cache.entry import CacheKey
+from gateway.cache.near import (
+    invalidation_message,
+    parse_invalidation,
+    parse_removal,
+    removal_message,
+)
 from gateway.config.live import ConfigSource
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.admin import LIVE
 
-from ..conftest import AUTH, GatewayFactory, base_url, near_of, redis_cache, until
+from ..conftest import (
+    AUTH,
+    KEPT,
+    REVOKED,
+    Gatekeeper,
+    GatewayFactory,
+    base_url,
+    near_of,
+    redis_cache,
+    until,
+)
 from ..redis_server import RedisServer
 
 Client = TestClient[web.Request, web.Application]
@@ -180,3 +197,46 @@ async def test_a_connection_repeating_one_request_sees_a_purge_made_on_another_i
     writer.close()
     await writer.wait_closed()
     assert [r.path for r in upstream_log.entries] == ["/users", "/users"]
+
+
+async def test_a_refused_callers_entry_leaves_redis_and_every_near_cache(
+    gateway_factory: GatewayFactory, aiohttp_server: Any, redis_url: str
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    first = await gateway_on(gateway_factory, server, redis_url)
+    second = await gateway_on(gateway_factory, server, redis_url)
+
+    async def read(client: Client, token: str, **headers: str) -> tuple[int, str]:
+        response = await client.get(
+            "/users", headers={"Authorization": f"Bearer {token}", **headers}
+        )
+        await response.read()
+        return response.status, response.headers.get("X-Cache", "")
+
+    for token in (KEPT, REVOKED):
+        assert await read(second, token) == (200, "MISS")
+        assert await read(first, token) == (200, "HIT")
+    assert len(near_of(second)) == 2
+
+    # the upstream refuses a token whose answer every instance holds fresh
+    gatekeeper.verdicts[REVOKED] = 401
+    assert (await read(first, REVOKED, **{"Cache-Control": "no-cache"}))[0] == 401
+    store = redis.Redis.from_url(redis_url)
+    entries = [key async for key in store.scan_iter("*:e:*")]
+    await store.aclose()
+    assert len(entries) == 1  # the other token's
+    await until(lambda: len(near_of(second)) == 1, within_s=5)
+    assert await read(second, KEPT) == (200, "HIT")
+    assert (await read(second, REVOKED))[0] == 401
+    assert gatekeeper.count(REVOKED) == 3  # the fill, the no-cache fetch, second's miss
+
+
+def test_a_one_key_message_names_its_key_and_no_route() -> None:
+    key = CacheKey("users", "rg:abc:e:users||page=1&limit=10|0123abcd")
+    message = removal_message(key)
+    assert parse_removal(message) == key
+    assert parse_removal(invalidation_message("users")) is None
+    assert parse_removal(invalidation_message(None, "p1")) is None
+    # a gateway that knows only purges reads it as a route no entry has
+    assert parse_invalidation(message)[1] not in {None, "users"}

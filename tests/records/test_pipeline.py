@@ -21,7 +21,10 @@ from gateway.ops.circuit import CircuitState
 
 from ..conftest import (
     AUTH,
+    KEPT,
+    REVOKED,
     FakeClock,
+    Gatekeeper,
     GatewayFactory,
     base_url,
     redis_cache,
@@ -596,3 +599,252 @@ async def test_a_request_whose_cache_read_failed_joins_the_fill_in_flight(
     assert headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"
     assert (await first)[1] == body
     assert len(slow.app[REQUEST_LOG]) == 1
+
+
+# A caller the upstream refuses is refused (README, "Caching"): a 401 or 403 for a
+# token drops that token's entry for the key, a 404 drops it as gone; stale answers are
+# for outages only (5xx, timeouts, refused connections, an open circuit).
+
+
+def as_caller(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def read_as(client: Client, token: str, path: str, **headers: str) -> tuple[int, Any]:
+    response = await client.get(path, headers={**as_caller(token), **headers})
+    await response.read()
+    return response.status, response.headers
+
+
+def refusing_cache(backend: str, redis_url: str, **extra: Any) -> dict[str, Any]:
+    """Short TTLs and the default stale windows, on ``backend``."""
+    windows = {"ttl_s": {"users": 2, "account": 2}, "stale_while_revalidate_s": 30, **extra}
+    if backend == "redis":
+        return redis_cache(redis_url, **windows)
+    return {"backend": "memory", **windows}
+
+
+async def refreshes_done(client: Client) -> None:
+    pipeline = client.app[UPSTREAMS].current.pipeline
+    await until(lambda: not pipeline.in_flight)
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("refusal", [401, 403])
+async def test_a_refusal_seen_by_a_background_refresh_is_the_next_answer(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+    refusal: int,
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    client = await gateway_factory(
+        base_url(server),
+        clock=clock,
+        cache=refusing_cache(backend, redis_url),
+        # one failure would open the circuit: a refusal must not count as one
+        upstream={"breaker_failures": 1},
+    )
+    for token in (KEPT, REVOKED):
+        assert (await read_as(client, token, "/users"))[0] == 200
+    clock.advance(3)  # past the TTL, inside stale_while_revalidate_s
+    gatekeeper.verdicts[REVOKED] = refusal
+
+    status, headers = await read_as(client, REVOKED, "/users")
+    assert (status, headers["X-Cache"]) == (200, "STALE")  # answered before the refresh
+    await refreshes_done(client)
+    assert gatekeeper.count(REVOKED) == 2  # the fill and the refused refresh
+
+    for _ in range(3):
+        status, headers = await read_as(client, REVOKED, "/users")
+        assert status == refusal
+        assert headers["Content-Type"] == "application/problem+json"
+    assert gatekeeper.count(REVOKED) == 5  # each asked the upstream: nothing cached
+
+    # the other caller's entry is untouched, and the circuit stayed closed
+    status, headers = await read_as(client, KEPT, "/users")
+    assert (status, headers["X-Cache"]) == (200, "STALE")
+    assert headers["Cache-Status"] == "records-gateway; hit; ttl=-1"
+    await refreshes_done(client)
+    assert (await read_as(client, KEPT, "/users"))[1]["X-Cache"] == "HIT"
+    assert gatekeeper.count(KEPT) == 2
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("refusal", [401, 403, 404])
+async def test_a_refusal_in_the_stale_if_error_window_is_answered_and_drops_the_entry(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+    refusal: int,
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    client = await gateway_factory(
+        base_url(server), clock=clock, cache=refusing_cache(backend, redis_url)
+    )
+    for token in (KEPT, REVOKED):
+        assert (await read_as(client, token, "/users"))[0] == 200
+    clock.advance(2 + 31)  # past the TTL and stale_while_revalidate_s
+    gatekeeper.verdicts[REVOKED] = refusal
+
+    # concurrent callers of the refused token share one upstream call and its refusal
+    replies = await asyncio.gather(*(read_as(client, REVOKED, "/users") for _ in range(10)))
+    assert {status for status, _ in replies} == {refusal}
+    assert gatekeeper.count(REVOKED) == 2
+
+    # once the upstream is down, the refused token has no stale answer left; the other has
+    gatekeeper.verdicts = {REVOKED: 503, KEPT: 503}
+    status, _ = await read_as(client, REVOKED, "/users")
+    assert status == 502
+    status, headers = await read_as(client, KEPT, "/users")
+    assert (status, headers["Cache-Status"]) == (200, "records-gateway; fwd=stale; fwd-status=503")
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("negative_ttl_s", [0, 60])
+async def test_a_record_gone_upstream_is_a_404_not_a_stale_answer(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+    negative_ttl_s: int,
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    client = await gateway_factory(
+        base_url(server),
+        clock=clock,
+        cache=refusing_cache(backend, redis_url, negative_ttl_s=negative_ttl_s),
+    )
+    path = "/accounts/ACC-001"
+    for token in (KEPT, REVOKED):
+        assert (await read_as(client, token, path))[0] == 200
+    clock.advance(3)
+    gatekeeper.verdicts[REVOKED] = 404
+
+    assert (await read_as(client, REVOKED, path))[1]["X-Cache"] == "STALE"
+    await refreshes_done(client)
+    status, headers = await read_as(client, REVOKED, path)
+    assert status == 404
+    assert headers["Content-Type"] == "application/problem+json"
+    # a negative entry (cache.negative_ttl_s) answers the next ones; else the upstream
+    assert (await read_as(client, REVOKED, path))[0] == 404
+    assert gatekeeper.count(REVOKED) == (2 if negative_ttl_s else 4)
+    assert (await read_as(client, KEPT, path))[1]["X-Cache"] == "STALE"
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("outage", [503, "slow"])
+async def test_an_outage_seen_by_a_background_refresh_keeps_the_stale_answer(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+    outage: int | str,
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    client = await gateway_factory(
+        base_url(server),
+        clock=clock,
+        cache=refusing_cache(backend, redis_url),
+        upstream={"timeout_s": 0.2, "breaker_failures": 100},
+    )
+    assert (await read_as(client, KEPT, "/users"))[0] == 200
+    clock.advance(3)
+    gatekeeper.verdicts[KEPT] = outage
+
+    assert (await read_as(client, KEPT, "/users"))[1]["X-Cache"] == "STALE"
+    await refreshes_done(client)
+    assert gatekeeper.count(KEPT) == 2
+    status, headers = await read_as(client, KEPT, "/users")
+    assert (status, headers["X-Cache"]) == (200, "STALE")
+    await refreshes_done(client)
+    clock.advance(30)  # past stale_while_revalidate_s: served instead of the failure
+    status, headers = await read_as(client, KEPT, "/users")
+    assert (status, headers["X-Cache"]) == (200, "STALE")
+    assert headers["Cache-Status"].startswith("records-gateway; fwd=stale")
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+async def test_a_rate_limit_leaves_the_entry_and_is_answered_past_the_revalidate_window(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    client = await gateway_factory(
+        base_url(server), clock=clock, cache=refusing_cache(backend, redis_url)
+    )
+    assert (await read_as(client, KEPT, "/users"))[0] == 200
+    clock.advance(3)
+    gatekeeper.verdicts[KEPT] = 429
+
+    assert (await read_as(client, KEPT, "/users"))[1]["X-Cache"] == "STALE"
+    await refreshes_done(client)
+    assert (await read_as(client, KEPT, "/users"))[1]["X-Cache"] == "STALE"  # kept
+    await refreshes_done(client)
+    clock.advance(30)  # a 429 is no outage: answered, not served stale
+    assert (await read_as(client, KEPT, "/users"))[0] == 429
+    gatekeeper.verdicts[KEPT] = 503  # and the entry is still there for an outage
+    status, headers = await read_as(client, KEPT, "/users")
+    assert (status, headers["Cache-Status"]) == (200, "records-gateway; fwd=stale; fwd-status=503")
+    assert gatekeeper.count(KEPT) == 5
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("directive", ["no-cache", "no-store"])
+async def test_a_refusal_of_a_fetch_past_a_fresh_entry_removes_it(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    redis_url: str,
+    clock: FakeClock,
+    backend: str,
+    directive: str,
+) -> None:
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    client = await gateway_factory(
+        base_url(server), clock=clock, cache=refusing_cache(backend, redis_url)
+    )
+    for token in (KEPT, REVOKED):
+        assert (await read_as(client, token, "/users"))[0] == 200
+    gatekeeper.verdicts[REVOKED] = 401
+    assert (await read_as(client, REVOKED, "/users", **{"Cache-Control": directive}))[0] == 401
+    assert (await read_as(client, REVOKED, "/users"))[0] == 401  # no fresh HIT left
+    assert gatekeeper.count(REVOKED) == 3
+    assert (await read_as(client, KEPT, "/users"))[1]["X-Cache"] == "HIT"
+
+
+async def test_with_the_memory_backend_each_worker_removes_its_own_entry_on_its_refusal(
+    gateway_factory: GatewayFactory,
+    aiohttp_server: AiohttpServer,
+    clock: FakeClock,
+) -> None:
+    """Two gateways with memory backends of their own, as two worker processes are."""
+    gatekeeper = Gatekeeper()
+    server = await aiohttp_server(gatekeeper.app)
+    workers = [
+        await gateway_factory(base_url(server), clock=clock, cache=refusing_cache("memory", ""))
+        for _ in range(2)
+    ]
+    for worker in workers:
+        assert (await read_as(worker, REVOKED, "/users"))[0] == 200
+    clock.advance(3)
+    gatekeeper.verdicts[REVOKED] = 401
+    for worker in workers:
+        assert (await read_as(worker, REVOKED, "/users"))[1]["X-Cache"] == "STALE"
+        await refreshes_done(worker)
+        assert (await read_as(worker, REVOKED, "/users"))[0] == 401
+    assert gatekeeper.count(REVOKED) == 6
