@@ -26,8 +26,7 @@ from gateway.normalise.schema import CanonicalModel
 REPEATED_KEY = "the key appears more than once in its object"
 REPEATED_OTHER_KEY = "a key the published schema does not define appears more than once in it"
 REPEATED_WITHIN = (
-    "a key appears more than once in an object within a field"
-    " the published schema does not define"
+    "a key appears more than once in an object within a field the published schema does not define"
 )
 # The names a detail may show: each is the gateway's own text, whatever the body says.
 PUBLISHED_NAMES = frozenset(ENVELOPE).union(

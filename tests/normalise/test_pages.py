@@ -31,11 +31,12 @@ CONTRACT = "urn:records-gateway:problem:upstream-contract"
 EXPENSE_ID = "3730bf79-913a-47af-a917-9e028868b644"
 OTHER_EXPENSE_ID = "3730bf79-913a-47af-a917-9e028868b645"
 NOT_BUILT = "gateway.normalise.compiled was not built (installed without a C compiler)"
+needs_compiled = pytest.mark.skipif(not compiled_available(), reason=NOT_BUILT)
 
 
 @pytest.fixture(
     params=[
-        pytest.param("compiled", marks=pytest.mark.skipif(not compiled_available(), reason=NOT_BUILT)),
+        pytest.param("compiled", marks=needs_compiled),
         "python",
     ]
 )
