@@ -15,8 +15,10 @@ tests/normalise/test_compiled.py holds it to gateway.normalise.schema's Python
 unknown values, dropped fields and errors.
 """
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
 from cpython.object cimport PyObject
+from libc.string cimport memchr
 
 from gateway.normalise.coercions import REQUIRED_REASON, CanonicalError, json_type
 
@@ -400,3 +402,67 @@ cdef bint _holds_float(object value) except -1:
             if _holds_float(member):
                 return True
     return False
+
+
+def shape(object value):
+    """``(holds a float, entries)`` of ``value``, a JSON document as jiter parses it:
+    whether a ``float`` is anywhere in it (see :func:`holds_float`), and how many
+    entries its dicts hold together. A body whose objects have no repeated key has as
+    many entries as :func:`members` counts in its text; jiter keeps one entry of a
+    repeated key, so fewer entries means a key was repeated."""
+    cdef Py_ssize_t entries = 0
+    floats = _shape(value, &entries)
+    return floats, entries
+
+
+cdef bint _shape(object value, Py_ssize_t* entries) except -1:
+    cdef type kind = type(value)
+    cdef Py_ssize_t position = 0
+    cdef PyObject* key
+    cdef PyObject* item
+    cdef bint floats = False
+    if kind is float:
+        return True
+    if kind is dict:
+        entries[0] += PyDict_Size(value)
+        while PyDict_Next(value, &position, &key, &item):
+            if _shape(<object>item, entries):
+                floats = True
+    elif kind is list:
+        for member in <list>value:
+            if _shape(member, entries):
+                floats = True
+    return floats
+
+
+def members(bytes body):
+    """How many members the objects of ``body``, a valid JSON text, hold together: the
+    colons outside its strings (each member has one, and nothing else in JSON outside
+    a string is a colon). A string is skipped to its closing quote, the first not
+    escaped by an odd run of backslashes."""
+    cdef const char* text = PyBytes_AS_STRING(body)
+    cdef Py_ssize_t length = PyBytes_GET_SIZE(body)
+    cdef Py_ssize_t count = 0
+    cdef Py_ssize_t i = 0
+    cdef Py_ssize_t quote
+    cdef Py_ssize_t back
+    cdef const char* found
+    cdef char c
+    while i < length:
+        c = text[i]
+        i += 1
+        if c == b':':
+            count += 1
+        elif c == b'"':
+            while True:
+                found = <const char*>memchr(text + i, b'"', length - i)
+                if found == NULL:
+                    return count  # an unclosed string: not JSON, which jiter refused
+                quote = found - text
+                back = quote
+                while back > i and text[back - 1] == b'\\':
+                    back -= 1
+                i = quote + 1
+                if (quote - back) % 2 == 0:
+                    break
+    return count

@@ -23,6 +23,7 @@ from pydantic_core import ErrorDetails
 
 from gateway.errors import UpstreamContractError
 from gateway.normalise.coercions import CanonicalError
+from gateway.normalise.duplicates import repeated_key
 from gateway.normalise.pages import canonical_body
 from gateway.normalise.rules import compiled, compiled_in_use
 from gateway.normalise.schema import NormaliseContext
@@ -40,14 +41,19 @@ class NormaliseRoute(Protocol):
 
 
 class NormaliseQuery(Protocol):
-    """What the normaliser needs of a validated query: its route, and the ``page`` and
-    ``limit`` it asked for (a page envelope that leaves them out gets the request's)."""
+    """What the normaliser needs of a validated query: its route, the ``page`` and
+    ``limit`` it asked for (a page envelope that leaves them out gets the request's; a
+    page holds no more than ``limit`` items), and the id in its path (the record it
+    asked for)."""
 
     @property
     def route(self) -> NormaliseRoute: ...
 
     @property
     def params(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def path_value(self) -> str | None: ...
 
 
 class CoercionCounts:
@@ -80,26 +86,50 @@ class CoercionCounts:
 
 
 def parse_lossless(body: bytes) -> Any:
-    """Parse JSON with every fractional number as a Decimal; ValueError if not JSON.
+    """Parse JSON with every fractional number as a Decimal; ValueError if not JSON,
+    CanonicalError (gateway.normalise.duplicates) if a key repeats in any object.
 
     What comes out is jiter's Decimal parse, errors included; with the Python rules in
-    use (gateway.normalise.rules) it is that parse alone. With the compiled canonicaliser,
-    the body is parsed first in jiter's float mode, which is markedly quicker on every
-    body, fractions in it or not, and again with Decimals only when that parse fails or
-    holds a float anywhere (``holds_float``, a walk in C). Without a float, the two
-    parses are the same values of the same types; with one, the float is never used
-    (tests/normalise/test_rules.py holds the two to that)."""
+    use (gateway.normalise.rules) it is that parse alone, with jiter's check for
+    repeated keys. With the compiled canonicaliser, the body is parsed first in jiter's
+    float mode, which is markedly quicker on every body, fractions in it or not, and
+    again with Decimals only when that parse fails or holds a float anywhere (``shape``,
+    a walk in C). Without a float, the two parses are the same values of the same
+    types; with one, the float is never used (tests/normalise/test_rules.py holds the
+    two to that). A repeated key is found there by counting: the entries of the parsed
+    dicts against the members in the text (``members``, a scan in C), which differ
+    exactly when a key repeats. Both ways, a body that is not JSON is that error,
+    whatever keys repeat in it."""
     if not compiled_in_use():
-        return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
+        try:
+            return jiter.from_json(
+                body, float_mode="decimal", allow_inf_nan=False, catch_duplicate_keys=True
+            )
+        except ValueError as exc:
+            if not str(exc).startswith(_REPEATED):
+                raise
+        # not JSON further on is that error, as it is for the compiled canonicaliser
+        jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
+        raise repeated_key(body)
     try:
         quick = jiter.from_json(body, allow_inf_nan=False)
     except ValueError:
-        pass  # the Decimal parse raises its own error, or parses what floats could not
+        data = jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
+        _, entries = compiled.shape(data)
     else:
-        if not compiled.holds_float(quick):
-            return quick
-        del quick  # not held while the body is parsed again: a page's tree is large
-    return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
+        floats, entries = compiled.shape(quick)
+        if floats:
+            del quick  # not held while the body is parsed again: a page's tree is large
+            data = jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
+        else:
+            data = quick
+    if entries != compiled.members(body if type(body) is bytes else bytes(body)):
+        raise repeated_key(body)
+    return data
+
+
+# how jiter's message for a repeated key begins (the key it quotes is never shown)
+_REPEATED = "Detected duplicate key"
 
 
 def json_path(location: Iterable[int | str]) -> str:
@@ -181,6 +211,8 @@ class Normaliser:
         what = f"GET {query.route.template}"
         try:
             data = parse_lossless(body)
+        except CanonicalError as exc:
+            raise self._refused(what, exc) from exc
         except ValueError as exc:
             raise UpstreamContractError(
                 f"{what}: the upstream answered with a body that is not JSON ({exc})"
@@ -189,14 +221,12 @@ class Normaliser:
         context = NormaliseContext(
             page=int(params["page"]) if "page" in params else None,
             limit=int(params["limit"]) if "limit" in params else None,
+            record_id=query.path_value,
         )
         try:
             canonical = canonical_body(query.route.name, data, context)
         except CanonicalError as exc:
-            raise UpstreamContractError(
-                f"{what}: the upstream's {json_path(exc.path)} cannot be brought to the"
-                f" published schema: {exc.reason}"
-            ) from exc
+            raise self._refused(what, exc) from exc
         if context.coercions:
             self._counts.add(context.coercions)
         if context.unknown_values:
@@ -204,6 +234,13 @@ class Normaliser:
         # a copy of exact size: orjson keeps its growth room in the bytes it returns,
         # which a cached body would otherwise hold for its whole life
         return bytes(memoryview(dump_canonical(canonical)))
+
+    @staticmethod
+    def _refused(what: str, exc: CanonicalError) -> UpstreamContractError:
+        return UpstreamContractError(
+            f"{what}: the upstream's {json_path(exc.path)} cannot be brought to the"
+            f" published schema: {exc.reason}"
+        )
 
     def _log_unknown(self, what: str, values: set[tuple[str, str]]) -> None:
         for name, value in values - self._logged:

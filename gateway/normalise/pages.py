@@ -29,15 +29,17 @@ from gateway.normalise.schema import (
 
 Item = TypeVar("Item", bound=CanonicalModel)
 
-_ENVELOPE = ("data", "total", "page", "limit", "totalPages", "hasNext", "hasPrevious")
+ENVELOPE = ("data", "total", "page", "limit", "totalPages", "hasNext", "hasPrevious")
 _DERIVED = ("totalPages", "hasNext", "hasPrevious")
+NOT_ASKED_FOR = "not the record asked for"
 
 
 class Page(BaseModel, Generic[Item]):
     """The page envelope of the list routes, keys in the reference's order.
 
     ``total``, ``page`` and ``limit`` come from the upstream (``page`` and ``limit``
-    fall back to the request's when absent); ``totalPages``, ``hasNext`` and
+    fall back to the request's when absent); ``data`` holds at most ``limit`` items,
+    and no more than the request asked for; ``totalPages``, ``hasNext`` and
     ``hasPrevious`` are derived from them whenever the upstream omits them, sends them
     in another type, or contradicts itself.
     """
@@ -74,15 +76,19 @@ def canonical_page(
 ) -> dict[str, Any]:
     """Bring a page envelope to canonical form (items too, with ``nested``)."""
     if context.track_variants:
-        for key in _ENVELOPE:
+        for key in ENVELOPE:
             context.saw(f"Page.{key}", json_type(data[key]) if key in data else "missing")
-    extras = data.keys() - set(_ENVELOPE)
+    extras = data.keys() - set(ENVELOPE)
     if extras:
         context.coerced("Page", "extra-field-dropped")
         context.dropped.update(f"Page.{key}" for key in extras)
     items = data.get("data")
     if type(items) is not list:
         raise CanonicalError("data", f"a JSON {json_type(items)} where an array is expected")
+    # before any item is looked at: a page far larger than asked for costs no more
+    bound = page_bound(data.get("limit"), context.limit)
+    if bound is not None and len(items) > bound:
+        raise CanonicalError("data", too_many_items(len(items), bound))
     if nested:
         try:
             canonicalise_items(item_model, items, context)
@@ -135,6 +141,26 @@ def canonical_page(
     return out
 
 
+def too_many_items(count: int, bound: int) -> str:
+    """The reason a page of ``count`` items is refused."""
+    return f"{count} items, more than the page's limit of {bound}"
+
+
+def page_bound(sent: Any, asked: int | None) -> int | None:
+    """The most items a page may hold: the request's ``limit`` (``asked``), or the
+    envelope's own (``sent``) when that is a valid one and smaller; None when neither
+    is known."""
+    bound = asked
+    if sent is not None:
+        try:
+            limit, _ = to_integer(sent)
+        except ValueError:
+            return bound  # a limit that is not one is refused later, with its reason
+        if limit >= 1 and (bound is None or limit < bound):
+            bound = limit
+    return bound
+
+
 class UserPage(Page[User]):
     """A page of users."""
 
@@ -176,11 +202,16 @@ def canonical_body(route_name: str, data: Any, context: NormaliseContext) -> Any
     """The canonical form of a parsed body of ``route_name``, every level, in one pass.
 
     The same rules as ``ROUTE_MODELS[route_name].model_validate`` without building
-    model instances: the gateway's hot path. Raises CanonicalError.
+    model instances: the gateway's hot path. A page may not hold more items than its
+    limit; a single record must be the one ``context.record_id`` names, when it is
+    given (``CanonicalModel.is_record``). Raises CanonicalError.
     """
     model = ROUTE_MODELS[route_name]
     if type(data) is not dict:
         raise CanonicalError("(body)", f"a JSON {json_type(data)} where an object is expected")
     if issubclass(model, Page):
         return canonical_page(model.item_model, data, context, nested=True)
-    return canonicalise(model, data, context, nested=True)
+    record = canonicalise(model, data, context, nested=True)
+    if context.record_id is not None and not model.is_record(record, context.record_id):
+        raise CanonicalError("id", NOT_ASKED_FOR)
+    return record

@@ -78,11 +78,14 @@ class NormaliseContext:
     "string->number"). ``unknown_values`` and ``dropped`` keep names and values for the
     logs and the probe; ``variants`` (only with ``track_variants``) counts the JSON type
     of every value seen, by field, for the probe's report. ``page`` and ``limit`` are the
-    request's, used when the upstream's envelope leaves them out.
+    request's, used when the upstream's envelope leaves them out (and ``limit`` bounds
+    the items of a page); ``record_id`` is the id a single-record request asked for,
+    which the record must answer to.
     """
 
     page: int | None = None
     limit: int | None = None
+    record_id: str | None = None
     track_variants: bool = False
     coercions: Counter[tuple[str, str]] = field(default_factory=Counter)
     unknown_values: set[tuple[str, str]] = field(default_factory=set)
@@ -181,6 +184,12 @@ class CanonicalModel(BaseModel):
         nothing, and the compiled canonicaliser does not call it then.
         """
         return values
+
+    @classmethod
+    def is_record(cls, record: dict[str, Any], asked: str) -> bool:
+        """Whether ``record``, canonical, is the one a request for the id ``asked``
+        names: its id is ``asked``, compared as the upstream compares its ids."""
+        return bool(record["id"] == asked)
 
     @model_validator(mode="before")
     @classmethod
@@ -454,6 +463,17 @@ class Account(CanonicalModel):
     _derived: ClassVar[frozenset[str]] = frozenset({"bankCode"})
 
     @classmethod
+    def is_record(cls, record: dict[str, Any], asked: str) -> bool:
+        """The upstream takes an account's id or its name in the path, either in any
+        case (docs/reference-upstream.md): the record is the one asked for when one of
+        them is ``asked``, compared without case."""
+        folded = asked.casefold()
+        return any(
+            type(value) is str and value.casefold() == folded
+            for value in (record["id"], record["name"])
+        )
+
+    @classmethod
     def _complete(
         cls, values: dict[str, Any], context: NormaliseContext, missing: frozenset[str]
     ) -> dict[str, Any]:
@@ -491,6 +511,16 @@ class Expense(CanonicalModel):
     account: Account | None = _nullable("object", "The account")
     client: Client | None = _nullable("object", "The client or provider")
     user: User | None = _nullable("object", "The user")
+
+    @classmethod
+    def is_record(cls, record: dict[str, Any], asked: str) -> bool:
+        """An expense's id is a UUID, the same in any case or spelling that names it:
+        compared in canonical form."""
+        try:
+            canonical, _ = to_uuid(asked)
+        except ValueError:
+            return False
+        return bool(record["id"] == canonical)
 
     _rules: ClassVar[dict[str, tuple[FastCheck | None, Coercion]]] = {
         "id": _UUID_RULE,

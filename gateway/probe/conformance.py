@@ -33,7 +33,13 @@ from pydantic import BaseModel, ValidationError
 from gateway.errors import InvalidParameters, UpstreamError
 from gateway.normalise.coercions import CanonicalError, json_type
 from gateway.normalise.normaliser import json_path, locate, parse_lossless
-from gateway.normalise.pages import ROUTE_MODELS, Page, canonical_body
+from gateway.normalise.pages import (
+    ROUTE_MODELS,
+    Page,
+    canonical_body,
+    page_bound,
+    too_many_items,
+)
 from gateway.normalise.schema import CanonicalModel, NormaliseContext
 from gateway.records.routes import (
     ACCOUNT,
@@ -205,6 +211,18 @@ async def _probe_route(
     elapsed_ms = round(reply.elapsed_s * 1000)
     try:
         data = parse_lossless(reply.body)
+    except CanonicalError as exc:  # a key repeated: JSON the gateway refuses to read
+        failed = RouteReport(
+            route.name,
+            route.template,
+            "failed",
+            target=target,
+            upstream_status=reply.status,
+            request_id=request_id,
+            elapsed_ms=elapsed_ms,
+            failures=(Failure(json_path(exc.path), exc.reason),),
+        )
+        return failed, None
     except ValueError as exc:
         failed = RouteReport(
             route.name,
@@ -218,7 +236,7 @@ async def _probe_route(
             elapsed_ms=elapsed_ms,
         )
         return failed, None
-    context, failures = check_body(route.name, data)
+    context, failures = check_body(route.name, data, record_id=query.path_value)
     report = RouteReport(
         route.name,
         route.template,
@@ -240,17 +258,26 @@ async def _probe_route(
     return report, data
 
 
-def check_body(route_name: str, data: Any) -> tuple[NormaliseContext, list[Failure]]:
+def check_body(
+    route_name: str, data: Any, *, record_id: str | None = None
+) -> tuple[NormaliseContext, list[Failure]]:
     """Check one parsed body of ``route_name``: what was seen and coerced, and every failure.
 
     The envelope of a list and each of its records are validated on their own, so that
-    a bad envelope does not hide the records, nor one bad record the others.
+    a bad envelope does not hide the records, nor one bad record the others. What the
+    gateway refuses of a whole body (a page larger than its limit, a record other than
+    ``record_id``, the id asked for) is a failure too.
     """
     model = ROUTE_MODELS[route_name]
     context = NormaliseContext(track_variants=True, page=1, limit=PROBE_LIMIT)
     problems: list[tuple[Location, str]] = []
     if issubclass(model, Page) and isinstance(data, dict) and isinstance(data.get("data"), list):
         problems += _problems(model, {**data, "data": []}, context)
+        bound = page_bound(data.get("limit"), context.limit)
+        if bound is not None and len(data["data"]) > bound:
+            # the gateway refuses the page whatever its items: none is looked at
+            problems.append((("data",), too_many_items(len(data["data"]), bound)))
+            return context, [Failure(json_path(where), reason) for where, reason in problems]
         for index, item in enumerate(data["data"]):
             problems += [
                 (("data", index, *location), reason)
@@ -264,7 +291,9 @@ def check_body(route_name: str, data: Any) -> tuple[NormaliseContext, list[Failu
         # must not pass here.
         try:
             canonical_body(
-                route_name, copy.deepcopy(data), NormaliseContext(page=1, limit=PROBE_LIMIT)
+                route_name,
+                copy.deepcopy(data),
+                NormaliseContext(page=1, limit=PROBE_LIMIT, record_id=record_id),
             )
         except CanonicalError as exc:
             failures.append(Failure(json_path(exc.path), exc.reason))

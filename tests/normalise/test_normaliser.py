@@ -152,6 +152,7 @@ Mutation = Callable[[Any], None]
 def expenses_page(mutate: Mutation, items: int = 4) -> bytes:
     page = upstream_sample("expenses")
     page["data"] = [json.loads(json.dumps(page["data"][i % 2])) for i in range(items)]
+    page["limit"] = max(page["limit"], items)  # no more items than its limit
     mutate(page)
     return json.dumps(page).encode()
 

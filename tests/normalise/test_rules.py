@@ -31,7 +31,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.normalise.coercions import clear_value_caches
+from gateway.normalise.coercions import CanonicalError, clear_value_caches
+from gateway.normalise.duplicates import repeated_key
 from gateway.normalise.normaliser import CoercionCounts, Normaliser, parse_lossless
 from gateway.normalise.pages import ROUTE_MODELS
 from gateway.normalise.rules import (
@@ -320,15 +321,25 @@ def junk_in(body: bytes, where: Any) -> bytes:
 
 
 def decimal_parse(body: bytes) -> Any:
-    """What parse_lossless must give: jiter's Decimal parse, nothing else."""
-    return jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
+    """What parse_lossless must give: jiter's Decimal parse, nothing else, but for a
+    valid body with a repeated key, which is the error gateway.normalise.duplicates
+    names."""
+    parsed = jiter.from_json(body, float_mode="decimal", allow_inf_nan=False)
+    try:
+        jiter.from_json(body, float_mode="decimal", catch_duplicate_keys=True)
+    except ValueError:
+        raise repeated_key(body) from None
+    return parsed
 
 
 def parsed_as(parse: Callable[[bytes], Any], body: bytes) -> str:
     """The parse of ``body`` as text that tells every type apart (1, 1.0 and Decimal("1.0")
-    differ, so do Decimal("1.0") and Decimal("1.00")), or the error it raised."""
+    differ, so do Decimal("1.0") and Decimal("1.00")), or the error it raised (a
+    repeated key's with the path it names)."""
     try:
         return "value " + repr(parse(body))
+    except CanonicalError as exc:
+        return f"repeated key at {exc.path}: {exc.reason}"
     except ValueError as exc:
         return f"error {exc}"
 

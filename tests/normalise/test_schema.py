@@ -20,6 +20,7 @@ be counted, and it checks that:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -486,7 +487,7 @@ def pages(draw: st.DrawFn, item: type[CanonicalModel]) -> tuple[Generated, int, 
     """A page envelope of ``item`` records, and the page and limit requested."""
     items = draw(st.lists(records(item), max_size=3))
     total = draw(st.integers(0, 10**6))
-    limit = draw(st.integers(1, 1000))
+    limit = draw(st.integers(max(1, len(items)), 1000))  # a page holds at most its limit
     total_pages = -(-total // limit)
     page = draw(st.integers(1, total_pages + 2))
     out = Generated(raw={"data": [one.raw for one in items]}, expected={})
@@ -595,6 +596,8 @@ def normalise_both_ways(
     spec = next(r for r in ROUTES if r.name == route)
     query = [] if page is None else [("page", str(page)), ("limit", str(limit))]
     request = parse_record_query(spec, PATH_VALUES.get(route), query, max_limit=1000)
+    if not spec.is_list:  # the request asks for the record the body holds
+        request = dataclasses.replace(request, path_value=json.loads(body)["id"])
     counts = CoercionCounts()
     direct = Normaliser(counts).normalise(request, body)
     context = NormaliseContext(page=page, limit=limit)

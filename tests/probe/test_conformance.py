@@ -415,3 +415,55 @@ async def test_command_with_a_bad_configuration_exits_2() -> None:
     assert code == 2
     assert out == ""
     assert err.startswith("records-gateway: configuration error: upstream.base_url:")
+
+
+# ------------------------------------------- what the gateway refuses of a whole body
+
+_FIXTURES = Path(__file__).parent.parent / "fixtures"
+
+
+def _fixture(name: str) -> Any:
+    return json.loads((_FIXTURES / f"{name}.upstream.json").read_text())
+
+
+async def test_the_probe_reports_a_large_page_another_record_and_a_repeated_key(
+    aiohttp_server: AiohttpServer,
+) -> None:
+    expenses = _fixture("expenses")
+    expenses["data"] = [expenses["data"][i % 2] for i in range(11)]
+    expenses["limit"] = 10
+    other = _fixture("expense")
+    other["id"] = "3730bf79-913a-47af-a917-9e028868b645"  # not the first item's id
+    accounts = json.dumps(_fixture("accounts")).replace(
+        '"lastBalance": ', '"lastBalance": "1.0000", "lastBalance": ', 1
+    )
+    bodies = {
+        "/users": json.dumps(_fixture("users")),
+        "/clients": json.dumps(_fixture("clients")),
+        "/expenses": json.dumps(expenses),
+        "/accounts": accounts,
+    }
+
+    async def handle(request: web.Request) -> web.Response:
+        if request.path.startswith("/expenses/"):
+            return web.json_response(other)
+        if request.path.startswith("/accounts/"):
+            return web.json_response(_fixture("account"))
+        return web.Response(text=bodies[request.path], content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    report = await probe(base_url(await aiohttp_server(app)))
+
+    def failures(route: str) -> list[tuple[str, str]]:
+        return [(failure.path, failure.reason) for failure in report.route(route).failures]
+
+    assert failures("expenses") == [("data", "11 items, more than the page's limit of 10")]
+    assert failures("expense") == [("id", "not the record asked for")]
+    assert failures("accounts") == [
+        ("data[0].lastBalance", "the key appears more than once in its object")
+    ]
+    assert report.route("accounts").outcome == "failed"
+    assert report.route("account").outcome == "skipped"  # no list it could read an id from
+    assert [report.route(name).outcome for name in ("users", "clients")] == ["ok"] * 2
+    assert report.exit_code == 1

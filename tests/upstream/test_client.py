@@ -187,7 +187,7 @@ async def test_base_url_path_prefix_is_kept(
     aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory
 ) -> None:
     url, hits = await fake_upstream(
-        aiohttp_server, lambda r: web.json_response({"id": "x", "name": "Caja"})
+        aiohttp_server, lambda r: web.json_response({"id": "x", "name": "Caja chica"})
     )
     client = await gateway_factory(url + "/api/v2/")
     response = await client.get("/accounts/Caja%20chica", headers=AUTH)
