@@ -494,11 +494,11 @@ async def test_a_connect_with_no_target_is_answered(
 ) -> None:
     """aiohttp's parser makes a message without a URL of it, on which aiohttp's own
     request factory fails the connection's task: no answer, and the connection left
-    open. With the fast path: a problem (the line has no version: HTTP/0.9's 505), and
-    the connection closed."""
+    open. With the fast path: a problem (the line has no version: HTTP/0.9's 505, in an
+    HTTP/1.1 status line), and the connection closed."""
     app = create_app(make_settings(base_url(upstream), server=FAST))
     status_line, headers, body = await exchange_raw(app, raw)
-    assert status_line == "HTTP/0.9 505 HTTP Version Not Supported"
+    assert status_line == "HTTP/1.1 505 HTTP Version Not Supported"
     assert headers["Content-Type"] == "application/problem+json"
     assert orjson.loads(body)["requestId"] == headers["X-Request-ID"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
