@@ -23,9 +23,11 @@ Every other head goes to aiohttp whole, in order; once one has, the whole heads 
 it go to aiohttp too, so answers keep the order of requests. Each goes in a
 ``data_received`` call of its own: aiohttp's parser drops the messages it made in a call
 whose bytes end with a malformed one, so requests pipelined ahead of a malformed head
-would get no answer. Heads are handed over only while aiohttp's queue of requests has
-room; the rest wait here, as they would in its parser, until it drains. With caching
-off nothing is a hit, but the heads are handed over one by one all the same.
+would get no answer. Once the connection is aiohttp's for good, what arrives is still
+cut at empty lines for it, for the same reason (``_feed``). Heads are handed over
+only while aiohttp's queue of requests has room; the rest wait here, as they would
+in its parser, until it drains. With caching off nothing is a hit, but the heads are
+handed over one by one all the same.
 A head not complete yet is held in a
 :class:`~gateway.fastpath.request_head.PendingHead`, which checks each byte once, under
 aiohttp's own limits for this connection. Anything that is not a head of ours to frame
@@ -52,7 +54,7 @@ from typing import Any, NamedTuple
 
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from yarl import URL
 
 from gateway.cache.coding import Representation
@@ -354,7 +356,7 @@ class GatewayConnection(RequestHandler):
     def data_received(self, data: bytes) -> None:
         hits = self._hits
         if hits is None:
-            super().data_received(data)
+            self._feed(data)
             return
         if self._holding:
             if not data:
@@ -569,7 +571,24 @@ class GatewayConnection(RequestHandler):
 
     def _hand_over_for_good(self, data: bytes) -> None:
         self._hits = None
-        super().data_received(data)
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        """``data`` to aiohttp's parser in pieces that each end where a head may (at an
+        empty line), until one is refused: its parser drops the messages it made in a
+        call whose bytes end with a malformed one, which would leave the requests
+        ahead of it unanswered. Any cut of the stream reads the same to the parser;
+        past a refusal nothing more is read (the connection closes after the 400)."""
+        start = 0
+        end = data.find(b"\r\n\r\n") + 4
+        while 3 < end < len(data):
+            queued = len(self._messages)
+            super().data_received(data[start:end])
+            if len(self._messages) > queued and isinstance(self._messages[-1][0], _ErrInfo):
+                return
+            start = end
+            end = data.find(b"\r\n\r\n", start) + 4
+        super().data_received(data[start:] if start else data)
 
     def _handed_over(self, data: bytes, start: int, end: int) -> bool:
         """The whole head ``data[start:end]`` handed to aiohttp; whether the connection
@@ -591,7 +610,7 @@ class GatewayConnection(RequestHandler):
             return True
         self._hits = None
         if end < len(data):
-            super().data_received(data[end:])
+            self._feed(data[end:])
         return False
 
     def _answer(self, hits: Hits, head: bytes) -> tuple[bytes, bytes] | HitTarget | None:

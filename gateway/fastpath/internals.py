@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable
+from types import ModuleType
 
-from aiohttp import web
+from aiohttp import web, web_protocol
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.web_protocol import RequestHandler
 
@@ -60,6 +61,10 @@ SERVER_OPTIONS = ("handler", "request_factory", "handler_cancellation")
 SERVER_METHODS = {"connection_lost": ("self", "handler", "exc")}
 
 
+# what the connection handler queues for a request its parser refused
+PROTOCOL_MODULE_ATTRIBUTES = ("_ErrInfo",)
+
+
 def _slots(cls: type) -> set[str]:
     names: set[str] = set()
     for klass in cls.__mro__:
@@ -73,11 +78,18 @@ def missing(
     runner: type = web.AppRunner,
     server: type = web.Server,
     message: type = RawRequestMessage,
+    protocol: ModuleType = web_protocol,
 ) -> list[str]:
-    """What of the internals above ``connection``, ``runner``, ``server`` and
-    ``message`` lack, by name (empty when everything is there with the expected shape)."""
+    """What of the internals above ``connection``, ``runner``, ``server``, ``message``
+    and the module of connection handlers, ``protocol``, lack, by name (empty when
+    everything is there with the expected shape)."""
     absent: list[str] = [
         f"{message.__name__}.{name}" for name in MESSAGE_ATTRIBUTES if not hasattr(message, name)
+    ]
+    absent += [
+        f"{protocol.__name__}.{name}"
+        for name in PROTOCOL_MODULE_ATTRIBUTES
+        if not isinstance(getattr(protocol, name, None), type)
     ]
     slots = _slots(connection)
     absent += [f"{connection.__name__}.{name}" for name in CONNECTION_SLOTS if name not in slots]

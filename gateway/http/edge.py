@@ -8,7 +8,10 @@ and other methods reach handlers of their own (``not_found``, ``method_not_allow
 and ``gateway.http.unrouted`` for what no route takes), so they get the same problem
 responses. What aiohttp runs before any handler, the ``Expect`` field's handler, is
 the edge's too (``Edge.expectation``), on every route. A request line that is not
-HTTP/1.1 or HTTP/1.0 is answered 505 before any handler runs, and its connection closed.
+HTTP/1.1 or HTTP/1.0 is answered 505 before any handler runs, with an HTTP/1.1 status
+line, and its connection closed. A request that asks to switch protocols is answered as
+HTTP/1.1 and its connection closed (the gateway takes no upgrade, and aiohttp's parser
+drops what is pipelined behind such a request).
 
 :meth:`Edge.answered` is the one place where an answered request is counted and
 logged: the wrapped handlers call it, and so does the fast path (``gateway.fastpath``)
@@ -26,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import HttpVersion10, HttpVersion11, web
+from aiohttp.http import RawRequestMessage
 from multidict import istr
 
 from gateway.config.live import LiveConfig
@@ -55,6 +59,8 @@ X_REQUEST_ID = istr("X-Request-ID")  # an istr: looked up without case folding
 _TRACEPARENT = istr(TRACEPARENT)
 _TRACESTATE = istr(TRACESTATE)
 EXPECT = istr("Expect")
+_UPGRADE = istr("Upgrade")
+_CONNECTION = istr("Connection")
 SPOKEN_VERSIONS = (HttpVersion11, HttpVersion10)
 _CONTINUE = "100-continue"
 _INTERIM_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -141,10 +147,14 @@ class Edge:
             try:
                 if request.version in SPOKEN_VERSIONS:
                     response = await _answer(handler, request, request_id, route)
+                    if _UPGRADE in headers and asks_to_switch(request):
+                        response.force_close()
+                    response.headers[X_REQUEST_ID] = request_id
                 else:
                     response = version_not_supported(request, request_id)
                     response.force_close()
-                response.headers[X_REQUEST_ID] = request_id
+                    response.headers[X_REQUEST_ID] = request_id
+                    await _prepare_as_http_11(request, response)
                 status = response.status
                 cache = response.headers.get("X-Cache", "NONE").lower()
             finally:
@@ -189,9 +199,9 @@ class Edge:
             request_id = self.request_id(request.headers.get(X_REQUEST_ID))
             response = expectation_failed(request, request_id)
             response.headers[X_REQUEST_ID] = request_id
-            if request.body_exists:
+            if request.body_exists or asks_to_switch(request):
                 # whether its body follows is the caller's guess: no next request can be
-                # told apart from it
+                # told apart from it (nor after an upgrade request, see asks_to_switch)
                 response.force_close()
             self.answered(
                 request.method,
@@ -274,6 +284,52 @@ async def _answer(
     except Exception:
         log.exception("unhandled error", extra={"request_id": request_id, "route": route})
         return internal_problem(request, request_id)
+
+
+def asks_to_switch(request: web.BaseRequest) -> bool:
+    """Whether ``request`` asks to switch protocols: an ``Upgrade`` field, with
+    ``upgrade`` among the ``Connection`` options (RFC 9110 7.8), as aiohttp's parser
+    reads it. The gateway takes no upgrade, and aiohttp's parser does not read what
+    follows such a request in the same read as requests: its connection must close
+    once it is answered, or the requests behind it would wait for the keep-alive
+    timeout unanswered."""
+    headers = request.headers
+    if not headers.get(_UPGRADE):
+        return False
+    return any(
+        option.strip(" \t").lower() == "upgrade"
+        for field in headers.getall(_CONNECTION, ())
+        for option in field.split(",")
+    )
+
+
+async def _prepare_as_http_11(request: web.Request, response: web.StreamResponse) -> None:
+    """``response``'s status line and fields written as HTTP/1.1, the version the
+    gateway speaks, for a request line of another (aiohttp writes the request's own,
+    ``HTTP/2.0 505``, which no caller of that version reads); aiohttp then writes its
+    body. The request is read as HTTP/1.1 for that alone, through aiohttp's public
+    request type."""
+    message = RawRequestMessage(
+        request.method,
+        request.path,
+        HttpVersion11,
+        request.headers,
+        request.raw_headers,
+        True,  # should_close
+        None,  # compression
+        False,  # upgrade
+        False,  # chunked
+        request.rel_url,
+    )
+    as_http_11 = web.BaseRequest(
+        message,
+        request.content,
+        request.protocol,
+        request.writer,
+        request.task,
+        asyncio.get_running_loop(),
+    )
+    await response.prepare(as_http_11)
 
 
 def _only_continue(fields: Iterable[str]) -> bool:

@@ -448,6 +448,39 @@ async def test_requests_pipelined_ahead_of_a_malformed_one_are_all_answered_befo
     assert rest == b"", "closed after the 400"
 
 
+HANDING_OVER = {
+    "content-length": request_bytes(LIST, X_Request_ID="r-over", Content_Length="0"),
+    "empty-lines": b"\r\n\r\n" + request_bytes(LIST, X_Request_ID="r-over"),
+}
+
+
+@pytest.mark.parametrize("over", HANDING_OVER.values(), ids=HANDING_OVER.keys())
+async def test_requests_ahead_of_a_malformed_one_are_answered_after_aiohttp_takes_over(
+    aiohttp_client: AiohttpClient,
+    upstream: TestServer,
+    monkeypatch: pytest.MonkeyPatch,
+    over: bytes,
+) -> None:
+    """A hit, then a request that hands the rest of the connection to aiohttp's parser
+    (one that may announce a body, empty lines before a request), two
+    requests and a head the parser refuses, all in one write: every request ahead of
+    the malformed one is answered, in order, then the 400 problem, then the
+    connection closes. (aiohttp's parser drops the requests it read in the same piece
+    as the malformed one.)"""
+    filter_parser_log(monkeypatch)
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    await client.get(LIST, headers=AUTH)
+    data = request_bytes(LIST, X_Request_ID="r-hit") + over
+    data += request_bytes(LIST, X_Request_ID="r-1") + request_bytes("/nowhere", X_Request_ID="r-2")
+    answers, rest = await send_and_read_all(port, data + MALFORMED, 5)
+    *ahead_of_it, refused = answers
+    assert [a.headers["x-request-id"] for a in ahead_of_it] == ["r-hit", "r-over", "r-1", "r-2"]
+    assert ahead_of_it[-1].status_line == "HTTP/1.1 404 Not Found"
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    assert orjson.loads(refused.body)["type"] == "urn:records-gateway:problem:malformed-request"
+    assert rest == b"", "closed after the 400"
+
+
 async def test_words_that_name_body_fields_elsewhere_in_a_head_keep_the_pipeline_answered(
     aiohttp_client: AiohttpClient, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -494,11 +527,11 @@ async def test_a_connect_with_no_target_is_answered(
 ) -> None:
     """aiohttp's parser makes a message without a URL of it, on which aiohttp's own
     request factory fails the connection's task: no answer, and the connection left
-    open. With the fast path: a problem (the line has no version: HTTP/0.9's 505), and
-    the connection closed."""
+    open. With the fast path: a problem (the line has no version: HTTP/0.9's 505, in an
+    HTTP/1.1 status line), and the connection closed."""
     app = create_app(make_settings(base_url(upstream), server=FAST))
     status_line, headers, body = await exchange_raw(app, raw)
-    assert status_line == "HTTP/0.9 505 HTTP Version Not Supported"
+    assert status_line == "HTTP/1.1 505 HTTP Version Not Supported"
     assert headers["Content-Type"] == "application/problem+json"
     assert orjson.loads(body)["requestId"] == headers["X-Request-ID"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

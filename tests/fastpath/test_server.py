@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Iterator
+from types import ModuleType
 
 import pytest
 from aiohttp import web
@@ -47,6 +48,7 @@ def test_a_missing_internal_is_named() -> None:
     assert "Stripped._waiter" in absent
     assert "Stripped._buffer_paused" in absent
     assert any(name.startswith("Stripped.handle_error") for name in absent)
+    assert internals.missing(protocol=ModuleType("stripped")) == ["stripped._ErrInfo"]
 
 
 @pytest.fixture

@@ -98,6 +98,67 @@ async def test_a_417_to_a_request_that_announces_a_body_closes_the_connection(
     assert "connection" not in kept.headers  # no body announced: the connection is kept
 
 
+UPGRADES = {
+    "foo": (b"Upgrade: foo", b"Connection: upgrade"),
+    "h2c": (b"Upgrade: h2c", b"Connection: Upgrade, HTTP2-Settings", b"HTTP2-Settings: AAMAAABk"),
+    "websocket": (
+        b"Upgrade: websocket",
+        b"Connection: keep-alive, Upgrade",
+        b"Sec-WebSocket-Version: 13",
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+    ),
+}
+
+
+@pytest.mark.parametrize("fields", UPGRADES.values(), ids=UPGRADES.keys())
+@pytest.mark.parametrize("target", ["/users", "/nowhere"])
+async def test_an_upgrade_the_gateway_does_not_take_is_answered_and_its_connection_closed(
+    gateway_factory: GatewayFactory, upstream: TestServer, fields: tuple[bytes, ...], target: str
+) -> None:
+    """A request asking to switch protocols, with two requests pipelined behind it in
+    the same write: the gateway takes no upgrade, so it answers the request as HTTP/1.1
+    with ``Connection: close`` and closes the connection at once, whatever the route
+    (or none) and whether its answer is held in the cache. Nothing behind it is lost
+    to a connection left open: the caller sees the close and sends them again.
+    (aiohttp's parser drops what follows the upgrade request in the same read, and
+    the connection then waits for the keep-alive timeout.)"""
+    client = await gateway_factory(base_url(upstream))
+    port = client.port
+    assert port is not None
+    assert (await exchange(port, head("/users")))[0].headers["x-cache"] == "MISS"
+    data = head(target, b"X-Request-ID: switching", *fields)
+    data += head("/users", b"X-Request-ID: behind-1") + head("/nowhere", b"X-Request-ID: behind-2")
+    (answer,), rest = await send_and_read_all(port, data, 1)
+    status = "200 OK" if target == "/users" else "404 Not Found"
+    assert answer.status_line == f"HTTP/1.1 {status}"
+    assert answer.headers["x-request-id"] == "switching"
+    assert answer.headers["connection"] == "close"
+    assert rest == b"", "closed after the answer to the upgrade request"
+
+
+async def test_an_upgrade_field_without_connection_upgrade_keeps_the_connection(
+    gateway_factory: GatewayFactory, upstream: TestServer
+) -> None:
+    """``Upgrade`` not named in ``Connection`` asks for nothing (RFC 9110 7.8): the
+    request and the ones pipelined behind it are all answered, the connection kept."""
+    client = await gateway_factory(base_url(upstream))
+    port = client.port
+    assert port is not None
+    answers = await exchange(
+        port,
+        head("/users", b"Upgrade: h2c", b"X-Request-ID: plain-1"),
+        head("/nowhere", b"X-Request-ID: plain-2"),
+        head("/users", b"X-Request-ID: plain-3"),
+    )
+    assert [a.headers["x-request-id"] for a in answers] == ["plain-1", "plain-2", "plain-3"]
+    assert [a.status_line for a in answers] == [
+        "HTTP/1.1 200 OK",
+        "HTTP/1.1 404 Not Found",
+        "HTTP/1.1 200 OK",
+    ]
+    assert all("connection" not in a.headers for a in answers)
+
+
 @pytest.mark.parametrize("value", [b"100-continue", b"100-CONTINUE", b"100-continue, "])
 async def test_100_continue_is_met_on_http_1_1_and_passed_over_on_http_1_0(
     gateway_factory: GatewayFactory, upstream: TestServer, value: bytes
@@ -145,7 +206,8 @@ async def test_a_request_line_of_another_version_is_a_505_problem_and_the_connec
     """The versions aiohttp's parser reads besides HTTP/1.x (it refuses the others
     itself, with a 400), even for an answer held in the cache: a 505 problem, nothing
     served, nothing sent upstream, and the connection closed; an Expect field does not
-    change it. (aiohttp writes the status line in the request's version.)"""
+    change it. The status line is HTTP/1.1's (aiohttp's own would echo the request's
+    version: ``HTTP/2.0 505``)."""
     client = await gateway_factory(base_url(upstream))
     port = client.port
     assert port is not None
@@ -154,7 +216,10 @@ async def test_a_request_line_of_another_version_is_a_505_problem_and_the_connec
     for extra in ((), (b"Expect: foo",)):
         data = head(target, b"X-Request-ID: versioned-1", *extra, version=version)
         (answer,), rest = await send_and_read_all(port, data, 1)
-        assert answer.status_line == f"HTTP/{version} 505 HTTP Version Not Supported"
+        # HTTP/1.1, the version the gateway speaks: not the request's, which the
+        # caller cannot read an answer in (HTTP/0.9 has no status line, HTTP/2 no text)
+        assert answer.status_line == "HTTP/1.1 505 HTTP Version Not Supported"
+        assert answer.headers["connection"] == "close"
         assert answer.headers["content-type"] == "application/problem+json"
         assert answer.headers["x-request-id"] == "versioned-1"
         body = orjson.loads(answer.body)
