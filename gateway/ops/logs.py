@@ -164,7 +164,8 @@ def report_failure(
 ) -> None:
     """Write the one line that says why the program stops, on stderr: with ``fmt``
     json a JSON object like every log line (level error, logger ``gateway.server``,
-    ``event`` and ``fields`` as keys); otherwise ``prefix: message``, to be read."""
+    ``event`` and ``fields`` as keys); otherwise ``prefix: message``, to be read, its
+    control characters escaped as in a text log line."""
     if fmt == "json":
         record = logging.makeLogRecord(
             {
@@ -178,7 +179,7 @@ def report_failure(
         )
         line = JsonFormatter().format(record)
     else:
-        line = f"{prefix}: {message}"
+        line = f"{prefix}: {_escaped(message)}"
     # one write, so that the lines of processes failing at once do not interleave
     sys.stderr.write(line + "\n")
     sys.stderr.flush()

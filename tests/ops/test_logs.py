@@ -22,7 +22,7 @@ from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.http.binding import UPSTREAMS
-from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging
+from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging, report_failure
 
 from ..conftest import AUTH, TOKEN, GatewayFactory, base_url
 
@@ -182,6 +182,15 @@ def test_a_text_line_keeps_printable_text_as_it_is() -> None:
     record = make_record("served é €\\path", route='users "x"', detail="tab\tstop")
     text = TextFormatter().format(record)
     assert text.endswith(' gateway.test served é €\\path route=users "x" detail=tab\\tstop')
+
+
+def test_the_plain_line_that_says_why_a_command_stops_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A file name the message quotes may hold a line break."""
+    report_failure(None, "--token-file /tmp/a" + FORGED, prefix="records-gateway probe", event="x")
+    err = capsys.readouterr().err
+    assert err == "records-gateway probe: --token-file /tmp/a" + FORGED.replace("\n", "\\n") + "\n"
 
 
 # The access log through a running gateway
