@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import ssl
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,6 +44,7 @@ from gateway.config.settings import (
     redacted,
 )
 from gateway.errors import ConfigError, StartError
+from gateway.probe.caller_token import TOKEN_ENV, caller_token
 
 if TYPE_CHECKING:
     from gateway.demo.changes import ChangeRates
@@ -128,9 +130,7 @@ def _parser() -> argparse.ArgumentParser:
         help="call every route of the upstream once and report how it fits the published schema",
     )
     _config_option(probe)
-    probe.add_argument(
-        "--token", required=True, help="bearer token for the upstream (never printed)"
-    )
+    _token_options(probe, "bearer token for the upstream (never printed)")
     probe.add_argument("--json", action="store_true", help="print the report as JSON")
 
     shadow = commands.add_parser(
@@ -163,10 +163,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="base URL of the candidate upstream; for https, TLS keys from [upstream.shadow]",
     )
-    compare.add_argument(
-        "--token",
-        required=True,
-        help="bearer token, sent to BOTH upstreams (never printed, never in the report)",
+    _token_options(
+        compare, "bearer token, sent to BOTH upstreams (never printed, never in the report)"
     )
     compare.add_argument(
         "--requests",
@@ -183,6 +181,32 @@ def _config_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", type=Path, metavar="PATH", help="TOML config file (see config.example.toml)"
     )
+
+
+def _token_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--token-file`` or ``--token``, else the environment (gateway.probe.caller_token)."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help=f"file holding the {what}; a trailing line break is dropped",
+    )
+    source.add_argument(
+        "--token",
+        metavar="T",
+        help=f"the {what}; other users of the machine can read it in the process list"
+        f" for the whole run: prefer --token-file or {TOKEN_ENV}",
+    )
+
+
+def _caller_token(args: argparse.Namespace) -> str:
+    """The caller token of probe and compare; exit 2 naming its source when there is
+    none that can be used."""
+    try:
+        return caller_token(args.token, args.token_file, os.environ)
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_CONFIG)
 
 
 class CommandFailed(Exception):
@@ -294,7 +318,7 @@ def _probe_command(args: argparse.Namespace) -> int:
     from gateway.probe.report import to_json, to_text
 
     settings = load_settings(args.config)
-    report = asyncio.run(_probe(settings, args.token))
+    report = asyncio.run(_probe(settings, _caller_token(args)))
     print(to_json(report) if args.json else to_text(report))
     return report.exit_code
 
@@ -332,8 +356,9 @@ def _compare(args: argparse.Namespace) -> int:
 
     settings = load_settings(args.config)
     max_limit = settings.limits.max_limit
+    token = _caller_token(args)
     try:
-        bearer(args.token)
+        bearer(token)
         candidate = candidate_settings(settings.upstream, args.candidate)
         queries = (
             None if args.requests is None else read_requests(args.requests, max_limit=max_limit)
@@ -345,7 +370,7 @@ def _compare(args: argparse.Namespace) -> int:
         compare_upstreams(
             settings.upstream,
             candidate,
-            args.token,
+            token,
             max_limit=max_limit,
             queries=queries,
             source="generated" if args.requests is None else str(args.requests),

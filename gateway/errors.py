@@ -122,7 +122,8 @@ class UpstreamTimeout(UpstreamError):
 
 
 class UpstreamRejected(UpstreamError):
-    """The upstream refused the request with 401, 403, 404 or 429."""
+    """The upstream refused the request with 401, 403, 404 or 429; ``retry_after`` is
+    the Retry-After of a 429 fit to pass on (gateway.upstream.retry_after), if any."""
 
     def __init__(
         self, detail: str, *, upstream_status: int, retry_after: str | None = None

@@ -1,5 +1,9 @@
 """Admin routes under /admin, present only when ``admin.token`` is set.
 
+Without the admin token every request under /admin is answered 401 before anything
+else: neither the methods a path takes (405 and ``Allow``) nor which paths exist
+(404) are shown to anyone else.
+
 ``DELETE /admin/cache`` purges every entry of this namespace and of the upstream in
 use; ``DELETE /admin/cache?route=expenses`` purges one route for every token. With the
 redis backend the purge is seen by every instance sharing the Redis and the upstream;
@@ -245,6 +249,17 @@ async def ttl_advice(request: web.Request) -> web.StreamResponse:
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
+
+async def unknown_admin_path(request: web.Request) -> web.StreamResponse:
+    """Any method on a path under /admin that no admin route takes: 404, but only to
+    the admin token's holder (401 to anyone else), so that no one learns without it
+    which admin paths exist."""
+    check_admin(request)
+    raise web.HTTPNotFound()
+
+
+# /admin and every path below it; the admin routes' own paths are matched first
+ADMIN_PATHS = "/admin{tail:(/.*)?}"
 
 # (path, route name, handlers by method); registered only when admin.token is set.
 ADMIN_ROUTES: tuple[tuple[str, str, dict[str, Handler]], ...] = (

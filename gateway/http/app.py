@@ -30,7 +30,16 @@ from gateway.comparison.shadow import Shadow
 from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint, live_fingerprint
 from gateway.config.settings import CacheSettings, Settings, UpstreamSettings
 from gateway.errors import ConfigError
-from gateway.http.admin import ADMIN_ROUTES, LIVE, SHADOW, SIBLINGS, apply_from_sibling
+from gateway.http.admin import (
+    ADMIN_PATHS,
+    ADMIN_ROUTES,
+    LIVE,
+    SHADOW,
+    SIBLINGS,
+    apply_from_sibling,
+    check_admin,
+    unknown_admin_path,
+)
 from gateway.http.binding import UPSTREAMS, UpstreamBinding, Upstreams
 from gateway.http.edge import Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
@@ -108,7 +117,11 @@ def create_app(
     if settings.admin.token is not None:
         for path, name, handlers in ADMIN_ROUTES:
             wrapped = {method: edge.wrap(handler, name) for method, handler in handlers.items()}
-            add_routes(app, edge, path, wrapped, name)
+            add_routes(app, edge, path, wrapped, name, guard=check_admin)
+        # after the admin routes, before the unrouted: the rest of /admin is theirs
+        app.router.add_resource(ADMIN_PATHS).add_route(
+            "*", edge.wrap(unknown_admin_path), expect_handler=edge.expectation()
+        )
     unrouted = Unrouted(edge)
     app.router.register_resource(unrouted)
     app[UNROUTED] = unrouted
@@ -151,10 +164,16 @@ def ttl_policy(settings: Settings) -> tuple[Policy, dict[str, int]]:
 
 
 def add_routes(
-    app: web.Application, edge: Edge, path: str, handlers: dict[str, Handler], name: str
+    app: web.Application,
+    edge: Edge,
+    path: str,
+    handlers: dict[str, Handler],
+    name: str,
+    guard: Callable[[web.Request], None] | None = None,
 ) -> None:
     """``path`` with its handlers, already inside the edge (GET also answers HEAD),
-    and a 405 with ``Allow`` for every other method; the edge's expect handler on all."""
+    and a 405 with ``Allow`` for every other method once ``guard`` let the request
+    through (the handlers run their own); the edge's expect handler on all."""
     # a path parameter is one segment of any characters but "/" (aiohttp's default
     # also refuses braces, which an account name may hold)
     resource = app.router.add_resource(re.sub(r"\{(\w+)\}", r"{\1:[^/]+}", path), name=name)
@@ -165,7 +184,8 @@ def add_routes(
         if method == "GET":
             resource.add_route("HEAD", handler, expect_handler=expect)
             allowed.add("HEAD")
-    resource.add_route("*", edge.wrap(method_not_allowed(allowed), name), expect_handler=expect)
+    not_allowed = method_not_allowed(allowed, guard)
+    resource.add_route("*", edge.wrap(not_allowed, name), expect_handler=expect)
 
 
 async def _tracer_ctx(

@@ -347,11 +347,17 @@ async def not_found(request: web.Request) -> web.StreamResponse:
     raise web.HTTPNotFound()
 
 
-def method_not_allowed(allowed: Iterable[str]) -> Handler:
-    """The handler of the other methods of a path: 405 with ``Allow``."""
+def method_not_allowed(
+    allowed: Iterable[str], guard: Callable[[web.Request], None] | None = None
+) -> Handler:
+    """The handler of the other methods of a path: 405 with ``Allow``, once ``guard``
+    (which raises to refuse the request, as the admin token check does) let it through:
+    a path that needs a credential shows its methods to no one without it."""
     methods = set(allowed)
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        if guard is not None:
+            guard(request)
         raise web.HTTPMethodNotAllowed(request.method, methods)
 
     return handle

@@ -388,5 +388,6 @@ def security_scheme() -> dict[str, Any]:
         "type": "http",
         "scheme": "bearer",
         "description": "The gateway's admin.token (not a caller's token); the admin routes"
-        " exist only when it is set.",
+        " exist only when it is set. Without it, every method on every path under /admin"
+        " is answered 401 before anything else (no 405, no 404).",
     }

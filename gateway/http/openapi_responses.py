@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from gateway.errors import InvalidParameters
 from gateway.http.edge import REQUEST_ID_PATTERN
 from gateway.http.problems import PROBLEM_JSON, PROBLEM_TYPE_BASE
+from gateway.upstream.retry_after import MAX_RETRY_AFTER_S
 
 SCHEMAS = "#/components/schemas/"
 HEADERS = "#/components/headers/"
@@ -87,9 +88,9 @@ def headers() -> dict[str, dict[str, Any]]:
             "schema": {"type": "string", "examples": ['Bearer realm="records-gateway"']},
         },
         "Retry-After": {
-            "description": "On a 429, the upstream's Retry-After (seconds or an HTTP date),"
-            " when it sent one; on a 503, the seconds until the gateway tries the upstream"
-            " again.",
+            "description": "On a 429, the upstream's Retry-After when it sent a valid one:"
+            f" seconds (at most {MAX_RETRY_AFTER_S}) or an HTTP date (as an IMF-fixdate);"
+            " on a 503, the seconds until the gateway tries the upstream again.",
             "schema": {"type": "string"},
         },
         "Allow": {

@@ -55,17 +55,38 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+# Every character a terminal or a reader of lines may take as a line break or a
+# control: C0, DEL, C1, and the separators str.splitlines() also breaks at.
+_ESCAPES = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))},
+    ord("\t"): "\\t",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+
+
+def _escaped(value: object) -> str:
+    return str(value).translate(_ESCAPES)
+
+
 class TextFormatter(logging.Formatter):
-    """``time level logger message key=value ...`` for people reading a terminal."""
+    """``time level logger message key=value ... traceback`` for people reading a
+    terminal: one record is one line, whatever its values hold (a line break or
+    another control character in the message, a field or the exception's traceback
+    is written as a backslash escape, ``\\n``, ``\\x1b``), so that no value can
+    forge a line of its own."""
 
     def format(self, record: logging.LogRecord) -> str:
         when = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
-        extras = " ".join(f"{k}={v}" for k, v in _extras(record).items())
-        text = f"{when} {record.levelname:<7} {record.name} {record.getMessage()}"
+        extras = " ".join(f"{_escaped(k)}={_escaped(v)}" for k, v in _extras(record).items())
+        text = f"{when} {record.levelname:<7} {_escaped(record.name)} "
+        text += _escaped(record.getMessage())
         if extras:
             text += " " + extras
         if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
+            text += " " + _escaped(self.formatException(record.exc_info))
         return text
 
 
@@ -143,7 +164,8 @@ def report_failure(
 ) -> None:
     """Write the one line that says why the program stops, on stderr: with ``fmt``
     json a JSON object like every log line (level error, logger ``gateway.server``,
-    ``event`` and ``fields`` as keys); otherwise ``prefix: message``, to be read."""
+    ``event`` and ``fields`` as keys); otherwise ``prefix: message``, to be read, its
+    control characters escaped as in a text log line."""
     if fmt == "json":
         record = logging.makeLogRecord(
             {
@@ -157,7 +179,7 @@ def report_failure(
         )
         line = JsonFormatter().format(record)
     else:
-        line = f"{prefix}: {message}"
+        line = f"{prefix}: {_escaped(message)}"
     # one write, so that the lines of processes failing at once do not interleave
     sys.stderr.write(line + "\n")
     sys.stderr.flush()

@@ -20,6 +20,7 @@ import math
 import ssl
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
 from urllib.parse import quote, urlencode
 
@@ -44,6 +45,7 @@ from gateway.ops.tracecontext import TRACEPARENT, TRACESTATE
 from gateway.ops.tracing import UpstreamCall
 from gateway.upstream.health import UpstreamHealth
 from gateway.upstream.link import ConnectionLost, UpstreamLink, reason_of, timeouts
+from gateway.upstream.retry_after import retry_after_of
 
 _CLOSED = CircuitState.CLOSED
 _OPEN = CircuitState.OPEN
@@ -330,7 +332,7 @@ class UpstreamClient:
             ) as response:
                 status = response.status
                 if not 200 <= status < 300:
-                    raise _status_error(what, status, response.headers.get("Retry-After"))
+                    raise _status_error(what, status, response.headers.getall(hdrs.RETRY_AFTER, []))
                 body = await self._read_limited(response, what)
         except TimeoutError as exc:
             raise UpstreamTimeout(
@@ -380,7 +382,7 @@ def _too_large(what: str, limit: int, status: int) -> UpstreamContractError:
 
 
 def _status_error(
-    what: str, status: int, retry_after: str | None
+    what: str, status: int, retry_after: list[str]
 ) -> UpstreamRejected | UpstreamFailed:
     if status in _PASSED_THROUGH:
         meaning = {
@@ -392,7 +394,7 @@ def _status_error(
         return UpstreamRejected(
             f"{what}: {meaning} (upstream status {status})",
             upstream_status=status,
-            retry_after=retry_after,
+            retry_after=retry_after_of(retry_after, datetime.now(UTC)) if status == 429 else None,
         )
     if status >= 500:
         return UpstreamFailed(

@@ -22,7 +22,7 @@ from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.http.binding import UPSTREAMS
-from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging
+from gateway.ops.logs import JsonFormatter, TextFormatter, configure_logging, report_failure
 
 from ..conftest import AUTH, TOKEN, GatewayFactory, base_url
 
@@ -143,6 +143,54 @@ def test_text_line_for_a_terminal() -> None:
     assert re.fullmatch(
         r"\d{4}-\d\d-\d\dT\S+ INFO    gateway\.test served request_id=req-1 status=200", text
     )
+
+
+FORGED = "x\n2026-01-01T00:00:00.000+00:00 ERROR   gateway.admin cache purged"
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["message", "argument", "field", "exception"],
+)
+def test_a_text_line_is_one_line_whatever_its_values_hold(where: str) -> None:
+    """README, Operations: with log.format = "text" one record is one line; a line
+    break or another control character in any value is written as an escape."""
+    hostile = FORGED + "\r\x00\x1b[31m\x7f\x85\u2028\u2029\x1c"
+    exc_info = None
+    if where == "exception":
+        try:
+            raise ValueError(hostile)
+        except ValueError:
+            exc_info = sys.exc_info()
+    record = make_record(
+        hostile if where == "message" else "upstream said %s",
+        *((hostile,) if where == "argument" else ()),
+        level=logging.ERROR,
+        exc_info=exc_info,
+        **({"error": hostile} if where == "field" else {}),
+    )
+    text = TextFormatter().format(record)
+    assert text.splitlines() == [text]
+    assert not [c for c in text if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F]
+    assert "\u2028" not in text
+    assert "\u2029" not in text
+    assert "x\\n2026-01-01T00:00:00.000+00:00 ERROR" in text
+    assert "\\r\\x00\\x1b[31m\\x7f\\x85\\u2028\\u2029\\x1c" in text
+
+
+def test_a_text_line_keeps_printable_text_as_it_is() -> None:
+    record = make_record("served é €\\path", route='users "x"', detail="tab\tstop")
+    text = TextFormatter().format(record)
+    assert text.endswith(' gateway.test served é €\\path route=users "x" detail=tab\\tstop')
+
+
+def test_the_plain_line_that_says_why_a_command_stops_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A file name the message quotes may hold a line break."""
+    report_failure(None, "--token-file /tmp/a" + FORGED, prefix="records-gateway probe", event="x")
+    err = capsys.readouterr().err
+    assert err == "records-gateway probe: --token-file /tmp/a" + FORGED.replace("\n", "\\n") + "\n"
 
 
 # The access log through a running gateway
@@ -338,6 +386,17 @@ def test_configure_logging_text_format(capsys: pytest.CaptureFixture[str]) -> No
         out = capsys.readouterr().out
     assert out.endswith(" WARNING gateway.test loud route=users\n")
     assert out.count("\n") == 1
+
+
+def test_configure_logging_text_format_writes_one_line_per_record(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with root_logging_restored():
+        configure_logging("info", "text")
+        logging.getLogger("gateway.test").warning("upstream said %s", FORGED)
+        out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert "said x\\n2026-01-01T00:00:00.000+00:00 ERROR" in out
 
 
 async def test_a_running_gateway_writes_only_json_lines_without_tokens(

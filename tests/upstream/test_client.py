@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from multidict import CIMultiDict
 from pytest_aiohttp import AiohttpServer
 
 from gateway.demo import RequestLog, RequestRecord
@@ -143,6 +144,84 @@ async def test_rate_limit_keeps_retry_after(
     assert status == 429
     assert headers["Retry-After"] == "17"
     assert body["title"] == "Too many requests"
+
+
+@pytest.mark.parametrize(
+    ("sent", "passed_on"),
+    [
+        ("0", "0"),
+        ("017", "17"),
+        ("86400", "86400"),
+        ("86401", "86400"),
+        ("9" * 4000, "86400"),  # more digits than int() reads by default
+        ("5, <script>", None),
+        ("-5", None),
+        ("1.5", None),
+        ("\u0661\u0662", None),  # digits, but not ASCII ones
+        ("Wed, 21 Oct 2015 07:28:00 GMT", "Wed, 21 Oct 2015 07:28:00 GMT"),
+        ("Wednesday, 21-Oct-15 07:28:00 GMT", "Wed, 21 Oct 2015 07:28:00 GMT"),
+        ("Wed Oct 21 07:28:00 2015", "Wed, 21 Oct 2015 07:28:00 GMT"),
+        ("Wed Oct  1 07:28:00 2015", "Thu, 01 Oct 2015 07:28:00 GMT"),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", "86400"),  # more than the most, in a date
+        ("Wed, 21 Oct 2015 07:28:00 GMT <script>", None),
+        ("Wed, 31 Feb 2015 07:28:00 GMT", None),
+        ("Wed, 21 Oct 2015 07:28:00 +0000", None),
+        ("tomorrow", None),
+        ("", None),
+    ],
+)
+async def test_a_rate_limit_passes_on_only_a_valid_bounded_retry_after(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory, sent: str, passed_on: str | None
+) -> None:
+    """README, Errors: the upstream's Retry-After on a 429 is passed on as delay-seconds
+    of at most a day or as an HTTP-date written by the gateway; anything else is dropped."""
+    raw = sent.encode("utf-8")
+
+    async def rate_limited(request: web.Request) -> web.StreamResponse:
+        # written raw: aiohttp's server would refuse some of these values
+        assert request.transport is not None
+        request.transport.write(
+            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: "
+            + raw
+            + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        await asyncio.sleep(0.05)
+        request.transport.close()
+        return web.Response()
+
+    url, hits = await fake_upstream(aiohttp_server, rate_limited)
+    status, body, headers = await problem(await gateway_factory(url))
+    assert (status, body["type"]) == (429, "urn:records-gateway:problem:rate-limited")
+    assert headers.get("Retry-After") == passed_on
+    assert len(hits) == 1
+
+
+async def test_a_rate_limit_with_two_retry_after_fields_passes_on_neither(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory
+) -> None:
+    url, _ = await fake_upstream(
+        aiohttp_server,
+        lambda r: web.Response(
+            status=429, headers=CIMultiDict([("Retry-After", "5"), ("Retry-After", "7")])
+        ),
+    )
+    status, _, headers = await problem(await gateway_factory(url))
+    assert status == 429
+    assert "Retry-After" not in headers
+
+
+@pytest.mark.parametrize("upstream_status", [500, 503])
+async def test_a_server_error_passes_on_no_retry_after_of_the_upstream(
+    aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory, upstream_status: int
+) -> None:
+    url, _ = await fake_upstream(
+        aiohttp_server,
+        lambda r: web.Response(status=upstream_status, headers={"Retry-After": "5, <script>"}),
+    )
+    status, body, headers = await problem(await gateway_factory(url))
+    assert (status, body["upstreamStatus"]) == (502, upstream_status)
+    assert "Retry-After" not in headers
+    assert "script" not in str(body)
 
 
 async def test_non_json_body_is_502(
