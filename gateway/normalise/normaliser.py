@@ -10,6 +10,7 @@ detail names the JSON path of the first bad value (``data[3].amount``).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -30,6 +31,8 @@ from gateway.normalise.schema import NormaliseContext
 
 log = logging.getLogger("gateway.normalise")
 _MAX_LOGGED_VALUES = 1000
+# what an enumeration value looks like (CASH, BANK, CREDIT_CARD); another is not logged
+_ENUMERATION_SHAPE = re.compile(r"[A-Z][A-Z0-9_]{0,39}")
 
 
 class NormaliseRoute(Protocol):
@@ -247,7 +250,10 @@ class Normaliser:
             if len(self._logged) >= _MAX_LOGGED_VALUES:
                 return
             self._logged.add((name, value))
+            # the value is shown when it has the shape of one (an upstream may put
+            # anything in the field, a caller's token among it); else its size alone
+            shown = value if _ENUMERATION_SHAPE.fullmatch(value) else f"({len(value)} characters)"
             log.warning(
                 "upstream sent an unknown enumeration value; passed through",
-                extra={"route": what, "field": name, "value": value[:100]},
+                extra={"route": what, "field": name, "value": shown},
             )

@@ -281,7 +281,8 @@ class UpstreamClient:
         except UpstreamError as exc:
             outcome = outcome_of(exc)
             if is_outage(exc):
-                self.health.failed(exc.detail)
+                # /readyz shows it to anyone: the fault, not the request it was for
+                self.health.failed(exc.detail.removeprefix(f"GET {template}: "))
                 if breaker is not None:
                     breaker.failed(exc.detail, ticket)
             else:
@@ -369,6 +370,7 @@ class UpstreamClient:
         async for chunk in response.content.iter_chunked(_READ_CHUNK):
             size += len(chunk)
             if size > limit:
+                chunks.clear()  # not held by this frame for as long as the error lives
                 raise _too_large(what, limit, response.status)
             chunks.append(chunk)
         return b"".join(chunks)

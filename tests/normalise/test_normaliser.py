@@ -520,3 +520,29 @@ def test_every_decimal_is_written_as_its_own_text_however_often_it_recurs() -> N
     assert orjson.loads(dump_canonical(many)) == [float(value) for value in many]
     assert dump_canonical(many).decode() == "[" + ",".join(str(value) for value in many) + "]"
     assert dump_canonical(values).decode() == expected
+
+
+async def test_an_unknown_enumeration_value_that_is_not_shaped_like_one_is_not_logged(
+    aiohttp_server: AiohttpServer,
+    gateway_factory: GatewayFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An upstream may echo anything into an enumeration field, the caller's token
+    among it: the log names its size, never its text (README, "Logs")."""
+    echoed = "Bearer tok-secret-0123456789"
+
+    def unknown(page: Any) -> None:
+        for expense in page["data"]:
+            expense["status"] = echoed
+
+    url = await serve(aiohttp_server, expenses_page(unknown, items=1))
+    client = await gateway_factory(url, cache={"backend": "none"})
+    caplog.set_level(logging.WARNING, logger="gateway.normalise")
+    assert (await client.get("/expenses", headers=AUTH)).status == 200
+    logged = [
+        (getattr(r, "field", None), getattr(r, "value", None))
+        for r in caplog.records
+        if r.name == "gateway.normalise"
+    ]
+    assert logged == [("Expense.status", f"({len(echoed)} characters)")]
+    assert "tok-secret" not in caplog.text.lower()
