@@ -704,6 +704,137 @@ async def test_requests_behind_a_busy_connection_stay_within_aiohttp_s_queue(
     assert 0 < max(queued) <= 32
 
 
+def upgrading(path: str, protocol: str, **headers: str) -> bytes:
+    """A GET of ``path`` asking to switch to ``protocol`` (which the gateway never does)."""
+    return request_bytes(path, Upgrade=protocol, Connection="upgrade", **headers)
+
+
+@pytest.mark.parametrize("protocol", ["foo", "h2c", "websocket"])
+@pytest.mark.parametrize("path", [LIST, "/healthz", "/nowhere"])
+async def test_requests_pipelined_behind_an_upgrade_are_never_left_unanswered(
+    served: tuple[web.Application, int], protocol: str, path: str
+) -> None:
+    """An ``Upgrade`` the gateway does not take, with two requests behind it in the same
+    write: the request is answered (no protocol switch), that answer says
+    ``Connection: close``, and the connection closes at once; the requests behind it
+    are not left waiting for the keep-alive timeout. (README, Errors.)"""
+    _, port = served
+    data = upgrading(path, protocol, X_Request_ID="r-upgrade")
+    data += request_bytes(LIST, X_Request_ID="r-1") + request_bytes(LIST, X_Request_ID="r-2")
+    (answer,), rest = await send_and_read_all(port, data, 1)
+    assert answer.status_line.startswith("HTTP/1.1 ")
+    assert answer.status_line != "HTTP/1.1 101 Switching Protocols"
+    assert answer.headers["x-request-id"] == "r-upgrade"
+    assert answer.headers["connection"] == "close"
+    assert rest == b"", "closed after the answer to the upgrade"
+
+
+async def test_an_upgrade_sent_alone_is_answered_and_the_connection_closed(
+    served: tuple[web.Application, int],
+) -> None:
+    """The same with nothing pipelined: the caller knows at once that its next request
+    needs a new connection."""
+    _, port = served
+    (answer,), rest = await send_and_read_all(port, upgrading(LIST, "h2c"), 1)
+    assert answer.headers["x-cache"] == "HIT"
+    assert answer.headers["connection"] == "close"
+    assert rest == b""
+
+
+async def test_an_upgrade_with_an_expectation_the_gateway_does_not_meet_closes_too(
+    served: tuple[web.Application, int],
+) -> None:
+    """Refused before any handler runs (the 417 of an ``Expect`` other than
+    100-continue): still the answer, then the connection closed."""
+    _, port = served
+    data = upgrading(LIST, "foo", Expect="foo") + request_bytes(LIST)
+    (answer,), rest = await send_and_read_all(port, data, 1)
+    assert answer.status_line == "HTTP/1.1 417 Expectation Failed"
+    assert answer.headers["connection"] == "close"
+    assert rest == b""
+
+
+MALFORMED = b"GET /users HTTP/1.1\r\nBad Header\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("first", "behind"),
+    [
+        (request_bytes(LIST, X_Request_ID="r-0"), 1),
+        # a request that may announce a body hands the fast path's connection to
+        # aiohttp: what follows it is still answered up to the malformed one
+        (request_bytes(LIST, X_Request_ID="r-0", Content_Length="0"), 1),
+        (request_bytes(LIST, X_Request_ID="r-0", Content_Length="0"), 40),
+        (
+            request_bytes("/users", method="POST", X_Request_ID="r-0", Content_Length="4")
+            + b"\r\n\r\n",
+            1,
+        ),
+    ],
+    ids=["plain-gets", "behind-a-content-length", "past-aiohttp-s-queue", "behind-a-body"],
+)
+async def test_requests_in_the_same_write_ahead_of_a_malformed_one_are_answered_first(
+    served: tuple[web.Application, int],
+    monkeypatch: pytest.MonkeyPatch,
+    fast_path: bool,
+    first: bytes,
+    behind: int,
+) -> None:
+    """Requests, then a head aiohttp's parser refuses, then a valid request, in one
+    write: with the fast path each request ahead of it is answered, in order, then the
+    400, then the connection closes (the request behind it is not answered). Served as
+    plain aiohttp, whose parser drops what it read in the same piece as the malformed
+    head (and what it read with it), in order, then the 400, then the connection
+    closes. (README, Errors.)"""
+    filter_parser_log(monkeypatch)
+    _, port = served
+    ahead = [f"r-{n}" for n in range(behind + 1)]
+    data = first + b"".join(request_bytes(LIST, X_Request_ID=rid) for rid in ahead[1:])
+    data += MALFORMED + request_bytes(LIST, X_Request_ID="r-behind")
+    *answered, refused = await answers_until_closed(port, data)
+    ids = [a.headers["x-request-id"] for a in answered]
+    if fast_path:
+        assert ids == ahead
+    else:
+        assert ids == ahead[: len(ids)]
+    assert [a.headers.get("x-cache") for a in answered[1:]] == ["HIT"] * (len(answered) - 1)
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+
+
+async def answers_until_closed(port: int, data: bytes) -> list[Answer]:
+    """``data`` sent on a new connection: every answer until the gateway closes it
+    (a hang fails the test)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    answers = []
+    try:
+        async with asyncio.timeout(10):
+            while True:
+                try:
+                    answers.append(await read_answer(reader))
+                except asyncio.IncompleteReadError as exc:
+                    left = exc.partial
+                    break
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    assert left == b"", "an answer cut short"
+    return answers
+
+
+async def test_a_malformed_request_ahead_of_valid_ones_is_refused_and_the_connection_closed(
+    served: tuple[web.Application, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other order: the 400 first, the connection closed, nothing behind it
+    answered (nothing after a malformed head can be told apart as a request)."""
+    filter_parser_log(monkeypatch)
+    _, port = served
+    data = MALFORMED + request_bytes(LIST) + request_bytes(LIST)
+    (refused,), rest = await send_and_read_all(port, data, 1)
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    assert rest == b""
+
+
 @pytest.mark.parametrize(
     "raw",
     [
