@@ -63,7 +63,9 @@ WAYS = pytest.mark.parametrize("fast_path", [False, True], ids=["plain", "fast"]
 
 
 @WAYS
-@pytest.mark.parametrize("ahead", [2, 40], ids=["a-few", "past-aiohttp-s-queue"])
+@pytest.mark.parametrize(
+    "ahead", [2, 40, PIECES_MAX], ids=["a-few", "past-aiohttp-s-queue", "the-bound"]
+)
 async def test_requests_in_the_read_of_a_malformed_one_are_answered_before_its_400(
     listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool, ahead: int
 ) -> None:
