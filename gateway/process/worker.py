@@ -52,8 +52,6 @@ async def serve(
     """Serve until SIGTERM or SIGINT, reloading on SIGHUP, then close everything in order.
     ``control``: the folder where the workers of ``settings.server.workers`` reach each
     other (``gateway.ops.siblings``), when this is worker ``worker`` of several."""
-    from aiohttp import web
-
     from gateway.fastpath.connection import FastPathServer
     from gateway.fastpath.server import make_runner
     from gateway.http.admin import LIVE
@@ -61,6 +59,7 @@ async def serve(
     from gateway.normalise.rules import engine_name
     from gateway.ops.metrics import check_multiprocess_dir
     from gateway.ops.siblings import Siblings
+    from gateway.process.listener import listen
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -105,17 +104,18 @@ async def serve(
 
     loop.add_signal_handler(signal.SIGHUP, reload_on_signal)
     started = False
+    listening: asyncio.Server | None = None
     try:
         host, port = settings.server.host, settings.server.port
-        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
         try:
-            await site.start()
+            listening = await listen(runner, host, port, reuse_port=reuse_port)
         except OSError as exc:
             raise cannot_listen(host, port, exc, SERVE_ADDRESS_KEYS) from None
         started = True
         release_free_memory()
         settle_collector()
-        port = runner.addresses[0][1] if runner.addresses else port
+        if listening.sockets:
+            port = listening.sockets[0].getsockname()[1]
         log.info(
             "started",
             extra={
@@ -145,6 +145,8 @@ async def serve(
             task.cancel()
         # a reload cut short kills its parser; the running configuration stays
         await asyncio.gather(*reloads, return_exceptions=True)
+        if listening is not None:
+            listening.close()  # no new connections; cleanup ends those open
         await runner.cleanup()
         if demo_server is not None:
             await demo_server.close()

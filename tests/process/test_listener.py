@@ -1,0 +1,168 @@
+"""The listening socket of a gateway process (``gateway.process.listener``): requests
+pipelined ahead of a malformed one are answered, in order, then the 400, then the
+connection closes, with the fast path and without it (README, "Errors").
+
+Served here as the worker serves: ``make_runner`` over the app, then ``listen``; one
+test runs ``serve`` itself as a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from gateway.demo import DemoServer
+from gateway.fastpath.connection import FastPathServer
+from gateway.fastpath.server import make_runner
+from gateway.http.app import create_app
+from gateway.process.listener import PIECES_MAX, HeadCuts, listen
+from gateway.process.worker import MAX_HEADER_BYTES
+
+from ..conftest import base_url, make_settings
+from ..http.test_wire import LIST, filter_parser_log, request_bytes, send_and_read_all
+from .test_supervisor import GatewayProcess, fast_upstream, serve, started
+
+__all__ = ["fast_upstream", "started"]  # fixtures of test_supervisor used here
+
+MALFORMED = b"GET /users HTTP/1.1\r\nBad Header\r\n\r\n"
+Listening = Callable[[bool], Awaitable[int]]
+
+
+@pytest.fixture
+async def listening(upstream: TestServer) -> AsyncIterator[Listening]:
+    """Start a gateway in front of the reference upstream, with the fast path or
+    without, served as the worker serves it; its port."""
+    stops: list[tuple[asyncio.Server, web.AppRunner]] = []
+
+    async def start(fast_path: bool) -> int:
+        settings = make_settings(base_url(upstream), server={"fast_path": fast_path})
+        runner = make_runner(
+            create_app(settings),
+            access_log=None,
+            max_field_size=MAX_HEADER_BYTES,
+            max_line_size=MAX_HEADER_BYTES,
+        )
+        await runner.setup()
+        assert isinstance(runner.server, FastPathServer) is fast_path
+        server = await listen(runner, "127.0.0.1", 0)
+        stops.append((server, runner))
+        port: int = server.sockets[0].getsockname()[1]
+        return port
+
+    yield start
+    for server, runner in stops:
+        server.close()
+        await runner.cleanup()
+
+
+WAYS = pytest.mark.parametrize("fast_path", [False, True], ids=["plain", "fast"])
+
+
+@WAYS
+@pytest.mark.parametrize(
+    "ahead", [2, 40, PIECES_MAX], ids=["a-few", "past-aiohttp-s-queue", "the-bound"]
+)
+async def test_requests_in_the_read_of_a_malformed_one_are_answered_before_its_400(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool, ahead: int
+) -> None:
+    """``ahead`` requests then a head aiohttp's parser refuses, all in one write: each
+    request ahead of it is answered, in order, then the 400, then the connection
+    closes."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    data = b"".join(request_bytes(LIST, X_Request_ID=f"r-{n}") for n in range(ahead))
+    answers, rest = await send_and_read_all(port, data + MALFORMED, ahead + 1)
+    *ahead_of_it, refused = answers
+    assert [a.headers["x-request-id"] for a in ahead_of_it] == [f"r-{n}" for n in range(ahead)]
+    assert {a.status_line for a in ahead_of_it} == {"HTTP/1.1 200 OK"}
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    assert rest == b"", "closed after the 400"
+
+
+@WAYS
+async def test_requests_behind_one_with_a_body_are_answered_before_the_400(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """A request with a ``Content-Length`` body that holds an empty line, one behind
+    it, then a malformed head, all in one write: both answered, in order, then the
+    400, then the connection closes."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    data = request_bytes(LIST, X_Request_ID="r-body", Content_Length="8") + b"ab\r\n\r\ncd"
+    data += request_bytes(LIST, X_Request_ID="r-after")
+    answers, rest = await send_and_read_all(port, data + MALFORMED, 3)
+    assert [a.headers.get("x-request-id") for a in answers[:2]] == ["r-body", "r-after"]
+    assert [a.status_line for a in answers] == [
+        "HTTP/1.1 200 OK",
+        "HTTP/1.1 200 OK",
+        "HTTP/1.0 400 Bad Request",
+    ]
+    assert rest == b""
+
+
+@WAYS
+async def test_empty_lines_behind_a_malformed_head_get_nothing_more(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """A request, a malformed head and 64 KiB of empty lines in one write: the
+    answer, the 400, and the connection closed; nothing for the empty lines."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    data = request_bytes(LIST, X_Request_ID="r-0") + MALFORMED + b"\r\n\r\n" * 16384
+    (answer, refused), rest = await send_and_read_all(port, data, 2)
+    assert answer.headers["x-request-id"] == "r-0"
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    assert rest == b""
+
+
+class Recorder(asyncio.Protocol):
+    """What a connection's handler is fed, call by call."""
+
+    def __init__(self) -> None:
+        self.fed: list[bytes] = []
+
+    def data_received(self, data: bytes) -> None:
+        self.fed.append(data)
+
+
+def test_a_read_with_one_head_end_at_most_goes_whole() -> None:
+    for data in (request_bytes(LIST), request_bytes(LIST)[:-2], request_bytes(LIST) + b"GE"):
+        handler = Recorder()
+        HeadCuts(handler).data_received(data)
+        assert len(handler.fed) <= 2
+        assert b"".join(handler.fed) == data
+    handler = Recorder()
+    whole = request_bytes(LIST)
+    HeadCuts(handler).data_received(whole)
+    assert handler.fed[0] is whole, "not copied"
+
+
+def test_a_read_is_cut_after_each_empty_line_up_to_the_bound() -> None:
+    handler = Recorder()
+    HeadCuts(handler).data_received(request_bytes(LIST) * 3 + b"GET")
+    assert handler.fed == [request_bytes(LIST)] * 3 + [b"GET"]
+    flood = b"\r\n\r\n" * 16384
+    handler = Recorder()
+    HeadCuts(handler).data_received(flood)
+    assert len(handler.fed) == PIECES_MAX + 1
+    assert b"".join(handler.fed) == flood
+
+
+async def test_serve_without_the_fast_path_answers_a_pipeline_ahead_of_a_malformed_head(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    """``serve`` with ``server.fast_path = false``: three requests and a malformed head
+    in one write, each answered in order, then the 400, then the connection closes."""
+    extra = "[server]\nfast_path = false\n"
+    gateway = await serve(started, tmp_path, fast_upstream.url, extra=extra)
+    data = b"".join(request_bytes("/healthz", X_Request_ID=f"r-{n}") for n in range(3))
+    answers, rest = await send_and_read_all(gateway.port, data + MALFORMED, 4)
+    assert [a.headers.get("x-request-id") for a in answers[:3]] == ["r-0", "r-1", "r-2"]
+    assert [a.status_line for a in answers] == ["HTTP/1.1 200 OK"] * 3 + [
+        "HTTP/1.0 400 Bad Request"
+    ]
+    assert rest == b""
