@@ -41,6 +41,7 @@ from gateway.http.app import create_app
 from gateway.http.binding import UPSTREAMS
 from gateway.http.unrouted import Unrouted
 from gateway.ops.logs import MalformedRequestFilter
+from gateway.process.listener import listen
 from gateway.records.routes import ROUTES, encode_segment
 
 from ..conftest import (
@@ -774,29 +775,35 @@ MALFORMED = b"GET /users HTTP/1.1\r\nBad Header\r\n\r\n"
     ids=["plain-gets", "behind-a-content-length", "past-aiohttp-s-queue", "behind-a-body"],
 )
 async def test_requests_in_the_same_write_ahead_of_a_malformed_one_are_answered_first(
-    served: tuple[web.Application, int],
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
     monkeypatch: pytest.MonkeyPatch,
     fast_path: bool,
     first: bytes,
     behind: int,
 ) -> None:
     """Requests, then a head aiohttp's parser refuses, then a valid request, in one
-    write: with the fast path each request ahead of it is answered, in order, then the
-    400, then the connection closes (the request behind it is not answered). Served as
-    plain aiohttp, whose parser drops what it read in the same piece as the malformed
-    head (and what it read with it), in order, then the 400, then the connection
-    closes. (README, Errors.)"""
+    write, to the gateway listening as ``serve`` listens (gateway.process.listener):
+    each request ahead of it is answered, in order, then the 400, then the connection
+    closes (the request behind it is not answered), with the fast path and without
+    it. (README, Errors.)"""
     filter_parser_log(monkeypatch)
-    _, port = served
-    ahead = [f"r-{n}" for n in range(behind + 1)]
-    data = first + b"".join(request_bytes(LIST, X_Request_ID=rid) for rid in ahead[1:])
-    data += MALFORMED + request_bytes(LIST, X_Request_ID="r-behind")
-    *answered, refused = await answers_until_closed(port, data)
+    client = await gateway_factory(base_url(upstream))
+    for path in (LIST, ACCOUNT):
+        assert (await client.get(path, headers=AUTH)).headers["X-Cache"] == "MISS"
+    runner = client.server.runner
+    assert runner is not None
+    listener = await listen(runner, "127.0.0.1", 0)
+    try:
+        port = listener.sockets[0].getsockname()[1]
+        ahead = [f"r-{n}" for n in range(behind + 1)]
+        data = first + b"".join(request_bytes(LIST, X_Request_ID=rid) for rid in ahead[1:])
+        data += MALFORMED + request_bytes(LIST, X_Request_ID="r-behind")
+        *answered, refused = await answers_until_closed(port, data)
+    finally:
+        listener.close()
     ids = [a.headers["x-request-id"] for a in answered]
-    if fast_path:
-        assert ids == ahead
-    else:
-        assert ids == ahead[: len(ids)]
+    assert ids == ahead
     assert [a.headers.get("x-cache") for a in answered[1:]] == ["HIT"] * (len(answered) - 1)
     assert refused.status_line == "HTTP/1.0 400 Bad Request"
 
