@@ -9,9 +9,10 @@ and ``gateway.http.unrouted`` for what no route takes), so they get the same pro
 responses. What aiohttp runs before any handler, the ``Expect`` field's handler, is
 the edge's too (``Edge.expectation``), on every route. A request line that is not
 HTTP/1.1 or HTTP/1.0 is answered 505 before any handler runs, with an HTTP/1.1 status
-line, and its connection closed. A request that asks to switch protocols is answered as
-HTTP/1.1 and its connection closed (the gateway takes no upgrade, and aiohttp's parser
-drops what is pipelined behind such a request).
+line, and its connection closed. A request that asks to switch protocols, and a
+``CONNECT``, are answered as HTTP/1.1 and their connection closed (the gateway takes no
+upgrade and tunnels nothing, and aiohttp's parser drops what is pipelined behind such
+a request).
 
 :meth:`Edge.answered` is the one place where an answered request is counted and
 logged: the wrapped handlers call it, and so does the fast path (``gateway.fastpath``)
@@ -147,7 +148,9 @@ class Edge:
             try:
                 if request.version in SPOKEN_VERSIONS:
                     response = await _answer(handler, request, request_id, route)
-                    if _UPGRADE in headers and asks_to_switch(request):
+                    if request.method == "CONNECT" or (
+                        _UPGRADE in headers and asks_to_switch(request)
+                    ):
                         response.force_close()
                     response.headers[X_REQUEST_ID] = request_id
                 else:
@@ -199,7 +202,7 @@ class Edge:
             request_id = self.request_id(request.headers.get(X_REQUEST_ID))
             response = expectation_failed(request, request_id)
             response.headers[X_REQUEST_ID] = request_id
-            if request.body_exists or asks_to_switch(request):
+            if request.body_exists or request.method == "CONNECT" or asks_to_switch(request):
                 # whether its body follows is the caller's guess: no next request can be
                 # told apart from it (nor after an upgrade request, see asks_to_switch)
                 response.force_close()

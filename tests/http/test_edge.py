@@ -136,6 +136,30 @@ async def test_an_upgrade_the_gateway_does_not_take_is_answered_and_its_connecti
     assert rest == b"", "closed after the answer to the upgrade request"
 
 
+@pytest.mark.parametrize("malformed", [False, True], ids=["valid-behind", "malformed-behind"])
+async def test_a_connect_is_answered_and_its_connection_closed(
+    gateway_factory: GatewayFactory, upstream: TestServer, malformed: bool
+) -> None:
+    """``CONNECT host:port`` with requests pipelined behind it in the same write (a
+    malformed one among them or not): the gateway tunnels nothing, so the CONNECT gets
+    its 404 problem with ``Connection: close`` and the connection closes at once;
+    nothing behind it waits on an open connection, unanswered. (aiohttp's parser takes
+    a CONNECT as an upgrade and drops what follows it in the same read.)"""
+    client = await gateway_factory(base_url(upstream))
+    port = client.port
+    assert port is not None
+    data = head("example.com:443", b"X-Request-ID: tunnel", method="CONNECT")
+    data += head("/users", b"X-Request-ID: behind-1")
+    if malformed:
+        data += b"GET /users HTTP/1.1\r\nHost: g\r\nBad Header\r\n\r\n"
+    data += head("/nowhere", b"X-Request-ID: behind-2")
+    (answer,), rest = await send_and_read_all(port, data, 1)
+    assert answer.status_line == "HTTP/1.1 404 Not Found"
+    assert answer.headers["x-request-id"] == "tunnel"
+    assert answer.headers["connection"] == "close"
+    assert rest == b"", "closed after the answer to the CONNECT"
+
+
 async def test_an_upgrade_field_without_connection_upgrade_keeps_the_connection(
     gateway_factory: GatewayFactory, upstream: TestServer
 ) -> None:
