@@ -792,7 +792,7 @@ async def test_requests_in_the_same_write_ahead_of_a_malformed_one_are_answered_
     for path in (LIST, ACCOUNT):
         assert (await client.get(path, headers=AUTH)).headers["X-Cache"] == "MISS"
     runner = client.server.runner
-    assert runner is not None
+    assert isinstance(runner, web.AppRunner)
     listener = await listen(runner, "127.0.0.1", 0)
     try:
         port = listener.sockets[0].getsockname()[1]
