@@ -2,8 +2,11 @@
 Read API over a deterministic generated dataset, for the demo mode, tests and
 benchmarks; with a drift, a candidate twin that differs from it in known ways, for
 testing upstream comparisons; with change rates, records that change at random at
-known rates, for testing what the gateway learns of how often answers change. It
-shares no code with the rest of ``gateway``.
+known rates, for testing what the gateway learns of how often answers change.
+
+Imports nothing of the rest of ``gateway`` (an import-linter contract holds it), and
+of third parties only aiohttp's server and orjson: it stands for an upstream another
+team runs.
 """
 
 from gateway.demo.app import (

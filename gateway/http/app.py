@@ -60,7 +60,8 @@ from gateway.ops.health import Readiness
 from gateway.ops.logs import set_level
 from gateway.ops.metrics import METRICS_FLUSH_S, Metrics, multiprocess_dir
 from gateway.ops.siblings import Siblings
-from gateway.ops.tracing import Tracer, tracer_for
+from gateway.ops.tracers import tracer_for
+from gateway.ops.tracing import Tracer
 from gateway.ops.ttl_advice import Policy
 from gateway.records.keys import Keyer
 from gateway.records.pipeline import CachePolicy, RecordPipeline

@@ -1,6 +1,6 @@
 """The OpenTelemetry tracer (the ``otel`` extra): spans made with OpenTelemetry's SDK
 and exported in batches over OTLP/HTTP. Imported only when ``tracing.otlp_endpoint``
-is set (``gateway.ops.tracing.tracer_for``), and by the tests.
+is set (``gateway.ops.tracers.tracer_for``), and by the tests.
 
 A request's span is a server span named ``<method> <route template>``, with
 ``http.request.method``, ``http.route``, ``http.response.status_code``,

@@ -5,7 +5,7 @@ Without ``tracing.otlp_endpoint`` the tracer is :data:`NO_TRACER`: it records no
 and no ``opentelemetry`` module is ever imported. Its request spans only carry the
 trace context: the caller's trace id (or a new one, made when first asked for), and
 for each upstream call a ``traceparent`` with that trace id and a new parent id. With
-the endpoint set, :func:`tracer_for` builds the OpenTelemetry tracer
+the endpoint set, ``gateway.ops.tracers.tracer_for`` builds the OpenTelemetry tracer
 (``gateway.ops.otel``, imported then and only then).
 
 The layers below the HTTP edge never see a tracer: they reach the span of the request
@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Protocol
 
-from gateway.errors import ConfigError
 from gateway.ops.tracecontext import (
     TraceParent,
     format_traceparent,
@@ -33,7 +32,6 @@ from gateway.ops.tracecontext import (
 )
 
 Attributes = Mapping[str, str | int]
-OTEL_EXTRA = "pip install 'records-gateway[otel]'"
 
 
 class ChildSpan(Protocol):
@@ -224,22 +222,3 @@ class NoTracer:
 
 
 NO_TRACER: Tracer = NoTracer()
-
-
-def tracer_for(otlp_traces_url: str | None, *, service_name: str, sample_ratio: float) -> Tracer:
-    """The tracer of the settings: :data:`NO_TRACER` without an endpoint; otherwise
-    OpenTelemetry's, exporting over OTLP/HTTP to ``otlp_traces_url``. Raises
-    ConfigError, naming the key and the extra to install, when OpenTelemetry's SDK
-    or exporter cannot be imported."""
-    if otlp_traces_url is None:
-        return NO_TRACER
-    try:
-        from gateway.ops.otel import OtelTracer, otlp_exporter
-    except ImportError as exc:
-        raise ConfigError(
-            f"tracing.otlp_endpoint: exporting spans needs OpenTelemetry ({exc.name or exc}"
-            f" cannot be imported): {OTEL_EXTRA}"
-        ) from exc
-    return OtelTracer.build(
-        otlp_exporter(otlp_traces_url), service_name=service_name, sample_ratio=sample_ratio
-    )

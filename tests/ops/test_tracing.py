@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.ops.tracing import NO_TRACER, tracer_for
+from gateway.ops.tracers import tracer_for
+from gateway.ops.tracing import NO_TRACER
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 OTEL_EXTRA = "pip install 'records-gateway[otel]'"
@@ -124,7 +125,7 @@ async def test_the_tracer_of_an_endpoint_without_opentelemetry_is_a_config_error
     """Settings made without validation still cannot start a gateway without its spans."""
     script = BLOCKED + (
         "from gateway.errors import ConfigError\n"
-        "from gateway.ops.tracing import tracer_for\n"
+        "from gateway.ops.tracers import tracer_for\n"
         "try:\n"
         "    tracer_for('http://127.0.0.1:4318/v1/traces', service_name='s', sample_ratio=1)\n"
         "except ConfigError as exc:\n"
