@@ -83,11 +83,13 @@ class ReadBatch:
     def _send(self) -> None:
         waiting, self._waiting = self._waiting, []
         for start in range(0, len(waiting), BATCH_MAX_KEYS):
-            task = asyncio.ensure_future(self._answer(waiting[start : start + BATCH_MAX_KEYS]))
+            task = asyncio.ensure_future(
+                self._read_together(waiting[start : start + BATCH_MAX_KEYS])
+            )
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
-    async def _answer(self, reads: list[tuple[str, str, asyncio.Future[list[Any]]]]) -> None:
+    async def _read_together(self, reads: list[tuple[str, str, asyncio.Future[list[Any]]]]) -> None:
         entries = [entry_key for entry_key, _, _ in reads]
         generation_keys = list(dict.fromkeys((self._everything_key, *(r for _, r, _ in reads))))
         try:

@@ -15,7 +15,7 @@ meanwhile what the caller sends next waits here. Either way it is the same reply
 full read would give, in the representation the head's ``Accept-Encoding`` asks for
 (``RecordPipeline.represent``: the stored gzip bytes, or the identity body). Its
 headers are ``gateway.http.replies.reply_headers`` of that
-reply, as bytes, and it is counted and logged by ``Edge.answered``, as every other
+reply, as bytes, and it is counted and logged by ``Edge.record_answer``, as every other
 answer is. An entry the shared cache does not have fresh (a miss, a stale entry, the
 cache unusable) sends the request aiohttp's way, which decides.
 
@@ -245,7 +245,7 @@ class Hits:
             and target.max_limit == records.live.settings.limits.max_limit
         )
 
-    def answer(
+    def hit_answer(
         self, target: HitTarget, entry: CacheEntry | None = None, started: float = 0.0
     ) -> tuple[bytes, bytes] | None:
         """The answer (head and body) to the request ``target`` came from, when it is a
@@ -278,7 +278,7 @@ class Hits:
         trace = None
         if edge.tracer.recording:
             trace = self._traced(target, request_id, started)
-        edge.answered(
+        edge.record_answer(
             "GET",
             target.route,
             200,
@@ -410,7 +410,7 @@ class GatewayConnection(RequestHandler):
             if caching and self._aiohttp_idle():
                 head = data[start:end] if start or end != len(data) else data
                 try:
-                    answer = self._answer(hits, head)
+                    answer = self._answer_held(hits, head)
                 except Exception:
                     # a fault here must not cost the caller its answer: aiohttp's way
                     # answers the request (with its own problem if the fault is there too)
@@ -426,7 +426,7 @@ class GatewayConnection(RequestHandler):
                 # and reading have their own bounds, rather than holding it all here
                 answer = None
             if answer is not None:
-                self._answered(answer)
+                self._send_answer(answer)
             elif self._buffer_paused and len(self._messages) >= self._max_msg_queue_size:
                 # aiohttp holds as many requests as it queues, and stopped reading the
                 # socket: the rest waits here until it drains (data_received(b""))
@@ -513,11 +513,11 @@ class GatewayConnection(RequestHandler):
         fresh = None if stored is None else stored.fresh
         if fresh is not None and self._hits is hits and self._aiohttp_idle():
             try:
-                answer = hits.answer(target, fresh, started)
+                answer = hits.hit_answer(target, fresh, started)
             except Exception:
                 log.exception("fast path: a hit failed; aiohttp answers the request")
         if answer is not None:
-            self._answered(answer)
+            self._send_answer(answer)
         else:
             # aiohttp's way takes this read as the request's own (_with_a_url)
             self._prior = None if stored is None else (_target_of(head), stored)
@@ -613,7 +613,7 @@ class GatewayConnection(RequestHandler):
             self._feed(data[end:])
         return False
 
-    def _answer(self, hits: Hits, head: bytes) -> tuple[bytes, bytes] | HitTarget | None:
+    def _answer_held(self, hits: Hits, head: bytes) -> tuple[bytes, bytes] | HitTarget | None:
         """The answer to ``head`` when it is a plain GET's fresh hit held here; its
         target when its entry may be in the shared cache instead; None otherwise."""
         if head == self._last_head:
@@ -625,7 +625,7 @@ class GatewayConnection(RequestHandler):
                 self._last_head, self._last_target = head, target
         if target is None:
             return None
-        answer = hits.answer(target)
+        answer = hits.hit_answer(target)
         if answer is not None:
             return answer
         if target.pipeline.shares_entries and hits.holds(target):
@@ -661,7 +661,7 @@ class GatewayConnection(RequestHandler):
         size = transport.get_write_buffer_size()
         return size > 0 and size > transport.get_write_buffer_limits()[1]
 
-    def _answered(self, answer: tuple[bytes, bytes]) -> None:
+    def _send_answer(self, answer: tuple[bytes, bytes]) -> None:
         """``answer`` (head and body, sent in one system call without joining them)
         sent; the connection's idle time starts again, as after any answer."""
         assert self.transport is not None
@@ -698,7 +698,7 @@ class GatewayConnection(RequestHandler):
                 "unhandled error outside the handlers",
                 extra={"request_id": request_id, "status": problem.status},
             )
-        edge.answered(
+        edge.record_answer(
             request.method,
             UNMATCHED,
             problem.status,
@@ -751,7 +751,7 @@ def _pathless_to(
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         if request.rel_url.path_safe or not isinstance(request, web.Request):
             return await handler(request)
-        return await unrouted.answer(request)
+        return await unrouted.respond(request)
 
     return handle
 

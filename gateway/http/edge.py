@@ -14,7 +14,7 @@ line, and its connection closed. A request that asks to switch protocols, and a
 upgrade and tunnels nothing, and aiohttp's parser drops what is pipelined behind such
 a request).
 
-:meth:`Edge.answered` is the one place where an answered request is counted and
+:meth:`Edge.record_answer` is the one place where an answered request is counted and
 logged: the wrapped handlers call it, and so does the fast path (``gateway.fastpath``)
 for what it answers without aiohttp.
 """
@@ -147,7 +147,7 @@ class Edge:
             cache = "none"
             try:
                 if request.version in SPOKEN_VERSIONS:
-                    response = await _answer(handler, request, request_id, route)
+                    response = await _run_handler(handler, request, request_id, route)
                     if request.method == "CONNECT" or (
                         _UPGRADE in headers and asks_to_switch(request)
                     ):
@@ -164,7 +164,9 @@ class Edge:
                 metrics.busy -= 1
                 CURRENT_TRACE.reset(token)
                 span.end(status, cache)
-            self.answered(request.method, route, response.status, cache, started, request_id, trace)
+            self.record_answer(
+                request.method, route, response.status, cache, started, request_id, trace
+            )
             return response
 
         handle.__name__ = getattr(handler, "__name__", "handle")
@@ -206,7 +208,7 @@ class Edge:
                 # whether its body follows is the caller's guess: no next request can be
                 # told apart from it (nor after an upgrade request, see asks_to_switch)
                 response.force_close()
-            self.answered(
+            self.record_answer(
                 request.method,
                 route,
                 417,
@@ -219,7 +221,7 @@ class Edge:
 
         return expect
 
-    def answered(
+    def record_answer(
         self,
         method: str,
         route: str,
@@ -235,7 +237,7 @@ class Edge:
         did upstream, and its trace, are in ``trace``; a hit has none, only the token's
         fingerprint and the caller's ``traceparent``, read only for the line)."""
         elapsed = time.perf_counter() - started
-        self.metrics.answered(route, status, cache, elapsed)
+        self.metrics.count_answer(route, status, cache, elapsed)
         if self.live.settings.log.access:
             upstream_status = upstream_ms = None
             if trace is None:
@@ -262,7 +264,7 @@ class Edge:
             )
 
 
-async def _answer(
+async def _run_handler(
     handler: Handler, request: web.Request, request_id: str, route: str
 ) -> web.StreamResponse:
     """The handler's response, or the problem response of what it raised."""

@@ -10,7 +10,7 @@ edge's expect handler and 404 problem.
 
 A target with no path at all (``CONNECT host:443``, ``GET x:``) is offered to no
 resource. The fast path answers such a request itself before aiohttp's application
-sees it (:meth:`Unrouted.answer`); as plain aiohttp (``server.fast_path = false``),
+sees it (:meth:`Unrouted.respond`); as plain aiohttp (``server.fast_path = false``),
 :func:`pathless_middleware` answers it with the same problem, after aiohttp's own
 ``Expect`` handler.
 """
@@ -40,7 +40,7 @@ class Unrouted(web.PlainResource):
         """Every request offered here is taken."""
         return web.UrlMappingMatchInfo({}, self._route), set()
 
-    async def answer(self, request: web.Request) -> web.StreamResponse:
+    async def respond(self, request: web.Request) -> web.StreamResponse:
         """The answer to ``request`` had aiohttp's router offered it here: for a target
         without a path, which it offers nowhere."""
         if request.headers.get(EXPECT):

@@ -394,7 +394,7 @@ class Metrics:
         self._refreshed: dict[tuple[str, str], _Timed] = {}  # by (route, changed)
         self.busy = 0  # requests being handled now; the in-flight gauge at each flush
 
-    def answered(self, route: str, status: int, cache: str, seconds: float) -> None:
+    def count_answer(self, route: str, status: int, cache: str, seconds: float) -> None:
         """Count one answered request (cache is "hit", "miss", ..., or "none")."""
         key = (route, status, cache)
         answers = self._answers.get(key) or _made(self._answers, key, LATENCY_BUCKETS)

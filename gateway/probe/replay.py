@@ -247,7 +247,9 @@ async def generated_sample(
     """The sample of ``gateway.probe.sample`` from the primary's first page of each list."""
     seeds: dict[str, Any] = {}
     for name, query in seed_queries(max_limit=max_limit).items():
-        answer = await _answer(primary, query, authorization, f"{REQUEST_ID_PREFIX}seed-{name}")
+        answer = await _fetch_result(
+            primary, query, authorization, f"{REQUEST_ID_PREFIX}seed-{name}"
+        )
         if isinstance(answer, Answer) and answer.status == 200:
             seeds[name] = answer.published
     return sample_requests(seeds, max_limit=max_limit)
@@ -269,9 +271,9 @@ async def exchange_all(
             query = queries[index]
             request_id = f"{REQUEST_ID_PREFIX}{index + 1}"
             first, again, theirs = await asyncio.gather(
-                _answer(primary, query, authorization, request_id),
-                _answer(primary, query, authorization, request_id),
-                _answer(candidate, query, authorization, request_id),
+                _fetch_result(primary, query, authorization, request_id),
+                _fetch_result(primary, query, authorization, request_id),
+                _fetch_result(candidate, query, authorization, request_id),
             )
             exchanges[index] = Exchange(request_id, query, first, again, theirs)
 
@@ -281,7 +283,7 @@ async def exchange_all(
     return [exchange for exchange in exchanges if exchange is not None]
 
 
-async def _answer(
+async def _fetch_result(
     upstream: UpstreamClient, query: RecordQuery, authorization: str, request_id: str
 ) -> Result:
     try:

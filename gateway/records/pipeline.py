@@ -389,7 +389,7 @@ class RecordPipeline:
             return _served(fetched.entry, self._represent_fill(fetched, gzip), BYPASS, detail)
         if directives.no_cache and policy.honor_client_no_cache:
             current = await self._cache.get(key)
-            if current is not None and _answered(current.entry):
+            if current is not None and _holds_answer(current.entry):
                 job = _Read(key, query, credentials, request_id, ttl, current.entry)
             generations = None if current is None else current.generations
             fetched = await self._fetch(job, generations)
@@ -420,7 +420,7 @@ class RecordPipeline:
             age, left = entry.age(now), entry.left(now)
             if left > 0:
                 return hit_reply(entry, now, self._bodies.represent(entry, gzip))
-            if _answered(entry):
+            if _holds_answer(entry):
                 job = _Read(key, query, credentials, request_id, ttl, entry)
             overdue = -left
             if overdue < policy.stale_while_revalidate_s:
@@ -725,7 +725,7 @@ class RecordPipeline:
             )
 
 
-def _answered(entry: CacheEntry | None) -> bool:
+def _holds_answer(entry: CacheEntry | None) -> bool:
     """Whether ``entry`` holds an answer (not a cached 404) whose replacement says
     whether the route's answers changed."""
     return entry is not None and entry.status == 200

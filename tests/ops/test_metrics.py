@@ -371,7 +371,7 @@ async def test_no_label_carries_a_path_an_id_or_a_token(
 
 
 def test_flushed_tallies_expose_what_one_call_per_request_would() -> None:
-    """Metrics.answered tallies and flush() hands them over in bulk; the exposition
+    """Metrics.count_answer tallies and flush() hands them over in bulk; the exposition
     must be the one prometheus-client gives for one inc/observe per request."""
     answers = [
         ("expenses", 200, "hit", 0.0001),
@@ -383,7 +383,7 @@ def test_flushed_tallies_expose_what_one_call_per_request_would() -> None:
     ]
     tallied = Metrics()
     for route, status, cache, seconds in answers:
-        tallied.answered(route, status, cache, seconds)
+        tallied.count_answer(route, status, cache, seconds)
     before = Scrape(generate_latest(tallied.registry).decode())
     assert before.series("gateway_requests_total") == {}, "nothing before a flush"
     tallied.flush()

@@ -36,7 +36,7 @@ def simulated(
         metrics.refreshed("expense", rng.random() < -math.expm1(-rate * age), age)
     hits = round(1000 * hit_ratio)
     for n in range(1000):
-        metrics.answered("expense", 200, "hit" if n < hits else "miss", 0.001)
+        metrics.count_answer("expense", 200, "hit" if n < hits else "miss", 0.001)
     return metrics
 
 
@@ -129,9 +129,9 @@ def test_evidence_counts_and_exact_sums_come_back_from_the_metrics() -> None:
     metrics.refreshed("users", True, 40.0)
     metrics.refreshed("users", True, 50.0)
     metrics.refreshed("users", False, 70.0)
-    metrics.answered("users", 200, "hit", 0.001)
-    metrics.answered("users", 200, "stale", 0.001)
-    metrics.answered("users", 200, "miss", 0.001)
+    metrics.count_answer("users", 200, "hit", 0.001)
+    metrics.count_answer("users", 200, "stale", 0.001)
+    metrics.count_answer("users", 200, "miss", 0.001)
     seen = evidence_of(metrics.families())["users"]
     assert (seen.changed, seen.changed_age_sum) == (2, 90.0)
     assert (seen.unchanged, seen.unchanged_age_sum) == (1, 70.0)
