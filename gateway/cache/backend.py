@@ -3,9 +3,28 @@ and defaults for backends without background work."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from gateway.cache.entry import CacheEntry, CacheKey, Lookup
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do: all the rest of the gateway asks of its kind (never its
+    name). ``stores``: it keeps entries at all (not ``cache.backend = "none"``).
+    ``shared``: its entries are seen by other processes, so that a purge or an entry
+    stored reaches them through it, a fill may be another instance's, and it is bound
+    to one upstream (a backend of one process is kept across upstream switches, and
+    the other workers of an instance are told of its purges one by one)."""
+
+    stores: bool
+    shared: bool
+
+
+IN_PROCESS = Capabilities(stores=True, shared=False)
+SHARED = Capabilities(stores=True, shared=True)
+NOTHING = Capabilities(stores=False, shared=False)
 
 
 class Purged(NamedTuple):
@@ -50,7 +69,8 @@ class QuietBackend:
 class CacheBackend(Protocol):
     """Where entries live. Implementations raise only CacheUnavailable."""
 
-    name: str
+    name: str  # for metrics labels and answers; nothing is decided by it
+    capabilities: Capabilities
 
     async def get(self, key: CacheKey) -> Lookup:
         """The entry (None when absent, expired from the store, or purged)."""

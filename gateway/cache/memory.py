@@ -6,7 +6,7 @@ import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from gateway.cache.backend import Purged, QuietBackend
+from gateway.cache.backend import IN_PROCESS, NOTHING, Purged, QuietBackend
 from gateway.cache.clock import Clock
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
 
@@ -30,6 +30,7 @@ class MemoryBackend(QuietBackend):
     """Entries in this process only, at most ``max_bytes`` of them (keys, bodies, overhead)."""
 
     name = "memory"
+    capabilities = IN_PROCESS
 
     def __init__(self, *, max_bytes: int, clock: Clock) -> None:
         self._max_bytes = max_bytes
@@ -151,6 +152,7 @@ class NullBackend(QuietBackend):
     """``cache.backend = "none"``: nothing is stored."""
 
     name = "none"
+    capabilities = NOTHING
 
     async def get(self, key: CacheKey) -> Lookup:
         return Lookup(None, Generations())

@@ -36,7 +36,7 @@ from typing import Any
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from gateway.cache.backend import CacheBackend, Purged
+from gateway.cache.backend import SHARED, CacheBackend, Purged
 from gateway.cache.clock import Clock
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup, shared_slot
 from gateway.cache.memory import MemoryBackend
@@ -191,6 +191,7 @@ class TieredBackend:
     """The near cache in front of a Redis backend, with the channel's listener."""
 
     name = "redis"
+    capabilities = SHARED
 
     def __init__(
         self,

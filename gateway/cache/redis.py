@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
-from gateway.cache.backend import Purged, QuietBackend
+from gateway.cache.backend import SHARED, Purged, QuietBackend
 from gateway.cache.entry import (
     CacheCorrupt,
     CacheEntry,
@@ -136,6 +136,7 @@ class RedisBackend(QuietBackend):
     """Entries in a Redis shared by every gateway instance of one namespace and upstream."""
 
     name = "redis"
+    capabilities = SHARED
 
     def __init__(self, client: Commands, *, prefix: str, timeout_s: float) -> None:
         self._client = client

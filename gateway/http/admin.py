@@ -106,8 +106,9 @@ async def purge_cache(request: web.Request) -> web.StreamResponse:
         },
     )
     body: dict[str, object] = {"purged": route or "all", "backend": backend.name}
-    if purged.told is not None:
-        body["instances"] = {"told": purged.told, "confirmed": purged.confirmed}
+    if backend.capabilities.shared:
+        if purged.told is not None:
+            body["instances"] = {"told": purged.told, "confirmed": purged.confirmed}
     else:
         # a backend in this process: every other worker purges its own
         reach = await _tell_siblings(request, {"action": "purge", "route": route})

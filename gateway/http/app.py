@@ -25,7 +25,8 @@ from gateway.cache.breaker import GuardedCache
 from gateway.cache.clock import Clock, system_clock
 from gateway.cache.coding import IdentityBodies
 from gateway.cache.fleet import Fleet
-from gateway.cache.memory import MemoryBackend, NullBackend
+from gateway.cache.memory import MemoryBackend
+from gateway.cache.registry import BackendRegistry, default_registry
 from gateway.comparison.shadow import Shadow
 from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint, live_fingerprint
 from gateway.config.settings import CacheSettings, Settings, UpstreamSettings
@@ -240,34 +241,11 @@ async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
         flush()
 
 
-def create_backend(settings: CacheSettings, *, prefix: str, clock: Clock) -> CacheBackend:
-    """The configured cache backend (not yet connected: Redis connects on first use)."""
-    if settings.backend == "redis":
-        # imported here: redis-py costs megabytes of memory the other backends do not need
-        from gateway.cache.near import NearCache, TieredBackend
-        from gateway.cache.redis import RedisBackend
-        from gateway.cache.topology import connect
-
-        topology = connect(settings)
-        far = RedisBackend(
-            topology.commands, prefix=prefix, timeout_s=settings.redis_timeout_ms / 1000
-        )
-        return TieredBackend(
-            far,
-            NearCache(max_bytes=settings.near_max_bytes, clock=clock, enabled=settings.near_cache),
-            topology=topology,
-            prefix=prefix,
-        )
-    if settings.backend == "memory":
-        return MemoryBackend(max_bytes=settings.memory_max_bytes, clock=clock)
-    return NullBackend()
-
-
 def _fleet_of(
     backend: CacheBackend, prefix: str, live: LiveConfig, metrics_: Metrics
 ) -> Fleet | None:
     """The fleet announcements of a Redis-backed gateway (started); None otherwise."""
-    if backend.name != "redis":
+    if not backend.capabilities.shared:
         return None  # (and redis-py, megabytes of memory, is not imported)
     from gateway.cache.near import TieredBackend
 
@@ -318,7 +296,8 @@ class ProcessParts:
     without ``cache.key_secret``), the clocks, the shadow traffic (whose report goes
     on across switches, starting again when the primary changes), and the memory or
     null backend (``local_backend``; None with Redis, whose backends are each
-    binding's own); the other workers of the instance, if any (``siblings``)."""
+    binding's own) and the registry binding makes backends from (``backends``); the
+    other workers of the instance, if any (``siblings``)."""
 
     live: LiveConfig
     metrics: Metrics
@@ -329,6 +308,7 @@ class ProcessParts:
     monotonic: Callable[[], float]
     shadow: Shadow
     local_backend: CacheBackend | None
+    backends: BackendRegistry
     siblings: Siblings | None = None
 
 
@@ -346,7 +326,7 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
     own_backend = None
     backend = parts.local_backend
     if backend is None:
-        backend = own_backend = create_backend(
+        backend = own_backend = parts.backends.create(
             settings.cache, prefix=keyer.prefix, clock=parts.clock
         )
         backend.start()
@@ -378,7 +358,7 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
     pipeline = RecordPipeline(
         upstream=upstream,
         normaliser=parts.normaliser,
-        cache=None if settings.cache.backend == "none" else cache,
+        cache=cache if backend.capabilities.stores else None,
         keyer=keyer,
         policy=CachePolicy.from_settings(settings.cache),
         clock=parts.clock,
@@ -391,7 +371,7 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
         upstream=upstream.health,
         upstream_check=upstream.check,
         cache_state=cache.outcomes,
-        cache_check=None if settings.cache.backend == "none" else cache.check,
+        cache_check=cache.check if backend.capabilities.stores else None,
         interval_s=settings.health.check_interval_s,
         fleet=None if fleet is None else fleet.report,
         upstream_circuit=lambda: upstream_breaker.state.value,
@@ -414,8 +394,9 @@ async def _pipeline_ctx(
     metrics_ = app[METRICS]
     shared = multiprocess_dir()
     local_backend: CacheBackend | None = None
-    if settings.cache.backend != "redis":
-        local_backend = create_backend(settings.cache, prefix="", clock=clock)
+    backends = default_registry()
+    if not backends.capabilities(settings.cache.backend).shared:
+        local_backend = backends.create(settings.cache, prefix="", clock=clock)
         local_backend.start()
     parts = ProcessParts(
         live=live,
@@ -429,6 +410,7 @@ async def _pipeline_ctx(
             settings.upstream, metrics=metrics_, shared=None if shared is None else Path(shared)
         ),
         local_backend=local_backend,
+        backends=backends,
         siblings=app.get(SIBLINGS),
     )
     app[SHADOW] = parts.shadow

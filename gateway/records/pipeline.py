@@ -304,7 +304,7 @@ class RecordPipeline:
         (Redis): then :meth:`stored_fresh` is worth asking when :meth:`fresh` has
         nothing. With the memory backend, what this process holds is all there is."""
         cache = self._cache
-        return cache is not None and cache.backend.name != "memory"
+        return cache is not None and cache.backend.capabilities.shared
 
     async def stored_fresh(self, key: CacheKey) -> StoredRead:
         """What ``read`` would find for a request without cache directives, read from
