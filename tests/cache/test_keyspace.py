@@ -1,8 +1,8 @@
 """Every key and channel the gateway uses in Redis begins with ``cache.namespace`` and
-``:`` (docs/deployment.md, "Redis keys and ACLs"): a Redis user confined to
-``~<namespace>:*`` and ``&<namespace>:*`` serves hits, purges and near-cache
-invalidations, on a standalone server and on a Cluster, and ``SCAN MATCH
-<namespace>:*`` finds every key the gateway wrote."""
+``:`` (docs/deployment.md, "Redis"): a Redis user confined to ``~<namespace>:*`` and
+``&<namespace>:*`` serves hits, purges and near-cache invalidations, on a standalone
+server, through Sentinel and on a Cluster, and ``SCAN MATCH <namespace>:*`` finds
+every key the gateway wrote."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from gateway.cache.keyspace import generation_key, invalidation_channel, shared_
 
 from ..conftest import AUTH, KEY_SECRET, GatewayFactory, base_url, near_cache_live
 from ..redis_server import RedisServer
-from ..redis_topologies import RedisCluster, command
+from ..redis_topologies import RedisCluster, SentinelSet, command
 
 pytestmark = pytest.mark.integration
 
@@ -169,3 +169,27 @@ def test_the_hash_tag_comes_after_the_namespace_and_keeps_one_slot() -> None:
                      invalidation_channel(prefix))
     }  # fmt: skip
     assert len(slots) == 1
+
+
+async def test_a_user_confined_to_the_namespace_serves_through_sentinel(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_sentinel: SentinelSet
+) -> None:
+    for server in redis_sentinel.data_nodes:
+        confine(server.address)
+    cache = confined_cache(
+        redis_mode="sentinel",
+        redis_nodes=redis_sentinel.sentinels,
+        redis_sentinel_master=redis_sentinel.master_name,
+    )
+    first, second = [
+        await gateway_factory(base_url(upstream), cache=cache, admin={"token": ADMIN_TOKEN})
+        for _ in range(2)
+    ]
+    await serve_hits_purges_and_invalidations(first, second)
+
+    primary = redis_sentinel.primary()
+    admin = redis.Redis(host=primary.address[0], port=primary.address[1])
+    try:
+        assert_under_namespace(await keys_of(admin, "*"), await keys_of(admin, f"{NAMESPACE}:*"))
+    finally:
+        await admin.aclose()
