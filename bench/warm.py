@@ -20,7 +20,7 @@ import aiohttp
 import redis
 from mix import Key
 
-from gateway.cache.entry import ENTRY_PART, LEASE_SUFFIX
+from gateway.cache.keyspace import ENTRY_PART, LEASE_SUFFIX
 from gateway.cache.memory import ENTRY_OVERHEAD_BYTES
 
 # Enough to fill quickly (the upstream answers in 20 ms), few enough that a gateway

@@ -1,4 +1,5 @@
-"""Where answers are kept: the entry and its key, the backend protocol, the memory and
+"""Where answers are kept: the entry and its key, the names of every key and channel in
+a shared store, the backend protocol, the memory and
 Redis backends, the connections to the three Redis topologies, the near cache in front
 of Redis with its pub/sub channel, the fleet's announcements, and the breaker that
 keeps a cache fault from ever failing a request.

@@ -40,32 +40,6 @@ GZIP = "gzip"
 _CODINGS = (IDENTITY, GZIP)
 _GZIP_START = b"\x1f\x8b\x08"  # a gzip member of deflated data (RFC 1952)
 
-# The parts of every key, after "namespace:upstream": entries, purge generations,
-# the fill leases of entries, the fleet's announcements.
-ENTRY_PART = "e"
-GENERATION_PART = "gen"
-LEASE_SUFFIX = ":lease"
-FLEET_PART = "fleet"
-
-
-def shared_slot(prefix: str) -> str:
-    """The hash tag of the purge generations and of the pub/sub channels of a prefix:
-    one Redis Cluster slot, so that one MGET reads the two generations an entry is
-    checked against, and so that the node that holds the generations is the one every
-    subscriber listens on (when it stalls, a purge's outcome is unknown and every near
-    cache goes off with it)."""
-    return "{" + f"{prefix}:{GENERATION_PART}" + "}"
-
-
-def generation_key(prefix: str, route: str | None) -> str:
-    """The generation whose change purges everything (route None) or one route."""
-    return shared_slot(prefix) + ("" if route is None else f":{route}")
-
-
-def lease_key(key: CacheKey) -> str:
-    """The key held by the one instance filling ``key`` (see records.pipeline)."""
-    return key.text + LEASE_SUFFIX
-
 
 class CacheCorrupt(ValueError):
     """A stored value that is not an entry of this format."""

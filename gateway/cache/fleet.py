@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gateway.cache.entry import FLEET_PART
+from gateway.cache.keyspace import fleet_key
 
 if TYPE_CHECKING:  # redis-py is imported only by a gateway that uses Redis
     from gateway.cache.topology import Commands
@@ -60,7 +60,7 @@ class Fleet:
         """``on_read`` is told the number of distinct configurations after each read."""
         self._on_read = on_read
         self._commands = commands
-        self._key = f"{prefix}:{FLEET_PART}"
+        self._key = fleet_key(prefix)
         self._fingerprint = fingerprint
         self.every_s = every_s
         self._timeout_s = timeout_s

@@ -38,15 +38,14 @@ from redis.exceptions import RedisError
 
 from gateway.cache.backend import SHARED, CacheBackend, Purged
 from gateway.cache.clock import Clock
-from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup, shared_slot
+from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
+from gateway.cache.keyspace import ack_channel, invalidation_channel
 from gateway.cache.memory import MemoryBackend
 from gateway.cache.topology import REDIS_ERRORS, RedisTopology, stop
 from gateway.errors import CacheUnavailable
 
 log = logging.getLogger("gateway.cache")
 
-INVALIDATION_CHANNEL = "invalidate"
-ACK_CHANNEL = "invalidated"
 _EVERYTHING = b"*"
 _ONE_KEY = b"="  # what begins the target of a message that names one key
 _PING_EVERY_S = 0.25
@@ -56,16 +55,6 @@ _RETRY_S = 0.25
 CONFIRM_WAIT_S = 1.0
 # how long a purge whose outcome is unknown is retried in the background
 PURGE_RETRY_S = 10.0
-
-
-def invalidation_channel(prefix: str) -> str:
-    """The channel of invalidations; in the generations' cluster slot (``shared_slot``),
-    with :func:`ack_channel`, whose primary every subscriber connects to."""
-    return shared_slot(prefix) + ":" + INVALIDATION_CHANNEL
-
-
-def ack_channel(prefix: str) -> str:
-    return shared_slot(prefix) + ":" + ACK_CHANNEL
 
 
 def invalidation_message(route: str | None, purge_id: str = "") -> bytes:

@@ -30,9 +30,8 @@ from gateway.cache.entry import (
     CacheKey,
     Generations,
     Lookup,
-    generation_key,
-    lease_key,
 )
+from gateway.cache.keyspace import generation_key, lease_key, probe_key
 from gateway.cache.topology import REDIS_ERRORS, Commands
 from gateway.errors import CacheUnavailable
 
@@ -230,7 +229,7 @@ class RedisBackend(QuietBackend):
 
     async def probe(self) -> None:
         """A write and a read as traffic makes them, on a probe key of this prefix."""
-        probe = CacheKey("probe", f"{self._prefix}:probe")
+        probe = CacheKey("probe", probe_key(self._prefix))
         await self._call("SET", lambda: self._client.set(probe.text, b"1", px=10_000))
         await self.get(probe)
 

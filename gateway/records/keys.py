@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from gateway.cache.entry import ENTRY_PART, CacheKey
+from gateway.cache.entry import CacheKey
+from gateway.cache.keyspace import entry_prefix
 from gateway.records.credentials import Credentials
 from gateway.records.routes import RecordQuery
 
@@ -26,7 +27,7 @@ class Keyer:
 
     def __init__(self, *, namespace: str, base_url: str, secret: bytes) -> None:
         self._prefix = f"{namespace}:{upstream_identity(base_url)}"
-        self._entries = f"{self._prefix}:{ENTRY_PART}:"
+        self._entries = entry_prefix(self._prefix)
         # keyed once: each fingerprint copies the keyed state instead of re-keying
         self._keyed = hmac.new(secret, digestmod=hashlib.sha256)
 

@@ -344,13 +344,13 @@ async def test_redis_backend_sets_an_expiry_on_entries_and_leases(redis_url: str
     await backend.purge(None)
     assert 89_000 < await client.pttl("rg:test:e:a") <= 90_000
     assert 4_000 < await client.pttl("rg:test:e:b:lease") <= 5_000
-    assert await client.pttl("{rg:test:gen}") == -1
-    assert await client.pttl("{rg:test:gen}:users") == -1
+    assert await client.pttl("rg:test:{rg:test:gen}") == -1
+    assert await client.pttl("rg:test:{rg:test:gen}:users") == -1
     assert sorted([key async for key in client.scan_iter("*")]) == [
         b"rg:test:e:a",
         b"rg:test:e:b:lease",
-        b"{rg:test:gen}",
-        b"{rg:test:gen}:users",
+        b"rg:test:{rg:test:gen}",
+        b"rg:test:{rg:test:gen}:users",
     ]
     await backend.close()
 

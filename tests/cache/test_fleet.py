@@ -13,8 +13,8 @@ import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.cache.entry import generation_key, lease_key
 from gateway.cache.fleet import Fleet
+from gateway.cache.keyspace import generation_key, lease_key
 from gateway.config.live import ConfigSource
 from gateway.demo import RequestLog
 from gateway.http.admin import LIVE

@@ -20,8 +20,7 @@ from redis.asyncio.cluster import RedisCluster as ClusterClient
 from redis.asyncio.connection import SSLConnection
 from redis.crc import key_slot
 
-from gateway.cache.entry import generation_key
-from gateway.cache.near import invalidation_channel
+from gateway.cache.keyspace import generation_key, invalidation_channel
 from gateway.cache.topology import connect
 from gateway.config.settings import CacheSettings
 from gateway.demo import RequestLog

@@ -22,7 +22,8 @@ import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.cache.entry import CacheEntry, CacheKey, Generations, generation_key
+from gateway.cache.entry import CacheEntry, CacheKey, Generations
+from gateway.cache.keyspace import generation_key
 from gateway.cache.redis import BATCH_MAX_KEYS, RedisBackend
 from gateway.errors import CacheUnavailable
 from gateway.fastpath.connection import HELD_MAX, GatewayConnection

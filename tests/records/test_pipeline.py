@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpServer
 
-from gateway.cache.entry import generation_key
+from gateway.cache.keyspace import generation_key
 from gateway.cache.memory import MemoryBackend
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.errors import CacheUnavailable

@@ -1,0 +1,78 @@
+"""The names of every key and pub/sub channel the gateway uses in a shared store.
+
+Each begins with the prefix ``<namespace>:<upstream>`` (``gateway.records.keys``), so
+that a Redis ACL confined to ``~<namespace>:*`` and ``&<namespace>:*`` allows all of
+them and ``SCAN MATCH <namespace>:*`` finds all of them:
+
+- ``<prefix>:e:<query>|<caller>``: an entry; ``...:lease`` after it, its fill lease;
+- ``<prefix>:{<prefix>:gen}``: the generation whose change purges everything, and
+  ``<prefix>:{<prefix>:gen}:<route>`` that of one route;
+- ``<prefix>:{<prefix>:gen}:invalidate`` and ``...:invalidated``: the near caches'
+  invalidations and their confirmations (channels);
+- ``<prefix>:fleet``: the fleet's announcements (a hash);
+- ``<prefix>:probe``: the readiness probe's write.
+
+The braces are a Redis Cluster hash tag, after the prefix: the generations and the
+channels share one slot (see :func:`shared_slot`), the tag holding the whole prefix so
+that gateways of other namespaces or upstreams spread over other slots.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.cache.entry import CacheKey
+
+# The parts after the prefix.
+ENTRY_PART = "e"
+GENERATION_PART = "gen"
+LEASE_SUFFIX = ":lease"
+FLEET_PART = "fleet"
+PROBE_PART = "probe"
+INVALIDATION_CHANNEL = "invalidate"
+ACK_CHANNEL = "invalidated"
+
+
+def entry_prefix(prefix: str) -> str:
+    """What the key of every entry of ``prefix`` begins with."""
+    return f"{prefix}:{ENTRY_PART}:"
+
+
+def shared_slot(prefix: str) -> str:
+    """What the purge generations and the pub/sub channels of a prefix begin with, its
+    hash tag after the prefix: one Redis Cluster slot, so that one MGET reads the two
+    generations an entry is checked against, and so that the node that holds the
+    generations is the one every subscriber listens on (when it stalls, a purge's
+    outcome is unknown and every near cache goes off with it)."""
+    return f"{prefix}:" + "{" + f"{prefix}:{GENERATION_PART}" + "}"
+
+
+def generation_key(prefix: str, route: str | None) -> str:
+    """The generation whose change purges everything (route None) or one route."""
+    return shared_slot(prefix) + ("" if route is None else f":{route}")
+
+
+def lease_key(key: CacheKey) -> str:
+    """The key held by the one instance filling ``key`` (see records.pipeline)."""
+    return key.text + LEASE_SUFFIX
+
+
+def invalidation_channel(prefix: str) -> str:
+    """The near caches' channel of invalidations, in the generations' slot."""
+    return f"{shared_slot(prefix)}:{INVALIDATION_CHANNEL}"
+
+
+def ack_channel(prefix: str) -> str:
+    """The channel of the confirmations of invalidations, in the generations' slot."""
+    return f"{shared_slot(prefix)}:{ACK_CHANNEL}"
+
+
+def fleet_key(prefix: str) -> str:
+    """The hash of the fleet's announcements."""
+    return f"{prefix}:{FLEET_PART}"
+
+
+def probe_key(prefix: str) -> str:
+    """The key the readiness probe writes and reads."""
+    return f"{prefix}:{PROBE_PART}"
