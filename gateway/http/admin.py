@@ -83,18 +83,11 @@ async def purge_cache(request: web.Request) -> web.StreamResponse:
             "cache purge outcome unknown; retried in the background",
             extra={"event": "cache_purge", "purged_route": route or "*", "error": str(exc)},
         )
-        return problem_response(
+        return _purge_outcome_unknown(
             request,
-            status=503,
-            slug="purge-outcome-unknown",
-            title="The purge's outcome is unknown",
-            detail=(
-                f"the cache did not confirm the purge ({exc}): it may have happened or not."
-                " This instance dropped its own copies and retries the purge in the"
-                " background for a few seconds; send it again to be sure"
-            ),
-            request_id=request[REQUEST_ID],
-            extra={"outcome": "unknown"},
+            f"the cache did not confirm the purge ({exc}): it may have happened or not."
+            " This instance dropped its own copies and retries the purge in the"
+            " background for a few seconds; send it again to be sure",
         )
     log.info(
         "cache purged",
@@ -113,17 +106,11 @@ async def purge_cache(request: web.Request) -> web.StreamResponse:
         # a backend in this process: every other worker purges its own
         reach = await _tell_siblings(request, {"action": "purge", "route": route})
         if reach is not None and not reach.everywhere:
-            return problem_response(
+            return _purge_outcome_unknown(
                 request,
-                status=503,
-                slug="purge-outcome-unknown",
-                title="The purge's outcome is unknown",
-                detail=(
-                    f"{reach.confirmed} of {reach.told} workers confirmed the purge; the"
-                    " others may still serve what it dropped. Send it again to be sure"
-                ),
-                request_id=request[REQUEST_ID],
-                extra={"outcome": "unknown", "workers": reach.as_json()},
+                f"{reach.confirmed} of {reach.told} workers confirmed the purge; the"
+                " others may still serve what it dropped. Send it again to be sure",
+                workers=reach.as_json(),
             )
         if reach is not None:
             body["workers"] = reach.as_json()
@@ -172,6 +159,21 @@ async def apply_from_sibling(app: web.Application, message: dict[str, object]) -
         log.info("shadow report reset", extra={"event": "shadow_reset"})
         return True
     return False
+
+
+def _purge_outcome_unknown(
+    request: web.Request, detail: str, **extra: object
+) -> web.StreamResponse:
+    """The 503 of a purge that may or may not be in force everywhere."""
+    return problem_response(
+        request,
+        status=503,
+        slug="purge-outcome-unknown",
+        title="The purge's outcome is unknown",
+        detail=detail,
+        request_id=request[REQUEST_ID],
+        extra={"outcome": "unknown", **extra},
+    )
 
 
 async def effective_config(request: web.Request) -> web.StreamResponse:
