@@ -241,23 +241,14 @@ async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
         flush()
 
 
-def _fleet_of(
-    backend: CacheBackend, prefix: str, live: LiveConfig, metrics_: Metrics
-) -> Fleet | None:
-    """The fleet announcements of a Redis-backed gateway (started); None otherwise."""
-    if not backend.capabilities.shared:
-        return None  # (and redis-py, megabytes of memory, is not imported)
-    from gateway.cache.near import TieredBackend
-
-    if not isinstance(backend, TieredBackend):
-        return None
-    fleet = Fleet(
-        backend.topology.commands,
-        prefix=prefix,
-        fingerprint=lambda: cache_fingerprint(live.settings),
-        on_read=metrics_.fleet_configurations.set,
+def _fleet_of(backend: CacheBackend, live: LiveConfig, metrics_: Metrics) -> Fleet | None:
+    """The fleet announcements over a shared backend that can hold them (started);
+    None otherwise."""
+    fleet = backend.fleet(
+        lambda: cache_fingerprint(live.settings), metrics_.fleet_configurations.set
     )
-    fleet.start()
+    if fleet is not None:
+        fleet.start()
     return fleet
 
 
@@ -366,7 +357,7 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
         metrics=metrics_,
         shadow=parts.shadow,
     )
-    fleet = _fleet_of(backend, keyer.prefix, parts.live, metrics_)
+    fleet = _fleet_of(backend, parts.live, metrics_)
     readiness = Readiness(
         upstream=upstream.health,
         upstream_check=upstream.check,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.cache.backend import IN_PROCESS, NOTHING, SHARED, CacheBackend
+from gateway.cache.backend import IN_PROCESS, NOTHING, PUBLISHING, SHARED, CacheBackend
 from gateway.cache.clock import Clock
 from gateway.cache.memory import MemoryBackend, NullBackend
-from gateway.cache.near import TieredBackend
 from gateway.cache.registry import BackendRegistry, default_registry
+from gateway.cache.tiered import TieredBackend
 from gateway.config.settings import CacheSettings
 
 from ..conftest import FakeClock
@@ -33,7 +33,7 @@ async def test_each_shipped_backend_declares_what_it_can_do(redis_url: str) -> N
     for name, backend in made.items():
         assert backend.capabilities == registry.capabilities(name)
     assert registry.capabilities("memory") == IN_PROCESS
-    assert registry.capabilities("redis") == SHARED
+    assert registry.capabilities("redis") == PUBLISHING
     assert registry.capabilities("none") == NOTHING
     for backend in made.values():
         await backend.close()
