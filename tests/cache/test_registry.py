@@ -56,3 +56,16 @@ def test_a_backend_is_one_registration() -> None:
 def test_an_unknown_backend_is_named() -> None:
     with pytest.raises(ValueError, match=r"cache\.backend: no backend 'memory'; known: "):
         BackendRegistry().capabilities("memory")
+
+
+def test_a_backend_that_claims_to_publish_invalidations_must_offer_them() -> None:
+    """The near cache is put only in front of a backend with an invalidation channel:
+    one registered as publishing without one is refused when it is made."""
+
+    def make(settings: CacheSettings, prefix: str, clock: Clock) -> CacheBackend:
+        return MemoryBackend(max_bytes=1024, clock=clock)
+
+    registry = BackendRegistry()
+    registry.register("memory", PUBLISHING, make)
+    with pytest.raises(TypeError, match="memory: a near cache needs a backend that publishes"):
+        registry.create(CacheSettings(backend="memory"), prefix="p", clock=FakeClock())
