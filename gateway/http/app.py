@@ -98,13 +98,14 @@ def create_app(
     """
     app = web.Application()
     live = LiveConfig(settings, source or ConfigSource())
-    edge = _edge_of(app, live)
+    edge = _state_and_edge(app, live)
     # first: cleanup contexts end in reverse order, and the last spans (of requests and
     # refreshes the other contexts end) are exported at its end
     app.cleanup_ctx.append(functools.partial(_tracer_ctx, edge=edge, tracer=tracer))
     _add_all_routes(app, edge, live)
+    registry = default_registry() if backends is None else backends
     pipeline_ctx = functools.partial(
-        _pipeline_ctx, clock=clock, monotonic=monotonic, backends=backends or default_registry()
+        _pipeline_ctx, clock=clock, monotonic=monotonic, backends=registry
     )
     app.cleanup_ctx.append(pipeline_ctx)
     app.cleanup_ctx.append(_metrics_flush_ctx)
@@ -114,9 +115,10 @@ def create_app(
     return app
 
 
-def _edge_of(app: web.Application, live: LiveConfig) -> Edge:
-    """The edge every handler runs inside, with the state it and the service handlers
-    read: the running configuration, the metrics, the coercion counts, the document."""
+def _state_and_edge(app: web.Application, live: LiveConfig) -> Edge:
+    """Put in the app's state what the edge and the service handlers read (the running
+    configuration, the metrics, the coercion counts, the document); the edge every
+    handler runs inside."""
     settings = live.settings
     coercions = CoercionCounts()
     metrics_ = Metrics(coercions=coercions.take, ttl_policy=lambda: ttl_policy(live.settings))
