@@ -19,7 +19,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gateway.cache.fleet import Fleet
-from gateway.cache.near import NearCache, TieredBackend
+from gateway.cache.near import NearCache
+from gateway.cache.tiered import TieredBackend
 from gateway.config.settings import Settings
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.fastpath.server import make_runner

@@ -1,12 +1,17 @@
-"""The seam every cache backend fits (memory, Redis, the near cache in front of Redis),
-and defaults for backends without background work."""
+"""The seam every cache backend fits (memory, Redis, the near cache in front of a shared
+backend), the channel a shared backend offers for the near cache's invalidations, and
+defaults for backends without background work."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from gateway.cache.entry import CacheEntry, CacheKey, Lookup
+
+if TYPE_CHECKING:
+    from gateway.cache.fleet import Fleet
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,15 +21,81 @@ class Capabilities:
     ``shared``: its entries are seen by other processes, so that a purge or an entry
     stored reaches them through it, a fill may be another instance's, and it is bound
     to one upstream (a backend of one process is kept across upstream switches, and
-    the other workers of an instance are told of its purges one by one)."""
+    the other workers of an instance are told of its purges one by one).
+    ``publishes_invalidations``: it also carries messages between the processes that
+    share it (an :class:`InvalidationChannel`, as its ``invalidations``), so a near
+    cache of fresh copies can sit in front of it and still drop them on every process
+    when a purge or a removal happens anywhere: the registry puts one there."""
 
     stores: bool
     shared: bool
+    publishes_invalidations: bool = False
 
 
 IN_PROCESS = Capabilities(stores=True, shared=False)
 SHARED = Capabilities(stores=True, shared=True)
+# shared, with a channel for invalidations: what a near cache needs in front of it
+PUBLISHING = Capabilities(stores=True, shared=True, publishes_invalidations=True)
 NOTHING = Capabilities(stores=False, shared=False)
+
+
+class Heard(NamedTuple):
+    """What a subscription heard: a message ``data`` published on ``channel``, or with
+    ``channel`` None, any other sign that the subscription is alive (the answer to a
+    ping, the confirmation of a subscription)."""
+
+    channel: str | None
+    data: bytes = b""
+
+
+class Subscription(Protocol):
+    """Channels of a shared store listened to. Every method raises CacheUnavailable
+    when the store fails or cannot be reached."""
+
+    async def receive(self, timeout_s: float) -> Heard | None:
+        """What was heard next, waiting at most ``timeout_s``; None when nothing was."""
+        ...
+
+    async def ping(self) -> None:
+        """Ask the store for a sign of life on this subscription; it is heard through
+        :meth:`receive` like a message."""
+        ...
+
+    def in_place(self) -> bool:
+        """Whether it still listens where :meth:`InvalidationChannel.publish` sends
+        (in a Redis Cluster, a failover or a resharding can move a channel's slot)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class InvalidationChannel(Protocol):
+    """Publish-subscribe between every process sharing a backend, at most once and
+    in order per channel. Raises CacheUnavailable when the store fails or cannot be
+    reached. Channel names begin with the backend's prefix (``gateway.cache.keyspace``)."""
+
+    async def publish(self, channel: str, message: bytes) -> int:
+        """Send ``message`` to every subscriber of ``channel``; how many it reached."""
+        ...
+
+    async def subscribe(self, *channels: str) -> Subscription:
+        """A new subscription to ``channels``, subscribed when it is returned."""
+        ...
+
+    def start(self) -> None:
+        """Begin background work, if any (in the running event loop)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Publishing(Protocol):
+    """What a backend registered with ``publishes_invalidations`` offers besides
+    :class:`CacheBackend`."""
+
+    @property
+    def invalidations(self) -> InvalidationChannel: ...
 
 
 class Purged(NamedTuple):
@@ -63,6 +134,9 @@ class QuietBackend:
         return False
 
     async def drop_lease(self, key: CacheKey, token: bytes) -> None:
+        return None
+
+    def fleet(self, fingerprint: Callable[[], str], on_read: Callable[[int], None]) -> Fleet | None:
         return None
 
 
@@ -124,6 +198,11 @@ class CacheBackend(Protocol):
     async def announce(self, route: str | None) -> None:
         """Tell every instance that entries of ``route`` (None: all) changed, so that
         copies kept in process are dropped; a no-op for backends without any."""
+        ...
+
+    def fleet(self, fingerprint: Callable[[], str], on_read: Callable[[int], None]) -> Fleet | None:
+        """The fleet announcements (``gateway.cache.fleet``) over this backend's store,
+        not started; None for a backend that cannot hold them."""
         ...
 
     async def close(self) -> None: ...

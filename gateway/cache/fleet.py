@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gateway.cache.keyspace import fleet_key
+from gateway.cache.tasks import stop
 
 if TYPE_CHECKING:  # redis-py is imported only by a gateway that uses Redis
     from gateway.cache.topology import Commands
@@ -76,7 +77,7 @@ class Fleet:
             self._task = asyncio.ensure_future(self._run())
 
     async def close(self) -> None:
-        from gateway.cache.topology import REDIS_ERRORS, stop
+        from gateway.cache.topology import REDIS_ERRORS
 
         await stop(self._task)
         self._task = None

@@ -9,7 +9,8 @@ latency). Under load, a read thus costs a share of one command instead of a comm
 of its own. A store is one SET with an expiry; a purge is one SET of a new random
 generation; a fill lease is one SET NX PX; removing one entry (a caller the upstream
 refused) is one DEL. Every Redis failure or timeout becomes CacheUnavailable, which the
-pipeline treats as a miss.
+pipeline treats as a miss. Made with its topology's pub/sub (``gateway.cache.pubsub``),
+it publishes invalidations, and the registry puts the near cache in front of it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
-from gateway.cache.backend import SHARED, Purged, QuietBackend
+from gateway.cache.backend import PUBLISHING, SHARED, InvalidationChannel, Purged, QuietBackend
 from gateway.cache.entry import (
     CacheCorrupt,
     CacheEntry,
@@ -31,6 +32,7 @@ from gateway.cache.entry import (
     Generations,
     Lookup,
 )
+from gateway.cache.fleet import Fleet
 from gateway.cache.keyspace import generation_key, lease_key, probe_key
 from gateway.cache.topology import REDIS_ERRORS, Commands
 from gateway.errors import CacheUnavailable
@@ -135,15 +137,35 @@ class RedisBackend(QuietBackend):
     """Entries in a Redis shared by every gateway instance of one namespace and upstream."""
 
     name = "redis"
-    capabilities = SHARED
 
-    def __init__(self, client: Commands, *, prefix: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: Commands,
+        *,
+        prefix: str,
+        timeout_s: float,
+        invalidations: InvalidationChannel | None = None,
+    ) -> None:
+        """``invalidations``: the topology's pub/sub (``gateway.cache.pubsub``); without
+        it, the backend does not publish invalidations."""
         self._client = client
+        self._invalidations = invalidations
+        self.capabilities = SHARED if invalidations is None else PUBLISHING
         self._cluster = isinstance(client, RedisCluster)
         self._prefix = prefix
         self._timeout_s = timeout_s
         self._everything_key = generation_key(prefix, None)
         self._batch = ReadBatch(client, everything_key=self._everything_key, timeout_s=timeout_s)
+
+    @property
+    def invalidations(self) -> InvalidationChannel:
+        if self._invalidations is None:
+            raise AttributeError("invalidations: this Redis backend was made without pub/sub")
+        return self._invalidations
+
+    def fleet(self, fingerprint: Callable[[], str], on_read: Callable[[int], None]) -> Fleet:
+        """The fleet announcements in a hash of this prefix (``gateway.cache.fleet``)."""
+        return Fleet(self._client, prefix=self._prefix, fingerprint=fingerprint, on_read=on_read)
 
     @contextlib.contextmanager
     def _faults(self, what: str) -> Iterator[None]:

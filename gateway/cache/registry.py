@@ -1,7 +1,8 @@
 """The cache backends by the name ``cache.backend`` gives them, each registered with
 what it can do (``Capabilities``) and how it is made: adding a backend is a module and
-one :func:`register_backend` call. The rest of the gateway asks a backend's
-capabilities, never its name.
+one :meth:`BackendRegistry.register` call. The rest of the gateway asks a backend's
+capabilities, never its name. A backend registered as publishing invalidations is made
+with the near cache in front of it (``gateway.cache.tiered``).
 """
 
 from __future__ import annotations
@@ -9,13 +10,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.cache.backend import IN_PROCESS, NOTHING, SHARED, CacheBackend, Capabilities
+from gateway.cache.backend import (
+    IN_PROCESS,
+    NOTHING,
+    PUBLISHING,
+    CacheBackend,
+    Capabilities,
+)
 from gateway.cache.clock import Clock
 from gateway.cache.memory import MemoryBackend, NullBackend
+from gateway.cache.near import NearCache
+from gateway.cache.tiered import TieredBackend
 from gateway.config.settings import CacheSettings
 
 # how a backend is made: the cache settings, the key prefix of its entries (one
-# namespace and upstream), the clock
+# namespace and upstream), the clock. One registered with ``publishes_invalidations``
+# makes a backend that is also ``Publishing``.
 Factory = Callable[[CacheSettings, str, Clock], CacheBackend]
 
 
@@ -47,8 +57,16 @@ class BackendRegistry:
         return self._of(name).capabilities
 
     def create(self, settings: CacheSettings, *, prefix: str, clock: Clock) -> CacheBackend:
-        """The configured backend (not yet connected: Redis connects on first use)."""
-        return self._of(settings.backend).factory(settings, prefix, clock)
+        """The configured backend (not yet connected: Redis connects on first use), the
+        near cache in front of it when it publishes invalidations."""
+        registered = self._of(settings.backend)
+        made = registered.factory(settings, prefix, clock)
+        if not registered.capabilities.publishes_invalidations:
+            return made
+        near = NearCache(
+            max_bytes=settings.near_max_bytes, clock=clock, enabled=settings.near_cache
+        )
+        return TieredBackend(made, near, prefix=prefix)
 
 
 def _memory(settings: CacheSettings, prefix: str, clock: Clock) -> CacheBackend:
@@ -61,17 +79,16 @@ def _nothing(settings: CacheSettings, prefix: str, clock: Clock) -> CacheBackend
 
 def _redis(settings: CacheSettings, prefix: str, clock: Clock) -> CacheBackend:
     # imported here: redis-py costs megabytes of memory the other backends do not need
-    from gateway.cache.near import NearCache, TieredBackend
+    from gateway.cache.pubsub import RedisChannel
     from gateway.cache.redis import RedisBackend
     from gateway.cache.topology import connect
 
     topology = connect(settings)
-    far = RedisBackend(topology.commands, prefix=prefix, timeout_s=settings.redis_timeout_ms / 1000)
-    return TieredBackend(
-        far,
-        NearCache(max_bytes=settings.near_max_bytes, clock=clock, enabled=settings.near_cache),
-        topology=topology,
+    return RedisBackend(
+        topology.commands,
         prefix=prefix,
+        timeout_s=settings.redis_timeout_ms / 1000,
+        invalidations=RedisChannel(topology),
     )
 
 
@@ -80,6 +97,6 @@ def default_registry() -> BackendRegistry:
     Sentinel or Cluster, with the near cache in front) and ``none``."""
     registry = BackendRegistry()
     registry.register("memory", IN_PROCESS, _memory)
-    registry.register("redis", SHARED, _redis)
+    registry.register("redis", PUBLISHING, _redis)
     registry.register("none", NOTHING, _nothing)
     return registry

@@ -82,6 +82,7 @@ def create_app(
     monotonic: Callable[[], float] = time.monotonic,
     tracer: Tracer | None = None,
     siblings: Siblings | None = None,
+    backends: BackendRegistry | None = None,
 ) -> web.Application:
     """Build the gateway application for ``settings``.
 
@@ -92,10 +93,34 @@ def create_app(
     made at the application's start); the application shuts it down at its cleanup,
     once everything else has stopped. ``siblings``: the other workers of this
     instance, which every admin action reaches (None: this process is the only one).
+    ``backends``: the cache backends ``cache.backend`` names (None: those the gateway
+    ships, ``default_registry()``).
     """
     app = web.Application()
-    coercions = CoercionCounts()
     live = LiveConfig(settings, source or ConfigSource())
+    edge = _state_and_edge(app, live)
+    # first: cleanup contexts end in reverse order, and the last spans (of requests and
+    # refreshes the other contexts end) are exported at its end
+    app.cleanup_ctx.append(functools.partial(_tracer_ctx, edge=edge, tracer=tracer))
+    _add_all_routes(app, edge, live)
+    registry = default_registry() if backends is None else backends
+    pipeline_ctx = functools.partial(
+        _pipeline_ctx, clock=clock, monotonic=monotonic, backends=registry
+    )
+    app.cleanup_ctx.append(pipeline_ctx)
+    app.cleanup_ctx.append(_metrics_flush_ctx)
+    if siblings is not None:
+        app[SIBLINGS] = siblings
+        app.cleanup_ctx.append(_siblings_ctx)
+    return app
+
+
+def _state_and_edge(app: web.Application, live: LiveConfig) -> Edge:
+    """Put in the app's state what the edge and the service handlers read (the running
+    configuration, the metrics, the coercion counts, the document); the edge every
+    handler runs inside."""
+    settings = live.settings
+    coercions = CoercionCounts()
     metrics_ = Metrics(coercions=coercions.take, ttl_policy=lambda: ttl_policy(live.settings))
     metrics_.ttls_configured(settings.cache.ttl_s.model_dump())
     app[LIVE] = live
@@ -104,10 +129,13 @@ def create_app(
     document = ServedDocument(openapi_bytes, settings)
     live.on_change(document.apply)
     app[OPENAPI] = document
-    edge = Edge(metrics=metrics_, live=live)
-    # first: cleanup contexts end in reverse order, and the last spans (of requests and
-    # refreshes the other contexts end) are exported at its end
-    app.cleanup_ctx.append(functools.partial(_tracer_ctx, edge=edge, tracer=tracer))
+    return Edge(metrics=metrics_, live=live)
+
+
+def _add_all_routes(app: web.Application, edge: Edge, live: LiveConfig) -> None:
+    """The record routes, the service routes, the admin routes (with an admin token)
+    and, last, the resource that answers every path no route has."""
+    settings = live.settings
     records = RecordHandlers(edge, live)
     app[RECORDS] = records
     for route in ROUTES:
@@ -131,12 +159,6 @@ def create_app(
         # the fast path answers targets without a path itself; plain aiohttp needs this
         # middleware for them (and every request then passes through it)
         app.middlewares.append(pathless_middleware(unrouted))
-    app.cleanup_ctx.append(functools.partial(_pipeline_ctx, clock=clock, monotonic=monotonic))
-    app.cleanup_ctx.append(_metrics_flush_ctx)
-    if siblings is not None:
-        app[SIBLINGS] = siblings
-        app.cleanup_ctx.append(_siblings_ctx)
-    return app
 
 
 async def _siblings_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -241,23 +263,14 @@ async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
         flush()
 
 
-def _fleet_of(
-    backend: CacheBackend, prefix: str, live: LiveConfig, metrics_: Metrics
-) -> Fleet | None:
-    """The fleet announcements of a Redis-backed gateway (started); None otherwise."""
-    if not backend.capabilities.shared:
-        return None  # (and redis-py, megabytes of memory, is not imported)
-    from gateway.cache.near import TieredBackend
-
-    if not isinstance(backend, TieredBackend):
-        return None
-    fleet = Fleet(
-        backend.topology.commands,
-        prefix=prefix,
-        fingerprint=lambda: cache_fingerprint(live.settings),
-        on_read=metrics_.fleet_configurations.set,
+def _fleet_of(backend: CacheBackend, live: LiveConfig, metrics_: Metrics) -> Fleet | None:
+    """The fleet announcements over a shared backend that can hold them (started);
+    None otherwise."""
+    fleet = backend.fleet(
+        lambda: cache_fingerprint(live.settings), metrics_.fleet_configurations.set
     )
-    fleet.start()
+    if fleet is not None:
+        fleet.start()
     return fleet
 
 
@@ -316,7 +329,6 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
     """Everything bound to ``settings.upstream.base_url`` (``gateway.http.binding``),
     its background work started. Raises ValueError, naming the key, when the
     upstream's TLS files do not load, before anything is made."""
-    metrics_ = parts.metrics
     link = UpstreamLink(settings.upstream)  # the one part that may fail: made first
     keyer = Keyer(
         namespace=settings.cache.namespace,
@@ -332,29 +344,15 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
         backend.start()
     binding: UpstreamBinding
 
-    def cache_changed(state: CircuitState) -> None:
-        if binding.serving:
-            metrics_.circuit_changed(backend.name, state.value)
+    def serving() -> bool:
+        # a binding switched away from (or not yet serving) reports no circuit changes
+        return binding.serving
 
-    def upstream_changed(state: CircuitState) -> None:
-        if binding.serving:
-            metrics_.upstream_circuit_changed(state.value)
-
-    metrics_.circuit_changed(backend.name, CircuitState.CLOSED.value)
-    cache = GuardedCache(
-        backend,
-        _breaker(settings.cache, on_change=cache_changed),
-        on_error=metrics_.cache_errors.labels(backend.name).inc,
+    cache = _guarded_cache(settings.cache, backend, parts.metrics, serving)
+    upstream_breaker = _upstream_breaker(settings.upstream, parts, serving)
+    upstream = UpstreamClient(
+        link, settings.upstream, breaker=upstream_breaker, metrics=parts.metrics
     )
-    upstream_breaker = _breaker(
-        settings.upstream,
-        streak_window_s=settings.upstream.breaker_window_s,
-        name="upstream",
-        skipping="answering from the cache only, without calling the upstream",
-        monotonic=parts.monotonic,
-        on_change=upstream_changed,
-    )
-    upstream = UpstreamClient(link, settings.upstream, breaker=upstream_breaker, metrics=metrics_)
     pipeline = RecordPipeline(
         upstream=upstream,
         normaliser=parts.normaliser,
@@ -363,42 +361,96 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
         policy=CachePolicy.from_settings(settings.cache),
         clock=parts.clock,
         bodies=parts.bodies,
-        metrics=metrics_,
+        metrics=parts.metrics,
         shadow=parts.shadow,
     )
-    fleet = _fleet_of(backend, keyer.prefix, parts.live, metrics_)
-    readiness = Readiness(
-        upstream=upstream.health,
-        upstream_check=upstream.check,
-        cache_state=cache.outcomes,
-        cache_check=cache.check if backend.capabilities.stores else None,
-        interval_s=settings.health.check_interval_s,
-        fleet=None if fleet is None else fleet.report,
-        upstream_circuit=lambda: upstream_breaker.state.value,
-        workers=_workers_report(parts),
-    )
+    fleet = _fleet_of(backend, parts.live, parts.metrics)
+    readiness = _readiness(settings, parts, cache, upstream, fleet, upstream_breaker)
     binding = UpstreamBinding(
         pipeline, cache, readiness, link, fleet=fleet, own_backend=own_backend
     )
     return binding
 
 
-async def _pipeline_ctx(
-    app: web.Application, *, clock: Clock, monotonic: Callable[[], float]
-) -> AsyncIterator[None]:
-    """The upstream binding (the upstream's session, the cache backend, the pipeline)
-    for the life of the app; a reload that changes ``upstream.base_url`` switches to a
-    new one (``gateway.http.binding``)."""
+def _guarded_cache(
+    settings: CacheSettings,
+    backend: CacheBackend,
+    metrics_: Metrics,
+    serving: Callable[[], bool],
+) -> GuardedCache:
+    """``backend`` behind the cache's circuit breaker, its state and errors counted."""
+
+    def changed(state: CircuitState) -> None:
+        if serving():
+            metrics_.circuit_changed(backend.name, state.value)
+
+    metrics_.circuit_changed(backend.name, CircuitState.CLOSED.value)
+    return GuardedCache(
+        backend,
+        _breaker(settings, on_change=changed),
+        on_error=metrics_.cache_errors.labels(backend.name).inc,
+    )
+
+
+def _upstream_breaker(
+    settings: UpstreamSettings, parts: ProcessParts, serving: Callable[[], bool]
+) -> CircuitBreaker:
+    """The upstream's circuit breaker, its changes counted while ``serving()``."""
+    metrics_ = parts.metrics
+
+    def changed(state: CircuitState) -> None:
+        if serving():
+            metrics_.upstream_circuit_changed(state.value)
+
+    return _breaker(
+        settings,
+        streak_window_s=settings.breaker_window_s,
+        name="upstream",
+        skipping="answering from the cache only, without calling the upstream",
+        monotonic=parts.monotonic,
+        on_change=changed,
+    )
+
+
+def _readiness(
+    settings: Settings,
+    parts: ProcessParts,
+    cache: GuardedCache,
+    upstream: UpstreamClient,
+    fleet: Fleet | None,
+    upstream_breaker: CircuitBreaker,
+) -> Readiness:
+    """What /readyz reports of one binding."""
+    return Readiness(
+        upstream=upstream.health,
+        upstream_check=upstream.check,
+        cache_state=cache.outcomes,
+        cache_check=cache.check if cache.backend.capabilities.stores else None,
+        interval_s=settings.health.check_interval_s,
+        fleet=None if fleet is None else fleet.report,
+        upstream_circuit=lambda: upstream_breaker.state.value,
+        workers=_workers_report(parts),
+    )
+
+
+def _process_parts(
+    app: web.Application,
+    *,
+    clock: Clock,
+    monotonic: Callable[[], float],
+    backends: BackendRegistry,
+) -> ProcessParts:
+    """What the upstream bindings of this process share (``ProcessParts``); the memory
+    or null backend made and started, when the configured backend is not shared."""
     live = app[LIVE]
     settings = live.settings
     metrics_ = app[METRICS]
     shared = multiprocess_dir()
     local_backend: CacheBackend | None = None
-    backends = default_registry()
     if not backends.capabilities(settings.cache.backend).shared:
         local_backend = backends.create(settings.cache, prefix="", clock=clock)
         local_backend.start()
-    parts = ProcessParts(
+    return ProcessParts(
         live=live,
         metrics=metrics_,
         normaliser=Normaliser(app[COERCIONS]),
@@ -413,51 +465,76 @@ async def _pipeline_ctx(
         backends=backends,
         siblings=app.get(SIBLINGS),
     )
-    app[SHADOW] = parts.shadow
-    upstreams = Upstreams(bind_upstream(settings, parts), records=app[RECORDS])
-    app[UPSTREAMS] = upstreams
-    background: set[asyncio.Future[None]] = set()
 
-    def apply(new: Settings) -> None:
-        current = upstreams.current
+
+class _Reconfiguration:
+    """What a reload applies to the bindings: a new binding when ``upstream.base_url``
+    changes, the new policy and timeouts otherwise; then every instance told of the
+    routes whose TTL changed (their near copies dropped)."""
+
+    def __init__(self, parts: ProcessParts, upstreams: Upstreams) -> None:
+        self._parts = parts
+        self._upstreams = upstreams
+        self._background: set[asyncio.Future[None]] = set()
+
+    def __call__(self, new: Settings) -> None:
+        current = self._upstreams.current
         old_ttls = current.pipeline.policy.ttl_s
         if new.upstream.base_url != current.base_url:
-            try:
-                binding = bind_upstream(new, parts)
-            except ValueError as exc:
-                raise ConfigError(f"upstream.{exc}") from exc
-            upstreams.switch(binding)
-            metrics_.upstream_switched()
-            log.info(
-                "upstream switched: new requests go to the new upstream, those in flight"
-                " finish on the old one",
-                extra={
-                    "event": "upstream_switch",
-                    "from_url": current.base_url,
-                    "to_url": binding.base_url,
-                    "in_flight": current.pipeline.reads_in_progress,
-                },
-            )
+            self._switch(new, current)
         else:
             current.pipeline.policy = CachePolicy.from_settings(new.cache)
             current.upstream.reconfigure(new.upstream)
             current.readiness.interval_s = new.health.check_interval_s
-        now = upstreams.current
+        now = self._upstreams.current
         for route, ttl in now.pipeline.policy.ttl_s.items():
             if old_ttls.get(route) != ttl:
                 announcing = asyncio.ensure_future(now.cache.backend.announce(route))
-                background.add(announcing)
-                announcing.add_done_callback(background.discard)
-        parts.shadow.reconfigure(new.upstream)
-        metrics_.ttls_configured(new.cache.ttl_s.model_dump())
+                self._background.add(announcing)
+                announcing.add_done_callback(self._background.discard)
+        self._parts.shadow.reconfigure(new.upstream)
+        self._parts.metrics.ttls_configured(new.cache.ttl_s.model_dump())
         set_level(new.log.level)
 
-    live.on_change(apply)
+    def _switch(self, new: Settings, current: UpstreamBinding) -> None:
+        try:
+            binding = bind_upstream(new, self._parts)
+        except ValueError as exc:
+            raise ConfigError(f"upstream.{exc}") from exc
+        self._upstreams.switch(binding)
+        self._parts.metrics.upstream_switched()
+        log.info(
+            "upstream switched: new requests go to the new upstream, those in flight"
+            " finish on the old one",
+            extra={
+                "event": "upstream_switch",
+                "from_url": current.base_url,
+                "to_url": binding.base_url,
+                "in_flight": current.pipeline.reads_in_progress,
+            },
+        )
+
+
+async def _pipeline_ctx(
+    app: web.Application,
+    *,
+    clock: Clock,
+    monotonic: Callable[[], float],
+    backends: BackendRegistry,
+) -> AsyncIterator[None]:
+    """The upstream binding (the upstream's session, the cache backend, the pipeline)
+    for the life of the app; a reload that changes ``upstream.base_url`` switches to a
+    new one (``gateway.http.binding``)."""
+    parts = _process_parts(app, clock=clock, monotonic=monotonic, backends=backends)
+    app[SHADOW] = parts.shadow
+    upstreams = Upstreams(bind_upstream(parts.live.settings, parts), records=app[RECORDS])
+    app[UPSTREAMS] = upstreams
+    parts.live.on_change(_Reconfiguration(parts, upstreams))
     try:
         yield
     finally:
         app[RECORDS].pipeline = None
         await upstreams.close()
         await parts.shadow.close()
-        if local_backend is not None:
-            await local_backend.close()
+        if parts.local_backend is not None:
+            await parts.local_backend.close()

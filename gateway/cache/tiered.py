@@ -1,0 +1,311 @@
+"""The near cache in front of any shared backend that publishes invalidations
+(``Capabilities.publishes_invalidations``): reads and writes go to the shared backend,
+fresh copies are kept in process, and the backend's :class:`InvalidationChannel`
+carries purges, removals and their confirmations between the processes.
+
+What it promises is written in ``gateway.cache.near`` and docs/near-cache.md; the
+registry puts one in front of every backend registered as publishing invalidations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gateway.cache.backend import CacheBackend, Heard, InvalidationChannel, Publishing, Purged
+from gateway.cache.entry import CacheEntry, CacheKey, Lookup
+from gateway.cache.keyspace import ack_channel, invalidation_channel
+from gateway.cache.near import (
+    NearCache,
+    invalidation_message,
+    parse_invalidation,
+    parse_removal,
+    removal_message,
+)
+from gateway.cache.tasks import stop
+from gateway.errors import CacheUnavailable
+
+if TYPE_CHECKING:
+    from gateway.cache.fleet import Fleet
+
+log = logging.getLogger("gateway.cache")
+
+_PING_EVERY_S = 0.25
+_SILENCE_LIMIT_S = 0.75
+_RETRY_S = 0.25
+# how long subscribing (and its first sign of life) may take
+_SUBSCRIBE_WAIT_S = 2.0
+# how long a purge waits for every process to confirm, at most
+CONFIRM_WAIT_S = 1.0
+# how long a purge whose outcome is unknown is retried in the background
+PURGE_RETRY_S = 10.0
+
+
+class ChannelDown(Exception):
+    """The subscription stopped being where invalidations are published."""
+
+
+@dataclass(slots=True)
+class _Confirmations:
+    """The confirmations of one purge, as they arrive."""
+
+    count: int = 0
+    expected: int | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self) -> None:
+        self.count += 1
+        self._check()
+
+    def expect(self, expected: int) -> None:
+        self.expected = expected
+        self._check()
+
+    def _check(self) -> None:
+        if self.expected is not None and self.count >= self.expected:
+            self.done.set()
+
+
+class TieredBackend:
+    """The near cache in front of a shared backend, with the channel's listener. Its
+    name and capabilities are the shared backend's."""
+
+    def __init__(self, far: CacheBackend, near: NearCache, *, prefix: str) -> None:
+        """``far`` must offer :class:`Publishing` (its ``invalidations``)."""
+        if not isinstance(far, Publishing):
+            raise TypeError(f"{far.name}: a near cache needs a backend that publishes")
+        self._far = far
+        self._invalidations: InvalidationChannel = far.invalidations
+        self.near = near
+        self.name = far.name
+        self.capabilities = far.capabilities
+        self._channel = invalidation_channel(prefix)
+        self._acks = ack_channel(prefix)
+        self._listener: asyncio.Task[None] | None = None
+        self._pending: dict[str, _Confirmations] = {}
+        self._background: set[asyncio.Future[None]] = set()
+
+    def start(self) -> None:
+        """Start listening for invalidations (the near cache is off until subscribed)."""
+        self._far.start()
+        self._invalidations.start()
+        if self._listener is None:
+            self._listener = asyncio.ensure_future(self._listen())
+
+    async def get(self, key: CacheKey) -> Lookup:
+        """A read of the shared backend (copied into the near cache when fresh). The
+        near cache answers through :meth:`fresh`, which the guarded cache asks first: a
+        hit from this process is not a read of the store and must not count as one."""
+        epoch = self.near.epoch
+        lookup = await self._far.get(key)
+        self.near.learn(key.route, lookup.generations, epoch)
+        if lookup.entry is not None:
+            self.near.put(key, lookup.entry)
+        return lookup
+
+    def fresh(self, key: CacheKey) -> CacheEntry | None:
+        return self.near.get(key)
+
+    async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
+        await self._far.set(key, entry, lifetime_s)
+        self.near.put(key, entry)
+
+    async def purge(self, route: str | None) -> Purged:
+        """The purge in the shared backend, then every subscribed process told and
+        waited for (up to CONFIRM_WAIT_S). When the backend does not confirm the
+        purge, this process drops its copies at once, the purge and its invalidation
+        are retried in the background for PURGE_RETRY_S, and CacheUnavailable is
+        raised: the purge may or may not have happened. The same when the purge is
+        done but the invalidation could not be published: it is retried until it is."""
+        self.near.invalidate(route)
+        try:
+            await self._far.purge(route)
+        except CacheUnavailable:
+            self._in_background(self._retry_purge(route, purged=False))
+            raise
+        try:
+            return await self._tell(route, confirm=True)
+        except CacheUnavailable:
+            # the purge is done in the shared backend; the instances were not told
+            self._in_background(self._retry_purge(route, purged=True))
+            raise
+
+    async def remove(self, key: CacheKey) -> bool:
+        """Drop this process's copy, remove the shared entry, and when there was one,
+        tell every instance to drop its copy (not waited for: a copy that the message
+        does not reach ends with its freshness, or with the channel)."""
+        self.near.remove(key)
+        removed = await self._far.remove(key)
+        if removed:
+            with contextlib.suppress(CacheUnavailable, TimeoutError):
+                async with asyncio.timeout(CONFIRM_WAIT_S):
+                    await self._invalidations.publish(self._channel, removal_message(key))
+        return removed
+
+    async def announce(self, route: str | None) -> None:
+        """Tell every instance to drop its near entries of ``route`` (None: all)."""
+        self.near.invalidate(route)
+        with contextlib.suppress(CacheUnavailable):
+            await self._tell(route, confirm=False)
+
+    async def _publish(self, channel: str, message: bytes) -> int:
+        """PUBLISH within CONFIRM_WAIT_S; raises CacheUnavailable otherwise."""
+        try:
+            async with asyncio.timeout(CONFIRM_WAIT_S):
+                return await self._invalidations.publish(channel, message)
+        except TimeoutError as exc:
+            raise CacheUnavailable(f"{self.name} PUBLISH: TimeoutError: {exc}") from exc
+
+    async def _tell(self, route: str | None, *, confirm: bool) -> Purged:
+        purge_id = secrets.token_hex(8) if confirm else ""
+        confirmations = _Confirmations()
+        if confirm:
+            self._pending[purge_id] = confirmations
+        try:
+            told = await self._publish(self._channel, invalidation_message(route, purge_id))
+            if not confirm:
+                return Purged(told, None)
+            confirmations.expect(told)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CONFIRM_WAIT_S):
+                    await confirmations.done.wait()
+            return Purged(told, min(confirmations.count, told))
+        finally:
+            self._pending.pop(purge_id, None)
+
+    async def _retry_purge(self, route: str | None, *, purged: bool) -> None:
+        """Purge (unless ``purged``) and publish the invalidation, until both are done
+        or PURGE_RETRY_S has passed."""
+        deadline = time.monotonic() + PURGE_RETRY_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(_RETRY_S)
+            try:
+                if not purged:
+                    await self._far.purge(route)
+                    purged = True
+                await self._tell(route, confirm=False)
+            except CacheUnavailable:
+                continue
+            log.info(
+                "cache purge done on a retry",
+                extra={"event": "cache_purge", "purged_route": route or "*", "retried": True},
+            )
+            return
+        log.error(
+            "cache purge given up: the shared backend did not confirm it; purge again",
+            extra={
+                "event": "cache_purge",
+                "purged_route": route or "*",
+                "retried": True,
+                "backend": self.name,
+            },
+        )
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def take_lease(self, key: CacheKey, milliseconds: int) -> bytes | None:
+        return await self._far.take_lease(key, milliseconds)
+
+    async def leased(self, key: CacheKey) -> bool:
+        return await self._far.leased(key)
+
+    async def drop_lease(self, key: CacheKey, token: bytes) -> None:
+        await self._far.drop_lease(key, token)
+
+    async def probe(self) -> None:
+        await self._far.probe()
+
+    def fleet(self, fingerprint: Callable[[], str], on_read: Callable[[int], None]) -> Fleet | None:
+        return self._far.fleet(fingerprint, on_read)
+
+    async def close(self) -> None:
+        for task in [*self._background, self._listener]:
+            await stop(task)
+        await self._far.close()
+        await self._invalidations.close()
+
+    async def _listen(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._subscribed()
+            except asyncio.CancelledError:
+                self.near.set_live(False)
+                raise
+            except (CacheUnavailable, ChannelDown, TimeoutError) as exc:
+                if self.near.live or failures == 0:
+                    log.warning(
+                        "near cache off: the invalidation channel is down",
+                        extra={"event": "near_cache", "live": False, "error": str(exc)},
+                    )
+                self.near.set_live(False)
+                failures += 1
+            except Exception:
+                # whatever else went wrong, a near cache without its channel is off
+                log.exception("near cache off: the invalidation listener failed")
+                self.near.set_live(False)
+                failures += 1
+            await asyncio.sleep(_RETRY_S)
+
+    def _heard(self, heard: Heard) -> None:
+        if heard.channel is None:
+            return
+        data = heard.data
+        if heard.channel == self._acks:
+            confirmations = self._pending.get(data.decode("ascii", "replace"))
+            if confirmations is not None:
+                confirmations.add()
+            return
+        removed = parse_removal(data)
+        if removed is not None:
+            self.near.remove(removed)
+            return
+        purge_id, route = parse_invalidation(data)
+        self.near.invalidate(route)
+        if purge_id != "-":
+            self._in_background(self._confirm(purge_id))
+
+    async def _confirm(self, purge_id: str) -> None:
+        with contextlib.suppress(CacheUnavailable):
+            await self._publish(self._acks, purge_id.encode())
+
+    async def _subscribed(self) -> None:
+        """Subscribe, then hear until the channel goes quiet or moves (raises then)."""
+        async with asyncio.timeout(_SUBSCRIBE_WAIT_S):
+            subscription = await self._invalidations.subscribe(self._channel, self._acks)
+        try:
+            async with asyncio.timeout(_SUBSCRIBE_WAIT_S):
+                await subscription.ping()
+            self.near.set_live(True)
+            log.info(
+                "near cache on: subscribed to invalidations",
+                extra={"event": "near_cache", "live": True},
+            )
+            heard = pinged = time.monotonic()
+            while True:
+                message = await subscription.receive(_PING_EVERY_S)
+                now = time.monotonic()
+                if message is not None:
+                    heard = now
+                    self._heard(message)
+                if now - pinged >= _PING_EVERY_S:
+                    if not subscription.in_place():
+                        raise ChannelDown("the channel moved to another node")
+                    async with asyncio.timeout(_SILENCE_LIMIT_S):
+                        await subscription.ping()
+                    pinged = now
+                if now - heard > _SILENCE_LIMIT_S:
+                    raise TimeoutError("no answer on the invalidation channel")
+        finally:
+            with contextlib.suppress(CacheUnavailable, TimeoutError):
+                async with asyncio.timeout(_SUBSCRIBE_WAIT_S):
+                    await subscription.close()
