@@ -37,7 +37,7 @@ from gateway.http.edge import REQUEST_ID, Handler
 from gateway.http.problems import problem_response
 from gateway.http.service import METRICS
 from gateway.ops.siblings import Reach, Siblings
-from gateway.records.routes import ROUTES
+from gateway.routing.standard import ROUTES
 
 log = logging.getLogger("gateway.admin")
 LIVE = web.AppKey("live", LiveConfig)

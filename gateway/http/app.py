@@ -66,7 +66,8 @@ from gateway.ops.tracing import Tracer
 from gateway.ops.ttl_advice import Policy
 from gateway.records.keys import Keyer
 from gateway.records.pipeline import CachePolicy, RecordPipeline
-from gateway.records.routes import ROUTES
+from gateway.routing.routes import RouteTable
+from gateway.routing.standard import ROUTES
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.link import UpstreamLink
 
@@ -82,8 +83,9 @@ def create_app(
     monotonic: Callable[[], float] = time.monotonic,
     tracer: Tracer | None = None,
     siblings: Siblings | None = None,
+    routes: RouteTable = ROUTES,
 ) -> web.Application:
-    """Build the gateway application for ``settings``.
+    """Build the gateway application for ``settings``, serving ``routes``.
 
     ``source`` is where a reload reads the settings again (the file and the flags);
     without it a reload re-reads the environment only. ``clock`` is the wall time of
@@ -101,16 +103,16 @@ def create_app(
     app[LIVE] = live
     app[METRICS] = metrics_
     app[COERCIONS] = coercions
-    document = ServedDocument(openapi_bytes, settings)
+    document = ServedDocument(functools.partial(openapi_bytes, routes=routes), settings)
     live.on_change(document.apply)
     app[OPENAPI] = document
     edge = Edge(metrics=metrics_, live=live)
     # first: cleanup contexts end in reverse order, and the last spans (of requests and
     # refreshes the other contexts end) are exported at its end
     app.cleanup_ctx.append(functools.partial(_tracer_ctx, edge=edge, tracer=tracer))
-    records = RecordHandlers(edge, live)
+    records = RecordHandlers(edge, live, routes)
     app[RECORDS] = records
-    for route in ROUTES:
+    for route in routes:
         add_routes(app, edge, route.template, {"GET": records.handler(route)}, route.name)
     add_routes(app, edge, "/healthz", {"GET": edge.wrap(healthz, "healthz")}, "healthz")
     add_routes(app, edge, "/readyz", {"GET": edge.wrap(readyz, "readyz")}, "readyz")
@@ -310,6 +312,7 @@ class ProcessParts:
     local_backend: CacheBackend | None
     backends: BackendRegistry
     siblings: Siblings | None = None
+    routes: RouteTable = ROUTES
 
 
 def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
@@ -360,7 +363,7 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
         normaliser=parts.normaliser,
         cache=cache if backend.capabilities.stores else None,
         keyer=keyer,
-        policy=CachePolicy.from_settings(settings.cache),
+        policy=CachePolicy.from_settings(settings.cache, parts.routes),
         clock=parts.clock,
         bodies=parts.bodies,
         metrics=metrics_,
@@ -412,6 +415,7 @@ async def _pipeline_ctx(
         local_backend=local_backend,
         backends=backends,
         siblings=app.get(SIBLINGS),
+        routes=app[RECORDS].routes,
     )
     app[SHADOW] = parts.shadow
     upstreams = Upstreams(bind_upstream(settings, parts), records=app[RECORDS])
@@ -439,7 +443,7 @@ async def _pipeline_ctx(
                 },
             )
         else:
-            current.pipeline.policy = CachePolicy.from_settings(new.cache)
+            current.pipeline.policy = CachePolicy.from_settings(new.cache, parts.routes)
             current.upstream.reconfigure(new.upstream)
             current.readiness.interval_s = new.health.check_interval_s
         now = upstreams.current

@@ -13,7 +13,7 @@ from gateway.comparison.diff import KINDS
 from gateway.http.admin import ADMIN_ROUTES
 from gateway.http.openapi_responses import EDGE_ERRORS, SCHEMAS, header_refs, response_refs
 from gateway.http.problems import PROBLEM_JSON
-from gateway.records.routes import ROUTES
+from gateway.routing.standard import ROUTES
 
 _JSON = "application/json"
 SECURITY_SCHEME = "adminToken"
