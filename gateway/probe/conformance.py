@@ -96,7 +96,7 @@ class RouteReport:
     names the fields the reference does not define (``Expense.internalRef``).
     """
 
-    route: str  # "expenses", a gateway.records.routes.Route name
+    route: str  # "expenses", a gateway.routing.routes.Route name
     template: str  # "/expenses"
     outcome: Outcome
     target: str | None = None
@@ -131,7 +131,7 @@ class ProbeReport:
         return sum(route.outcome == outcome for route in self.routes)
 
     def route(self, name: str) -> RouteReport:
-        """The report of the route named ``name`` (``gateway.records.routes.Route.name``)."""
+        """The report of the route named ``name`` (``gateway.routing.routes.Route.name``)."""
         return next(route for route in self.routes if route.route == name)
 
     def variants(self, field: str) -> dict[str, int]:
