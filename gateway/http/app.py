@@ -98,8 +98,10 @@ def create_app(
     app = web.Application()
     coercions = CoercionCounts()
     live = LiveConfig(settings, source or ConfigSource())
-    metrics_ = Metrics(coercions=coercions.take, ttl_policy=lambda: ttl_policy(live.settings))
-    metrics_.ttls_configured(settings.cache.ttl_s.model_dump())
+    metrics_ = Metrics(
+        coercions=coercions.take, ttl_policy=lambda: ttl_policy(live.settings, routes)
+    )
+    metrics_.ttls_configured(routes.ttls(settings.cache.ttl_s.model_dump()))
     app[LIVE] = live
     app[METRICS] = metrics_
     app[COERCIONS] = coercions
@@ -155,7 +157,7 @@ async def _siblings_ctx(app: web.Application) -> AsyncIterator[None]:
         await siblings.close()
 
 
-def ttl_policy(settings: Settings) -> tuple[Policy, dict[str, int]]:
+def ttl_policy(settings: Settings, routes: RouteTable = ROUTES) -> tuple[Policy, dict[str, int]]:
     """What the TTL advice aims at (``cache.max_stale_share`` and its bounds), and each
     route's TTL now."""
     cache = settings.cache
@@ -164,7 +166,7 @@ def ttl_policy(settings: Settings) -> tuple[Policy, dict[str, int]]:
         min_ttl_s=cache.ttl_advice_min_s,
         max_ttl_s=cache.ttl_advice_max_s,
     )
-    return policy, cache.ttl_s.model_dump()
+    return policy, routes.ttls(cache.ttl_s.model_dump())
 
 
 def add_routes(
@@ -453,7 +455,7 @@ async def _pipeline_ctx(
                 background.add(announcing)
                 announcing.add_done_callback(background.discard)
         parts.shadow.reconfigure(new.upstream)
-        metrics_.ttls_configured(new.cache.ttl_s.model_dump())
+        metrics_.ttls_configured(parts.routes.ttls(new.cache.ttl_s.model_dump()))
         set_level(new.log.level)
 
     live.on_change(apply)

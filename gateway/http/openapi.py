@@ -391,10 +391,10 @@ def openapi_document(settings: Settings, routes: RouteTable = ROUTES) -> dict[st
     }
     schemas = {**_model_schemas(routes), **problem_schemas(), **_readiness_schema()}
     if settings.admin.token is not None:
-        paths.update(admin_paths(route_parameter()))
+        paths.update(admin_paths(route_parameter(routes)))
         tags.append({"name": "admin", "description": "Operations; the admin token."})
         security_schemes[SECURITY_SCHEME] = security_scheme()
-        schemas.update(admin_schemas())
+        schemas.update(admin_schemas(routes))
     return {
         "openapi": "3.1.0",
         "info": {**_INFO, "description": _DESCRIPTION},

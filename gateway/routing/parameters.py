@@ -243,7 +243,7 @@ class Choice:
         return {"type": "string", "enum": list(self.choices)}
 
     def describe(self, text: str, max_limit: int) -> str:
-        return " or ".join(self.choices) + text
+        return f"{' or '.join(self.choices)}, {text}"
 
     def default(self, max_limit: int) -> str | None:
         return None

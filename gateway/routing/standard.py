@@ -29,7 +29,7 @@ PAGING = (PAGE, LIMIT)
 TYPE = Param(
     "type",
     Choice(TYPES),
-    ", in any case (e.g. cash); forwarded in upper case.",
+    "in any case (e.g. cash); forwarded in upper case.",
     example_from=("expense", "type"),
 )
 

@@ -25,6 +25,7 @@ from gateway.upstream.link import UpstreamLink
 from ..conftest import AUTH, TOKEN, GatewayFactory, base_url
 
 PROBLEM = "application/problem+json"
+ADMIN = {"Authorization": "Bearer routes-admin-token-0123"}
 STAFF_TTL_S = 17
 STAFF = Route(
     "staff",
@@ -38,7 +39,7 @@ STAFF = Route(
         Param(
             "role",
             Choice(("ADMIN", "VIEWER")),
-            ", in any case; forwarded in upper case.",
+            "in any case; forwarded in upper case.",
             example="ADMIN",
         ),
     ),
@@ -118,6 +119,28 @@ async def test_the_extra_route_is_served_and_cached_under_its_own_ttl(
     one = await client.get(f"/staff/{PEOPLE[1]['id'].upper()}", headers=AUTH)
     assert one.status == 200
     assert (await one.json())["username"] == "staff2"
+
+
+async def test_the_extra_route_has_its_ttl_metric_and_is_purged_by_its_name(
+    gateway_factory: GatewayFactory, staff_upstream: TestServer
+) -> None:
+    client = await gateway_factory(
+        base_url(staff_upstream), routes=EXTRA, admin={"token": ADMIN["Authorization"][7:]}
+    )
+    await client.get("/staff", headers=AUTH)
+    assert (await client.get("/staff", headers=AUTH)).headers["X-Cache"] == "HIT"
+
+    purged = await client.delete("/admin/cache?route=staff", headers=ADMIN)
+    after = await client.get("/staff", headers=AUTH)
+
+    assert purged.status == 200
+    assert after.headers["X-Cache"] == "MISS"
+    assert len(staff_calls(staff_upstream)) == 2
+    metrics = await (await client.get("/metrics")).text()
+    assert f'gateway_ttl_seconds{{route="staff"}} {STAFF_TTL_S}.0' in metrics
+    document = await (await client.get("/openapi.json")).json()
+    purge = document["paths"]["/admin/cache"]["delete"]["parameters"][0]
+    assert "staff" in purge["schema"]["enum"]
 
 
 async def test_the_extra_route_is_documented_in_the_openapi_document(
