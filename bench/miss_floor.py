@@ -27,7 +27,8 @@ from floor import serve_app
 
 from gateway.errors import GatewayError
 from gateway.normalise.normaliser import CoercionCounts, Normaliser
-from gateway.records.routes import EXPENSES, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import EXPENSES
 
 SESSION = web.AppKey("session", aiohttp.ClientSession)
 MAX_LIMIT = 1000

@@ -41,7 +41,8 @@ from gateway.normalise import coercions
 from gateway.normalise.normaliser import CoercionCounts, Normaliser, dump, parse_lossless
 from gateway.normalise.pages import ExpensePage
 from gateway.normalise.schema import NormaliseContext
-from gateway.records.routes import EXPENSES, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import EXPENSES
 
 PAGE_SIZE = 100
 RUNS = 7

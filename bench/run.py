@@ -113,7 +113,8 @@ def normalise_cost(url: str) -> dict[str, float]:
     upstream's own bytes), timed in this process as bench/normalise.py times it: the
     part of a miss's added latency that the miss target allows on top of 1 ms."""
     from gateway.normalise.normaliser import CoercionCounts, Normaliser
-    from gateway.records.routes import EXPENSES, parse_record_query
+    from gateway.records.routes import parse_record_query
+    from gateway.routing.standard import EXPENSES
 
     answer = http_get(url, AUTH)
     query = parse_record_query(EXPENSES, None, [("limit", "10")], max_limit=1000)

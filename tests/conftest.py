@@ -27,6 +27,8 @@ from gateway.fastpath.server import make_runner
 from gateway.http.app import create_app
 from gateway.http.binding import UPSTREAMS
 from gateway.ops.logs import JsonFormatter
+from gateway.routing.routes import RouteTable
+from gateway.routing.standard import ROUTES
 
 from . import profiles  # noqa: F401  (loads the Hypothesis profile)
 from .redis_server import RedisServer
@@ -148,11 +150,16 @@ def gateway_factory(aiohttp_client: AiohttpClient) -> GatewayFactory:
     """Start a gateway on a loopback port in front of ``upstream_url``."""
 
     async def start(
-        upstream_url: str, clock: Any = None, monotonic: Any = None, **sections: dict[str, Any]
+        upstream_url: str,
+        clock: Any = None,
+        monotonic: Any = None,
+        routes: RouteTable = ROUTES,
+        **sections: dict[str, Any],
     ) -> TestClient[web.Request, web.Application]:
         settings = make_settings(upstream_url, **sections)
         times: dict[str, Any] = {"clock": clock, "monotonic": monotonic}
-        app = create_app(settings, **{name: t for name, t in times.items() if t is not None})
+        given = {name: t for name, t in times.items() if t is not None}
+        app = create_app(settings, routes=routes, **given)
         return await gateway_client(aiohttp_client, app)
 
     return start

@@ -13,7 +13,8 @@ import pytest
 from pytest_aiohttp import AiohttpClient
 
 from gateway.demo import create_demo_app
-from gateway.records.routes import ROUTES, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import ROUTES
 
 SIX_ROUTES = {"users", "clients", "expenses", "expense", "accounts", "account"}
 

@@ -33,8 +33,9 @@ import orjson
 
 from gateway.normalise.coercions import CanonicalError, json_type
 from gateway.normalise.normaliser import dump_canonical, json_path, parse_lossless
-from gateway.normalise.pages import ROUTE_MODELS, Page, canonical_body
+from gateway.normalise.pages import Page, canonical_body
 from gateway.normalise.schema import CanonicalModel, NormaliseContext
+from gateway.routing.standard import ROUTES
 
 KINDS = ("value", "type", "missing", "extra", "order", "length")
 # the path of an answer's HTTP status among the field paths
@@ -98,7 +99,9 @@ def answer_of(
                 page=_int_or_none(params.get("page")), limit=_int_or_none(params.get("limit"))
             )
             # canonicalising works in place: it gets a parse of its own
-            published = dump_canonical(canonical_body(route, parse_lossless(body), context))
+            published = dump_canonical(
+                canonical_body(ROUTES.route(route).model, parse_lossless(body), context)
+            )
         answer = Answer(status, sent, parse_lossless(published))
     except CanonicalError as exc:
         raise NotComparable(
@@ -276,7 +279,7 @@ def shown(value: Any) -> Any:
 def schema_fields(route: str) -> frozenset[str]:
     """Every folded path of the published schema of ``route`` (and ``(status)``): the
     only field labels a report or a metric can carry."""
-    model = ROUTE_MODELS[route]
+    model = ROUTES.route(route).model
     paths: dict[str, str] = {STATUS_FIELD: "status"}
     if issubclass(model, Page):
         for name in model.model_fields:
@@ -291,7 +294,7 @@ def schema_fields(route: str) -> frozenset[str]:
 @cache
 def enumeration_fields(route: str) -> frozenset[str]:
     """The folded paths of ``route``'s enumerations (compared as sent too)."""
-    model = ROUTE_MODELS[route]
+    model = ROUTES.route(route).model
     paths: dict[str, str] = {}
     if issubclass(model, Page):
         _model_fields(model.item_model, "data[].", paths)

@@ -13,7 +13,7 @@ import re
 import ssl
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import (
@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -37,6 +38,8 @@ from yarl import URL
 from gateway.config.tls import upstream_ssl_context
 from gateway.config.tomlfile import read_toml
 from gateway.errors import ConfigError
+from gateway.routing.routes import MAX_TTL_S, RouteTable
+from gateway.routing.standard import ROUTES
 
 
 class _Section(BaseModel):
@@ -210,15 +213,35 @@ class LimitsSettings(_Section):
     max_limit: int = Field(default=100, ge=1, le=1000)
 
 
-class CacheTTLs(_Section):
-    """Seconds an answer of each route stays fresh; 0 turns caching off for the route."""
+class RouteTTLs(_Section):
+    """Seconds an answer of each route stays fresh; 0 turns caching off for the route.
 
-    users: int = Field(default=300, ge=0, le=86_400)
-    clients: int = Field(default=300, ge=0, le=86_400)
-    accounts: int = Field(default=60, ge=0, le=86_400)
-    account: int = Field(default=60, ge=0, le=86_400)
-    expenses: int = Field(default=30, ge=0, le=86_400)
-    expense: int = Field(default=30, ge=0, le=86_400)
+    One field per route of :data:`gateway.routing.standard.ROUTES`, named for the
+    route, defaulting to its declared TTL, from 0 to ``MAX_TTL_S``: the model is made
+    from the route table (:func:`route_ttls`), never written beside it.
+    """
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> int: ...
+
+
+def route_ttls(routes: RouteTable) -> type[RouteTTLs]:
+    """The settings model of the TTLs of ``routes``."""
+    fields: dict[str, Any] = {
+        route.name: (int, Field(default=route.ttl_s, ge=0, le=MAX_TTL_S)) for route in routes
+    }
+    model: type[RouteTTLs] = create_model(
+        "CacheTTLs", __base__=RouteTTLs, __module__=__name__, **fields
+    )
+    model.__doc__ = RouteTTLs.__doc__
+    return model
+
+
+if TYPE_CHECKING:
+    CacheTTLs = RouteTTLs
+else:
+    CacheTTLs = route_ttls(ROUTES)
 
 
 RedisMode = Literal["standalone", "sentinel", "cluster"]
@@ -617,6 +640,7 @@ __all__ = [
     "HealthSettings",
     "LimitsSettings",
     "LogSettings",
+    "RouteTTLs",
     "ServerSettings",
     "Settings",
     "ShadowSettings",

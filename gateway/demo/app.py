@@ -72,8 +72,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -89,7 +90,7 @@ from gateway.demo.params import (
     parse_page,
 )
 from gateway.demo.request_log import RequestLog, RequestRecord
-from gateway.demo.store import RecordStore
+from gateway.demo.store import RecordStore, page_envelope
 
 DEFAULT_TOKENS = frozenset({"demo-token"})
 
@@ -119,8 +120,11 @@ def create_demo_app(
     drift: Iterable[str] = (),
     change_rates: Mapping[str, float] | None = None,
     clock: Callable[[], float] = time.time,
+    collections: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
 ) -> web.Application:
-    """The reference upstream app, serving ``generate_dataset(seed)``; with ``drift``
+    """The reference upstream app, serving ``generate_dataset(seed)``; with
+    ``collections`` (records by path, e.g. ``{"/projects": [...]}``), those records too,
+    paged at the path and each at ``<path>/<its id>``, as given; with ``drift``
     (kind names or a ``Drift``), a candidate that differs in those ways; with
     ``change_rates`` (changes per minute by record kind, or ``ChangeRates``), records
     that change at random at those rates, on ``clock`` from now. ``ValueError`` for an
@@ -155,7 +159,28 @@ def create_demo_app(
     app.router.add_get("/expenses/{expenseId}", expense)
     app.router.add_get("/accounts", accounts)
     app.router.add_get("/accounts/{accountId}", account)
+    for path, records in (collections or {}).items():
+        _add_collection(app, path, records)
     return app
+
+
+def _add_collection(app: web.Application, path: str, records: Sequence[Mapping[str, Any]]) -> None:
+    """Serve ``records`` at ``path`` (pages, in the order given) and each by its ``id``."""
+    items = [orjson.dumps(dict(record)) for record in records]
+    by_id = {str(record["id"]): item for record, item in zip(records, items, strict=True)}
+
+    async def listing(request: web.Request) -> web.Response:
+        return _json(page_envelope(items, parse_page(request.query)))
+
+    async def one(request: web.Request) -> web.Response:
+        record_id = request.match_info["id"]
+        item = by_id.get(record_id)
+        if item is None:
+            return _error(404, "not_found", f"no record with id {record_id!r}")
+        return _json(item)
+
+    app.router.add_get(path, listing)
+    app.router.add_get(path + "/{id}", one)
 
 
 async def users(request: web.Request) -> web.Response:

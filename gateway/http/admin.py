@@ -35,15 +35,14 @@ from gateway.errors import (
 from gateway.http.binding import UPSTREAMS
 from gateway.http.edge import REQUEST_ID, Handler
 from gateway.http.problems import problem_response
+from gateway.http.records import RECORDS
 from gateway.http.service import METRICS
 from gateway.ops.siblings import Reach, Siblings
-from gateway.records.routes import ROUTES
 
 log = logging.getLogger("gateway.admin")
 LIVE = web.AppKey("live", LiveConfig)
 SHADOW = web.AppKey("shadow", Shadow)
 SIBLINGS = web.AppKey("siblings", Siblings)
-_ROUTE_NAMES = tuple(route.name for route in ROUTES)
 
 
 def check_admin(request: web.Request) -> None:
@@ -71,8 +70,9 @@ async def purge_cache(request: web.Request) -> web.StreamResponse:
     ]
     if len(request.query.getall("route", [])) > 1:
         problems.append(ParameterProblem("route", "given more than once; purge one route"))
-    if route is not None and route not in _ROUTE_NAMES:
-        problems.append(ParameterProblem("route", "must be one of " + ", ".join(_ROUTE_NAMES)))
+    names = request.app[RECORDS].routes.names()
+    if route is not None and route not in names:
+        problems.append(ParameterProblem("route", "must be one of " + ", ".join(names)))
     if problems:
         raise InvalidParameters(problems)
     backend = request.app[UPSTREAMS].current.cache.backend
@@ -146,7 +146,7 @@ async def apply_from_sibling(app: web.Application, message: dict[str, object]) -
     action = message.get("action")
     if action == "purge":
         route = message.get("route")
-        if route is not None and route not in _ROUTE_NAMES:
+        if route is not None and route not in app[RECORDS].routes.names():
             return False
         await app[UPSTREAMS].current.cache.backend.purge(route if isinstance(route, str) else None)
         log.info("cache purged", extra={"event": "cache_purge", "purged_route": route or "*"})

@@ -66,7 +66,8 @@ from gateway.ops.tracing import Tracer
 from gateway.ops.ttl_advice import Policy
 from gateway.records.keys import Keyer
 from gateway.records.pipeline import CachePolicy, RecordPipeline
-from gateway.records.routes import ROUTES
+from gateway.routing.routes import RouteTable
+from gateway.routing.standard import ROUTES
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.link import UpstreamLink
 
@@ -83,8 +84,9 @@ def create_app(
     tracer: Tracer | None = None,
     siblings: Siblings | None = None,
     backends: BackendRegistry | None = None,
+    routes: RouteTable = ROUTES,
 ) -> web.Application:
-    """Build the gateway application for ``settings``.
+    """Build the gateway application for ``settings``, serving ``routes``.
 
     ``source`` is where a reload reads the settings again (the file and the flags);
     without it a reload re-reads the environment only. ``clock`` is the wall time of
@@ -98,11 +100,11 @@ def create_app(
     """
     app = web.Application()
     live = LiveConfig(settings, source or ConfigSource())
-    edge = _state_and_edge(app, live)
+    edge = _state_and_edge(app, live, routes)
     # first: cleanup contexts end in reverse order, and the last spans (of requests and
     # refreshes the other contexts end) are exported at its end
     app.cleanup_ctx.append(functools.partial(_tracer_ctx, edge=edge, tracer=tracer))
-    _add_all_routes(app, edge, live)
+    _add_all_routes(app, edge, live, routes)
     registry = default_registry() if backends is None else backends
     pipeline_ctx = functools.partial(
         _pipeline_ctx, clock=clock, monotonic=monotonic, backends=registry
@@ -115,30 +117,32 @@ def create_app(
     return app
 
 
-def _state_and_edge(app: web.Application, live: LiveConfig) -> Edge:
+def _state_and_edge(app: web.Application, live: LiveConfig, routes: RouteTable) -> Edge:
     """Put in the app's state what the edge and the service handlers read (the running
     configuration, the metrics, the coercion counts, the document); the edge every
     handler runs inside."""
     settings = live.settings
     coercions = CoercionCounts()
-    metrics_ = Metrics(coercions=coercions.take, ttl_policy=lambda: ttl_policy(live.settings))
-    metrics_.ttls_configured(settings.cache.ttl_s.model_dump())
+    metrics_ = Metrics(
+        coercions=coercions.take, ttl_policy=lambda: ttl_policy(live.settings, routes)
+    )
+    metrics_.ttls_configured(routes.ttls(settings.cache.ttl_s.model_dump()))
     app[LIVE] = live
     app[METRICS] = metrics_
     app[COERCIONS] = coercions
-    document = ServedDocument(openapi_bytes, settings)
+    document = ServedDocument(functools.partial(openapi_bytes, routes=routes), settings)
     live.on_change(document.apply)
     app[OPENAPI] = document
     return Edge(metrics=metrics_, live=live)
 
 
-def _add_all_routes(app: web.Application, edge: Edge, live: LiveConfig) -> None:
+def _add_all_routes(app: web.Application, edge: Edge, live: LiveConfig, routes: RouteTable) -> None:
     """The record routes, the service routes, the admin routes (with an admin token)
     and, last, the resource that answers every path no route has."""
     settings = live.settings
-    records = RecordHandlers(edge, live)
+    records = RecordHandlers(edge, live, routes)
     app[RECORDS] = records
-    for route in ROUTES:
+    for route in routes:
         add_routes(app, edge, route.template, {"GET": records.handler(route)}, route.name)
     add_routes(app, edge, "/healthz", {"GET": edge.wrap(healthz, "healthz")}, "healthz")
     add_routes(app, edge, "/readyz", {"GET": edge.wrap(readyz, "readyz")}, "readyz")
@@ -175,7 +179,7 @@ async def _siblings_ctx(app: web.Application) -> AsyncIterator[None]:
         await siblings.close()
 
 
-def ttl_policy(settings: Settings) -> tuple[Policy, dict[str, int]]:
+def ttl_policy(settings: Settings, routes: RouteTable = ROUTES) -> tuple[Policy, dict[str, int]]:
     """What the TTL advice aims at (``cache.max_stale_share`` and its bounds), and each
     route's TTL now."""
     cache = settings.cache
@@ -184,7 +188,7 @@ def ttl_policy(settings: Settings) -> tuple[Policy, dict[str, int]]:
         min_ttl_s=cache.ttl_advice_min_s,
         max_ttl_s=cache.ttl_advice_max_s,
     )
-    return policy, cache.ttl_s.model_dump()
+    return policy, routes.ttls(cache.ttl_s.model_dump())
 
 
 def add_routes(
@@ -323,6 +327,7 @@ class ProcessParts:
     local_backend: CacheBackend | None
     backends: BackendRegistry
     siblings: Siblings | None = None
+    routes: RouteTable = ROUTES
 
 
 def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
@@ -358,7 +363,7 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
         normaliser=parts.normaliser,
         cache=cache if backend.capabilities.stores else None,
         keyer=keyer,
-        policy=CachePolicy.from_settings(settings.cache),
+        policy=CachePolicy.from_settings(settings.cache, parts.routes),
         clock=parts.clock,
         bodies=parts.bodies,
         metrics=parts.metrics,
@@ -464,6 +469,7 @@ def _process_parts(
         local_backend=local_backend,
         backends=backends,
         siblings=app.get(SIBLINGS),
+        routes=app[RECORDS].routes,
     )
 
 
@@ -483,7 +489,7 @@ class _Reconfiguration:
         if new.upstream.base_url != current.base_url:
             self._switch(new, current)
         else:
-            current.pipeline.policy = CachePolicy.from_settings(new.cache)
+            current.pipeline.policy = CachePolicy.from_settings(new.cache, self._parts.routes)
             current.upstream.reconfigure(new.upstream)
             current.readiness.interval_s = new.health.check_interval_s
         now = self._upstreams.current
@@ -493,7 +499,7 @@ class _Reconfiguration:
                 self._background.add(announcing)
                 announcing.add_done_callback(self._background.discard)
         self._parts.shadow.reconfigure(new.upstream)
-        self._parts.metrics.ttls_configured(new.cache.ttl_s.model_dump())
+        self._parts.metrics.ttls_configured(self._parts.routes.ttls(new.cache.ttl_s.model_dump()))
         set_level(new.log.level)
 
     def _switch(self, new: Settings, current: UpstreamBinding) -> None:

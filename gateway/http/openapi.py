@@ -1,12 +1,11 @@
 """The OpenAPI 3.1 document of the gateway's own interface, built from the models.
 
-Nothing that code already states is written twice here: the paths and the parameters
-of each route come from :data:`gateway.records.routes.ROUTES`, the parameters' bounds
-from the constants the validation reads, the body schemas from the pydantic models of
-:mod:`gateway.normalise.schema` (through ``gateway.normalise.pages.ROUTE_MODELS``) and
-the problem ``type`` URNs from :mod:`gateway.http.problems`. What is written here is
-what no code holds as data: the descriptions, which problem types each status carries,
-and the headers.
+Nothing that code already states is written twice here: the paths, operations and
+parameters of each route come from the route declarations (:mod:`gateway.routing`, by
+default :data:`gateway.routing.standard.ROUTES`), the body schemas from the pydantic
+models the routes declare, and the problem ``type`` URNs from
+:mod:`gateway.http.problems`. What is written here is what no code holds as data: the
+gateway's own routes, which problem types each status carries, and the headers.
 
 The document is built by ``create_app``, and again by every applied reload (it states
 live keys: ``limits.max_limit``, ``cache.honor_client_no_cache``); it is served as bytes
@@ -41,9 +40,9 @@ from gateway.http.openapi_responses import (
     response_refs,
     responses,
 )
-from gateway.normalise.pages import ROUTE_MODELS
 from gateway.normalise.schema import SCHEMA_VERSION
-from gateway.records.routes import ROUTES, RouteSpec
+from gateway.routing.routes import Route, RouteTable
+from gateway.routing.standard import ROUTES
 
 _JSON = "application/json"
 _PARAMETERS = "#/components/parameters/"
@@ -101,20 +100,6 @@ _INFO = {
     },
 }
 
-# What each record route does, beyond its summary (the model's docstring).
-_ROUTE_TEXT = {
-    "users": ("listUsers", "The organisation's users, a page at a time."),
-    "clients": ("listClients", "The clients and providers, a page at a time."),
-    "expenses": (
-        "listExpenses",
-        "The expenses, a page at a time, filtered by any combination of the query"
-        " parameters. `dateFrom` must not be after `dateTo`: such a request is a 400"
-        " naming both, and never reaches the upstream.",
-    ),
-    "expense": ("getExpense", "One expense, by its UUID."),
-    "accounts": ("listAccounts", "The cash and bank accounts, a page at a time."),
-    "account": ("getAccount", "One account, by its id or its name."),
-}
 _RECORD_TEXT = (
     " Every record in the published schema, whatever variant the upstream sent. Needs"
     " the caller's bearer token, which is forwarded to the upstream; answers are cached"
@@ -147,7 +132,7 @@ def _nullable_types(schema: dict[str, Any]) -> None:
     schema["type"] = [other["type"], "null"]
 
 
-def _model_schemas() -> dict[str, dict[str, Any]]:
+def _model_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
     """The schemas of every route's body and what they embed, from the models.
 
     pydantic leaves a field with a default out of ``required``; the published
@@ -155,7 +140,7 @@ def _model_schemas() -> dict[str, dict[str, Any]]:
     property is made required, and the defaults and generated titles dropped.
     """
     _, top = models_json_schema(
-        [(model, "serialization") for model in ROUTE_MODELS.values()],
+        [(route.model, "serialization") for route in routes],
         ref_template=SCHEMAS + "{model}",
     )
     schemas: dict[str, dict[str, Any]] = top["$defs"]
@@ -178,11 +163,11 @@ def _example(examples: dict[str, Any], name: str) -> dict[str, Any]:
     return {"examples": {name: {"summary": example["request"], "value": example["body"]}}}
 
 
-def _record_operation(route: RouteSpec, examples: dict[str, Any]) -> dict[str, Any]:
-    model = ROUTE_MODELS[route.name]
+def _record_operation(route: Route, examples: dict[str, Any]) -> dict[str, Any]:
+    model = route.model
     names = [*([route.path_param] if route.path_param else []), *route.query_params]
     summary = (model.__doc__ or route.name).strip().splitlines()[0]
-    operation_id, text = _ROUTE_TEXT[route.name]
+    operation_id, text = route.operation_id, route.text
     media = {"schema": {"$ref": SCHEMAS + model.__name__}, **_example(examples, route.name)}
     responses_: dict[str, Any] = {
         "200": {
@@ -385,11 +370,11 @@ def _gateway_paths(examples: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def openapi_document(settings: Settings) -> dict[str, Any]:
-    """The document as plain data."""
+def openapi_document(settings: Settings, routes: RouteTable = ROUTES) -> dict[str, Any]:
+    """The document of a gateway serving ``routes``, as plain data."""
     examples = load_examples()
     paths: dict[str, Any] = {
-        route.template: {"get": _record_operation(route, examples)} for route in ROUTES
+        route.template: {"get": _record_operation(route, examples)} for route in routes
     }
     paths.update(_gateway_paths(examples))
     tags = [
@@ -404,12 +389,12 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
             " is forwarded to it verbatim.",
         }
     }
-    schemas = {**_model_schemas(), **problem_schemas(), **_readiness_schema()}
+    schemas = {**_model_schemas(routes), **problem_schemas(), **_readiness_schema()}
     if settings.admin.token is not None:
-        paths.update(admin_paths(route_parameter()))
+        paths.update(admin_paths(route_parameter(routes)))
         tags.append({"name": "admin", "description": "Operations; the admin token."})
         security_schemes[SECURITY_SCHEME] = security_scheme()
-        schemas.update(admin_schemas())
+        schemas.update(admin_schemas(routes))
     return {
         "openapi": "3.1.0",
         "info": {**_INFO, "description": _DESCRIPTION},
@@ -424,7 +409,7 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         "paths": paths,
         "components": {
             "schemas": schemas,
-            "parameters": parameter_components(settings, examples),
+            "parameters": parameter_components(settings, examples, routes),
             "headers": headers(),
             "responses": responses(examples, _CACHE_HEADERS),
             "securitySchemes": security_schemes,
@@ -432,6 +417,6 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
     }
 
 
-def openapi_bytes(settings: Settings) -> bytes:
+def openapi_bytes(settings: Settings, routes: RouteTable = ROUTES) -> bytes:
     """The document as the bytes served at GET /openapi.json."""
-    return orjson.dumps(openapi_document(settings))
+    return orjson.dumps(openapi_document(settings, routes))

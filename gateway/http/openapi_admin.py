@@ -13,7 +13,7 @@ from gateway.comparison.diff import KINDS
 from gateway.http.admin import ADMIN_ROUTES
 from gateway.http.openapi_responses import EDGE_ERRORS, SCHEMAS, header_refs, response_refs
 from gateway.http.problems import PROBLEM_JSON
-from gateway.records.routes import ROUTES
+from gateway.routing.routes import RouteTable
 
 _JSON = "application/json"
 SECURITY_SCHEME = "adminToken"
@@ -59,7 +59,7 @@ _WORKERS_REACHED = {
 }
 
 
-def admin_schemas() -> dict[str, dict[str, Any]]:
+def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
     """components.schemas of the admin answers."""
     return {
         "WorkersReached": _WORKERS_REACHED,
@@ -70,7 +70,7 @@ def admin_schemas() -> dict[str, dict[str, Any]]:
                 "purged": {
                     "type": "string",
                     "description": "The route purged, or `all`.",
-                    "enum": ["all", *(route.name for route in ROUTES)],
+                    "enum": ["all", *(route.name for route in routes)],
                 },
                 "backend": {"type": "string", "enum": ["memory", "redis"]},
                 "instances": {
@@ -136,7 +136,7 @@ def admin_schemas() -> dict[str, dict[str, Any]]:
                 "routes": {
                     "type": "object",
                     "description": "By route name, the routes with a comparison.",
-                    "propertyNames": {"enum": [route.name for route in ROUTES]},
+                    "propertyNames": {"enum": [route.name for route in routes]},
                     "additionalProperties": {"$ref": SCHEMAS + "ShadowRoute"},
                 },
                 "enabled": {"type": "boolean"},
@@ -373,13 +373,13 @@ def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return paths
 
 
-def route_parameter() -> dict[str, Any]:
+def route_parameter(routes: RouteTable) -> dict[str, Any]:
     return {
         "name": "route",
         "in": "query",
         "required": False,
         "description": "Purge only this route's answers, for every token; without it, everything.",
-        "schema": {"type": "string", "enum": [route.name for route in ROUTES]},
+        "schema": {"type": "string", "enum": [route.name for route in routes]},
     }
 
 

@@ -25,7 +25,9 @@ from gateway.http.replies import reply_response
 from gateway.ops.trace import current_trace
 from gateway.records.credentials import parse_authorization
 from gateway.records.pipeline import NO_DIRECTIVES, Directives, RecordPipeline, StoredRead
-from gateway.records.routes import ROUTES, QueryMemo, RecordQuery, RouteSpec, check_segment
+from gateway.records.routes import QueryMemo, RecordQuery, check_segment
+from gateway.routing.routes import Route, RouteTable
+from gateway.routing.standard import ROUTES
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # hit_query validates a query of fewer pairs than this (a route takes 10 at most);
@@ -61,19 +63,15 @@ def client_directives(cache_control: str | None, pragma: str | None) -> Directiv
 
 
 class RecordHandlers:
-    """The handlers of the six record routes of one application."""
+    """The handlers of the record routes of one application (``routes``)."""
 
-    def __init__(self, edge: Edge, live: LiveConfig) -> None:
+    def __init__(self, edge: Edge, live: LiveConfig, routes: RouteTable = ROUTES) -> None:
         self.edge = edge
         self.live = live
+        self.routes = routes
         # the current upstream binding's (gateway.http.binding), once the app has started
         self.pipeline: RecordPipeline | None = None
-        self._memos = {route.name: QueryMemo() for route in ROUTES}
-        # the record routes by path (list routes) and by the path above the id (id routes)
-        self._list_routes = {route.template: route for route in ROUTES if not route.path_param}
-        self._id_routes = {
-            route.template.rpartition("/")[0]: route for route in ROUTES if route.path_param
-        }
+        self._memos = {route.name: QueryMemo() for route in routes}
 
     def caching_pipeline(self) -> RecordPipeline | None:
         """The application's pipeline when it caches answers at all; None before the
@@ -92,13 +90,10 @@ class RecordHandlers:
         with the id as its last segment, whose escapes are decoded as aiohttp's router
         decodes them (an escape anywhere else, which the router would decode too, is
         left to it)."""
-        route = self._list_routes.get(path)
-        path_value: str | None = None
-        if route is None:
-            parent, _, path_value = path.rpartition("/")
-            route = self._id_routes.get(parent) if path_value else None
-            if route is None:
-                return None
+        matched = self.routes.match(path)
+        if matched is None:
+            return None
+        route, path_value = matched
         memo = self._memos[route.name]
         known = memo.known(route, path_value, query_string, max_limit)
         if known is not None:
@@ -119,7 +114,7 @@ class RecordHandlers:
         except RequestError:
             return None
 
-    def handler(self, route: RouteSpec) -> RouteHandler:
+    def handler(self, route: Route) -> RouteHandler:
         """The router's handler of ``route``, inside the edge."""
         memo = self._memos[route.name]
         live = self.live

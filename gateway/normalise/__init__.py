@@ -4,5 +4,5 @@ Holds the coercions of single values (``coercions``), the published schema as py
 models with the rules of each record (``schema``), the page envelope (``pages``), the
 normaliser that parses, canonicalises and writes a body (``normaliser``), and the
 optional compiled twin of the record rules (``compiled``, Cython; ``rules`` picks it
-or the pure-Python reference). Imports ``gateway.errors`` and ``gateway.ops`` only.
+or the pure-Python reference). Imports ``gateway.errors`` only.
 """

@@ -25,7 +25,7 @@ from pydantic_core import ErrorDetails
 from gateway.errors import UpstreamContractError
 from gateway.normalise.coercions import CanonicalError
 from gateway.normalise.duplicates import repeated_key
-from gateway.normalise.pages import canonical_body
+from gateway.normalise.pages import RecordModel, canonical_body
 from gateway.normalise.rules import compiled, compiled_in_use
 from gateway.normalise.schema import NormaliseContext
 
@@ -41,6 +41,9 @@ class NormaliseRoute(Protocol):
 
     @property
     def template(self) -> str: ...
+
+    @property
+    def model(self) -> RecordModel: ...
 
 
 class NormaliseQuery(Protocol):
@@ -227,7 +230,7 @@ class Normaliser:
             record_id=query.path_value,
         )
         try:
-            canonical = canonical_body(query.route.name, data, context)
+            canonical = canonical_body(query.route.model, data, context)
         except CanonicalError as exc:
             raise self._refused(what, exc) from exc
         if context.coercions:

@@ -1,10 +1,10 @@
-"""The bodies of the six routes: the page envelope of the list routes, and which model
-each route publishes.
+"""The bodies of the record routes: the page envelope of the list routes (the model
+each route publishes is in its declaration, gateway.routing).
 
 ``total``, ``page`` and ``limit`` come from the upstream; ``totalPages``, ``hasNext`` and
 ``hasPrevious`` are derived from them (see :class:`Page`). :func:`canonical_body` is the
 gateway's one-pass canonicalisation of a whole body, the same rules as
-``ROUTE_MODELS[route].model_validate`` without building model instances.
+the model's ``model_validate`` without building model instances.
 """
 
 from __future__ import annotations
@@ -185,28 +185,18 @@ class AccountPage(Page[Account]):
     item_model = Account
 
 
-# The model of each route's body, by route name (gateway.records.routes.RouteSpec.name).
-ROUTE_MODELS: dict[
-    str, type[UserPage | ClientPage | ExpensePage | AccountPage | Expense | Account]
-] = {
-    "users": UserPage,
-    "clients": ClientPage,
-    "expenses": ExpensePage,
-    "expense": Expense,
-    "accounts": AccountPage,
-    "account": Account,
-}
+# What a route answers with: a page of records or one record.
+RecordModel = type[Page[Any]] | type[CanonicalModel]
 
 
-def canonical_body(route_name: str, data: Any, context: NormaliseContext) -> Any:
-    """The canonical form of a parsed body of ``route_name``, every level, in one pass.
+def canonical_body(model: RecordModel, data: Any, context: NormaliseContext) -> Any:
+    """The canonical form of a parsed body of ``model``, every level, in one pass.
 
-    The same rules as ``ROUTE_MODELS[route_name].model_validate`` without building
+    The same rules as ``model.model_validate`` without building
     model instances: the gateway's hot path. A page may not hold more items than its
     limit; a single record must be the one ``context.record_id`` names, when it is
     given (``CanonicalModel.is_record``). Raises CanonicalError.
     """
-    model = ROUTE_MODELS[route_name]
     if type(data) is not dict:
         raise CanonicalError("(body)", f"a JSON {json_type(data)} where an object is expected")
     if issubclass(model, Page):

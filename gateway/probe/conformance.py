@@ -34,24 +34,16 @@ from gateway.errors import InvalidParameters, UpstreamError
 from gateway.normalise.coercions import CanonicalError, json_type
 from gateway.normalise.normaliser import json_path, locate, parse_lossless
 from gateway.normalise.pages import (
-    ROUTE_MODELS,
     Page,
+    RecordModel,
     canonical_body,
     page_bound,
     too_many_items,
 )
 from gateway.normalise.schema import CanonicalModel, NormaliseContext
-from gateway.records.routes import (
-    ACCOUNT,
-    ACCOUNTS,
-    CLIENTS,
-    EXPENSE,
-    EXPENSES,
-    USERS,
-    RecordQuery,
-    RouteSpec,
-    parse_record_query,
-)
+from gateway.records.routes import RecordQuery, parse_record_query
+from gateway.routing.routes import Route, RouteTable
+from gateway.routing.standard import ROUTES
 from gateway.upstream.client import UpstreamClient
 
 # The reference's default page size; the probe asks for it whatever limits.max_limit is.
@@ -104,7 +96,7 @@ class RouteReport:
     names the fields the reference does not define (``Expense.internalRef``).
     """
 
-    route: str  # "expenses", a gateway.records.routes.RouteSpec name
+    route: str  # "expenses", a gateway.routing.routes.Route name
     template: str  # "/expenses"
     outcome: Outcome
     target: str | None = None
@@ -139,7 +131,7 @@ class ProbeReport:
         return sum(route.outcome == outcome for route in self.routes)
 
     def route(self, name: str) -> RouteReport:
-        """The report of the route named ``name`` (``gateway.records.routes.RouteSpec.name``)."""
+        """The report of the route named ``name`` (``gateway.routing.routes.Route.name``)."""
         return next(route for route in self.routes if route.route == name)
 
     def variants(self, field: str) -> dict[str, int]:
@@ -164,18 +156,29 @@ class ProbeReport:
         }
 
 
-async def run_probe(upstream: UpstreamClient, token: str) -> ProbeReport:
-    """Call every route of ``upstream`` once with ``token`` and check every answer."""
+async def run_probe(
+    upstream: UpstreamClient, token: str, routes: RouteTable = ROUTES
+) -> ProbeReport:
+    """Call every route of ``routes`` on ``upstream`` once with ``token`` and check every
+    answer: each list route's first page, then each id route with the first id of the
+    list route it is ``listed_by`` (skipped when there is none)."""
     run_id = uuid.uuid4().hex[:12]
     authorization = f"Bearer {token}"
     reports: dict[str, RouteReport] = {}
     bodies: dict[str, Any] = {}
-    for route in (USERS, CLIENTS, EXPENSES, ACCOUNTS):
+    for route in routes.list_routes():
         query = parse_record_query(route, None, (), max_limit=PROBE_LIMIT)
         reports[route.name], bodies[route.name] = await _probe_route(
             upstream, query, authorization, f"probe-{run_id}-{route.name}"
         )
-    for detail, listing in ((EXPENSE, EXPENSES), (ACCOUNT, ACCOUNTS)):
+    for detail in routes.id_routes():
+        if detail.listed_by is None:
+            reason = "no list route is declared to take an id from"
+            reports[detail.name] = RouteReport(
+                detail.name, detail.template, "skipped", detail=reason
+            )
+            continue
+        listing = routes.route(detail.listed_by)
         target, reason = _first_id(detail, listing, bodies[listing.name])
         if target is None:
             reports[detail.name] = RouteReport(
@@ -185,7 +188,7 @@ async def run_probe(upstream: UpstreamClient, token: str) -> ProbeReport:
         reports[detail.name], _ = await _probe_route(
             upstream, target, authorization, f"probe-{run_id}-{detail.name}"
         )
-    order = (USERS, CLIENTS, EXPENSES, ACCOUNTS, EXPENSE, ACCOUNT)
+    order = (*routes.list_routes(), *routes.id_routes())
     return ProbeReport(upstream.base_url, tuple(reports[route.name] for route in order))
 
 
@@ -236,7 +239,7 @@ async def _probe_route(
             elapsed_ms=elapsed_ms,
         )
         return failed, None
-    context, failures = check_body(route.name, data, record_id=query.path_value)
+    context, failures = _check(route.model, data, query.path_value)
     report = RouteReport(
         route.name,
         route.template,
@@ -246,7 +249,7 @@ async def _probe_route(
         request_id=request_id,
         elapsed_ms=elapsed_ms,
         records=_records(route, data),
-        fields=_fields(route.name, context),
+        fields=_fields(route.model, context),
         filled_with_null={
             name: count
             for (name, kind), count in sorted(context.coercions.items())
@@ -259,7 +262,7 @@ async def _probe_route(
 
 
 def check_body(
-    route_name: str, data: Any, *, record_id: str | None = None
+    route_name: str, data: Any, *, record_id: str | None = None, routes: RouteTable = ROUTES
 ) -> tuple[NormaliseContext, list[Failure]]:
     """Check one parsed body of ``route_name``: what was seen and coerced, and every failure.
 
@@ -268,7 +271,12 @@ def check_body(
     gateway refuses of a whole body (a page larger than its limit, a record other than
     ``record_id``, the id asked for) is a failure too.
     """
-    model = ROUTE_MODELS[route_name]
+    return _check(routes.route(route_name).model, data, record_id)
+
+
+def _check(
+    model: RecordModel, data: Any, record_id: str | None
+) -> tuple[NormaliseContext, list[Failure]]:
     context = NormaliseContext(track_variants=True, page=1, limit=PROBE_LIMIT)
     problems: list[tuple[Location, str]] = []
     if issubclass(model, Page) and isinstance(data, dict) and isinstance(data.get("data"), list):
@@ -291,7 +299,7 @@ def check_body(
         # must not pass here.
         try:
             canonical_body(
-                route_name,
+                model,
                 copy.deepcopy(data),
                 NormaliseContext(page=1, limit=PROBE_LIMIT, record_id=record_id),
             )
@@ -361,7 +369,7 @@ def _holds(container: Any, part: int | str) -> bool:
     return isinstance(container, list) and isinstance(part, int) and 0 <= part < len(container)
 
 
-def _first_id(detail: RouteSpec, listing: RouteSpec, data: Any) -> tuple[RecordQuery | None, str]:
+def _first_id(detail: Route, listing: Route, data: Any) -> tuple[RecordQuery | None, str]:
     """The query for ``detail`` with the first id of the ``listing`` body, or why not."""
     if data is None:
         return None, f"GET {listing.template} failed, so there is no id to ask for"
@@ -382,14 +390,14 @@ def _first_id(detail: RouteSpec, listing: RouteSpec, data: Any) -> tuple[RecordQ
         return None, f"the first id of GET {listing.template}, {record_id!r}, is unusable: {exc}"
 
 
-def _records(route: RouteSpec, data: Any) -> int:
+def _records(route: Route, data: Any) -> int:
     if not route.is_list:
         return 1
     items = data.get("data") if isinstance(data, dict) else None
     return len(items) if isinstance(items, list) else 0
 
 
-def _fields(route_name: str, context: NormaliseContext) -> tuple[FieldReport, ...]:
+def _fields(model: RecordModel, context: NormaliseContext) -> tuple[FieldReport, ...]:
     """One report per field seen or coerced, in the order of the published schema."""
     coercions: dict[str, Counter[str]] = {}
     for (field, kind), count in context.coercions.items():
@@ -399,7 +407,7 @@ def _fields(route_name: str, context: NormaliseContext) -> tuple[FieldReport, ..
     unknown: dict[str, list[str]] = {}
     for field, value in sorted(context.unknown_values):
         unknown.setdefault(field, []).append(value)
-    order = _field_order(ROUTE_MODELS[route_name])
+    order = _field_order(model)
     names = sorted(
         context.variants.keys() | coercions.keys(),
         key=lambda name: (order.get(name, len(order)), name),

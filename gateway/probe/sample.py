@@ -42,26 +42,15 @@ from urllib.parse import unquote
 from yarl import URL
 
 from gateway.errors import ConfigError, InvalidParameters, RequestError
-from gateway.records.routes import (
-    ACCOUNT,
-    ACCOUNTS,
-    CLIENTS,
-    EXPENSE,
-    EXPENSES,
-    ROUTES,
-    TYPES,
-    USERS,
-    RecordQuery,
-    RouteSpec,
-    check_segment,
-    parse_record_query,
-)
+from gateway.records.routes import RecordQuery, check_segment, parse_record_query
+from gateway.routing.routes import Route
+from gateway.routing.standard import ACCOUNT, ACCOUNTS, EXPENSE, EXPENSES, ROUTES, TYPES
 
 # the limit of the seed pages (and of the sample's list pages), at most limits.max_limit
 SEED_LIMIT = 20
 # more lines than this in a requests file is a mistake, not a sample
 MAX_REQUESTS = 10_000
-LIST_ROUTES = (USERS, CLIENTS, EXPENSES, ACCOUNTS)
+LIST_ROUTES = ROUTES.list_routes()
 UNKNOWN_EXPENSE = "00000000-0000-4000-8000-000000000000"
 UNKNOWN_ACCOUNT = "records-gateway-compare-no-such-account"
 _EXPENSES_ASKED = 5
@@ -69,9 +58,6 @@ _ACCOUNTS_ASKED = 8
 _NAMES_ASKED = 4
 _WORD = re.compile(r"[^\W\d_]{4,}")
 _RANGE_DAYS = 3
-
-_LIST_PATHS = {route.template: route for route in ROUTES if route.is_list}
-_ID_PARENTS = {route.template.rpartition("/")[0]: route for route in ROUTES if not route.is_list}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +83,13 @@ def parse_target(line: str, *, max_limit: int) -> RecordQuery:
     gateway's router decodes it), the query read as aiohttp reads it. Raises
     RequestError (InvalidParameters) or ValueError saying what is wrong."""
     raw_path, _, query_string = line.partition("?")
-    route = _LIST_PATHS.get(raw_path)
+    matched = ROUTES.match(raw_path)
+    if matched is None:
+        known = ", ".join(route.template for route in ROUTES)
+        raise ValueError(f"{raw_path!r} is not the path of a record route ({known})")
+    route, segment = matched
     path_value: str | None = None
-    if route is None:
-        parent, _, segment = raw_path.rpartition("/")
-        route = _ID_PARENTS.get(parent)
-        if route is None or not segment:
-            known = ", ".join(route.template for route in ROUTES)
-            raise ValueError(f"{raw_path!r} is not the path of a record route ({known})")
+    if segment is not None:
         check_segment(route.path_param or "", segment)
         path_value = unquote(segment, errors="strict")
         if path_value.strip(".") == "" and "%" not in segment:
@@ -202,7 +187,7 @@ class _Maker:
         self.gaps: list[str] = []
         self._seen: set[str] = set()
 
-    def add(self, route: RouteSpec, path_value: str | None, *pairs: tuple[str, str]) -> None:
+    def add(self, route: Route, path_value: str | None, *pairs: tuple[str, str]) -> None:
         try:
             query = parse_record_query(route, path_value, pairs, max_limit=self.max_limit)
         except InvalidParameters as exc:

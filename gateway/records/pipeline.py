@@ -67,6 +67,8 @@ from gateway.records.coalesce import Coalescer
 from gateway.records.credentials import Credentials
 from gateway.records.keys import Keyer
 from gateway.records.routes import RecordQuery
+from gateway.routing.routes import RouteTable
+from gateway.routing.standard import ROUTES
 from gateway.upstream.client import UpstreamClient, UpstreamReply, is_outage
 
 log = logging.getLogger("gateway.pipeline")
@@ -98,9 +100,11 @@ class CachePolicy:
     honor_client_no_cache: bool
 
     @classmethod
-    def from_settings(cls, settings: CacheSettings) -> CachePolicy:
+    def from_settings(cls, settings: CacheSettings, routes: RouteTable = ROUTES) -> CachePolicy:
+        """The policy of ``settings``; a route of ``routes`` that the settings hold no
+        TTL for has the TTL it declares."""
         return cls(
-            ttl_s=settings.ttl_s.model_dump(),
+            ttl_s=routes.ttls(settings.ttl_s.model_dump()),
             stale_while_revalidate_s=settings.stale_while_revalidate_s,
             stale_if_error_s=settings.stale_if_error_s,
             negative_ttl_s=settings.negative_ttl_s,

@@ -29,7 +29,8 @@ from gateway.cache.memory import ENTRY_OVERHEAD_BYTES, MemoryBackend
 from gateway.cache.redis import RedisBackend
 from gateway.records.credentials import Credentials
 from gateway.records.keys import Keyer
-from gateway.records.routes import ACCOUNT, EXPENSES, USERS, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import ACCOUNT, EXPENSES, USERS
 
 from ..conftest import FakeClock
 

@@ -20,7 +20,8 @@ from gateway.demo import RequestLog
 from gateway.http.admin import LIVE
 from gateway.http.binding import UPSTREAMS
 from gateway.records.credentials import parse_authorization
-from gateway.records.routes import ROUTES, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import ROUTES
 
 from ..conftest import (
     AUTH,

@@ -17,7 +17,8 @@ from gateway.comparison.tally import Tally
 from gateway.comparison.workers import WorkerReports
 from gateway.config.settings import load_settings
 from gateway.demo import REQUEST_LOG, DemoServer, start_demo_server
-from gateway.records.routes import USERS, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import USERS
 from gateway.upstream.client import UpstreamReply
 
 from ..process.test_supervisor import AUTH, GatewayProcess, serve

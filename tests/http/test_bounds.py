@@ -29,7 +29,9 @@ from yarl import URL
 from gateway.demo import REQUEST_LOG
 from gateway.demo.params import MAX_LIMIT as UPSTREAM_MAX_LIMIT
 from gateway.http.app import create_app
-from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, RouteSpec
+from gateway.routing.parameters import MAX_TEXT_LENGTH
+from gateway.routing.routes import Route
+from gateway.routing.standard import MAX_PAGE, ROUTES
 
 from ..conftest import AUTH, base_url, gateway_client, make_settings
 from ..profiles import examples
@@ -119,7 +121,7 @@ BOUNDS: dict[str, list[str]] = {
 }
 
 
-def target(route: RouteSpec, values: dict[str, str]) -> URL:
+def target(route: Route, values: dict[str, str]) -> URL:
     """``route``'s path and query with ``values``, percent-encoded as a client does."""
     path = route.template
     if route.path_param:
@@ -133,7 +135,7 @@ def target(route: RouteSpec, values: dict[str, str]) -> URL:
 
 
 @st.composite
-def requests(draw: st.DrawFn) -> tuple[RouteSpec, dict[str, str]]:
+def requests(draw: st.DrawFn) -> tuple[Route, dict[str, str]]:
     """A route and some of its parameters, each at or beside one of its bounds."""
     route = draw(st.sampled_from(ROUTES))
     names = list(route.query_params)
@@ -180,7 +182,7 @@ async def through(aiohttp_client: AiohttpClient, upstream: TestServer) -> Client
 @given(request=requests())
 @each_bound_alone
 async def test_what_the_gateway_accepts_the_reference_upstream_accepts(
-    through: Client, upstream: TestServer, request: tuple[RouteSpec, dict[str, str]]
+    through: Client, upstream: TestServer, request: tuple[Route, dict[str, str]]
 ) -> None:
     route, values = request
     log = upstream.app[REQUEST_LOG]

@@ -34,7 +34,7 @@ from gateway.errors import InvalidParameters
 from gateway.http.admin import LIVE, SHADOW
 from gateway.http.app import create_app
 from gateway.http.openapi import openapi_bytes, openapi_document
-from gateway.normalise.pages import ROUTE_MODELS, AccountPage, ClientPage, ExpensePage, UserPage
+from gateway.normalise.pages import AccountPage, ClientPage, ExpensePage, UserPage
 from gateway.normalise.schema import (
     SCHEMA_VERSION,
     Account,
@@ -44,7 +44,9 @@ from gateway.normalise.schema import (
     Expense,
     User,
 )
-from gateway.records.routes import MAX_PAGE, MAX_TEXT_LENGTH, ROUTES, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.parameters import MAX_TEXT_LENGTH
+from gateway.routing.standard import MAX_PAGE, ROUTES
 
 from ..config.test_live import to_toml
 from ..conftest import (
@@ -539,7 +541,7 @@ def test_every_route_is_a_path_with_exactly_its_parameters() -> None:
         assert operation["security"] == [{"bearer": []}]
         media = operation["responses"]["200"]["content"]["application/json"]
         assert media["schema"] == {
-            "$ref": f"#/components/schemas/{ROUTE_MODELS[route.name].__name__}"
+            "$ref": f"#/components/schemas/{ROUTES.models()[route.name].__name__}"
         }
         # a real answer of the reference upstream, valid under the schema
         (example,) = media["examples"].values()
@@ -589,7 +591,7 @@ MODELS: list[type[Any]] = [
 
 def test_every_model_is_documented() -> None:
     schemas = openapi_document(Settings())["components"]["schemas"]
-    expected = {*CanonicalModel.__subclasses__(), *ROUTE_MODELS.values()}
+    expected = {*CanonicalModel.__subclasses__(), *ROUTES.models().values()}
     assert set(MODELS) == expected
     assert {model.__name__ for model in expected} <= set(schemas)
 

@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestClient
 
 from gateway.config.settings import Settings
 from gateway.http.openapi import openapi_bytes
-from gateway.records.routes import ROUTES
+from gateway.routing.standard import ROUTES
 
 from ..conftest import TOKEN, GatewayFactory, base_url
 

@@ -42,7 +42,8 @@ from gateway.http.binding import UPSTREAMS
 from gateway.http.unrouted import Unrouted
 from gateway.ops.logs import MalformedRequestFilter
 from gateway.process.listener import listen
-from gateway.records.routes import ROUTES, encode_segment
+from gateway.records.routes import encode_segment
+from gateway.routing.standard import ROUTES
 
 from ..conftest import (
     AUTH,

@@ -37,9 +37,11 @@ from gateway.normalise.normaliser import (
     json_path,
     parse_lossless,
 )
-from gateway.normalise.pages import ROUTE_MODELS, canonical_body
+from gateway.normalise.pages import canonical_body
 from gateway.normalise.schema import Expense, NormaliseContext
-from gateway.records.routes import ROUTES, RouteSpec, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.routes import Route
+from gateway.routing.standard import ROUTES
 
 from ..conftest import AUTH, GatewayFactory, base_url
 
@@ -137,10 +139,10 @@ def test_reference_samples_take_the_same_form_on_both_paths(
 ) -> None:
     body = (FIXTURES / f"{name}.upstream.json").read_bytes()
     context = NormaliseContext(page=1, limit=10)
-    model = ROUTE_MODELS[route].model_validate(parse_lossless(body), context=context)
+    model = ROUTES.models()[route].model_validate(parse_lossless(body), context=context)
     assert dump(model) == published(name)
     assert dict(context.coercions) == counts
-    schema = ROUTE_MODELS[route].model_json_schema(mode="serialization")
+    schema = ROUTES.models()[route].model_json_schema(mode="serialization")
     Draft202012Validator(schema).validate(json.loads(published(name)))
 
 
@@ -313,7 +315,7 @@ BAD_VALUES: list[tuple[str, bytes, str, str]] = [
 ]
 
 
-def route_of(path: str) -> RouteSpec:
+def route_of(path: str) -> Route:
     bare = path.split("?")[0]
     for spec in ROUTES:
         prefix = spec.template.split("{")[0]
@@ -355,7 +357,7 @@ def test_the_pydantic_path_names_the_same_bad_value(
 ) -> None:
     context = NormaliseContext(page=1, limit=10)
     with pytest.raises(ValidationError) as caught:
-        ROUTE_MODELS[route_of(path).name].model_validate(parse_lossless(body), context=context)
+        ROUTES.models()[route_of(path).name].model_validate(parse_lossless(body), context=context)
     got_where, got_reason = first_problem(caught.value)
     assert got_where == where
     if where != "(body)":
@@ -482,7 +484,7 @@ def test_both_paths_name_the_same_first_bad_value_of_a_record() -> None:
         }
 
     with pytest.raises(CanonicalError) as direct:
-        canonical_body("expense", record(), NormaliseContext())
+        canonical_body(Expense, record(), NormaliseContext())
     with pytest.raises(ValidationError) as pydantic_path:
         Expense.model_validate(record(), context=NormaliseContext())
     assert json_path(direct.value.path) == "amount"

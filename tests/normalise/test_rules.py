@@ -34,7 +34,6 @@ from hypothesis import strategies as st
 from gateway.normalise.coercions import CanonicalError, clear_value_caches
 from gateway.normalise.duplicates import repeated_key
 from gateway.normalise.normaliser import CoercionCounts, Normaliser, parse_lossless
-from gateway.normalise.pages import ROUTE_MODELS
 from gateway.normalise.rules import (
     ENVIRONMENT_VARIABLE,
     Engine,
@@ -45,7 +44,8 @@ from gateway.normalise.rules import (
     use_engine,
 )
 from gateway.normalise.schema import Account, Bank, Client, Expense, User
-from gateway.records.routes import ROUTES, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import ROUTES
 from tests.normalise.test_schema import PATH_VALUES, Num, bodies, write_json
 from tests.profiles import examples
 
@@ -272,7 +272,7 @@ def test_a_process_on_the_python_rules_publishes_the_same(variable: str | None, 
 
 
 @needs_compiled
-@pytest.mark.parametrize("route", list(ROUTE_MODELS))
+@pytest.mark.parametrize("route", list(ROUTES.models()))
 @SETTINGS
 @given(data=st.data())
 def test_every_generated_body_is_published_the_same_by_both_engines(

@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from gateway.normalise.normaliser import CoercionCounts, Normaliser, dump, parse_lossless
-from gateway.normalise.pages import ROUTE_MODELS, Page
+from gateway.normalise.pages import Page
 from gateway.normalise.schema import (
     ACCOUNT_TYPES,
     CLIENT_TYPES,
@@ -51,7 +51,8 @@ from gateway.normalise.schema import (
     NormaliseContext,
     User,
 )
-from gateway.records.routes import ROUTES, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import ROUTES
 from tests.profiles import examples
 
 Counts = Counter[tuple[str, str]]
@@ -549,7 +550,7 @@ def bodies(draw: st.DrawFn, route: str) -> tuple[bytes, Generated, int | None, i
 
 VALIDATORS = {
     name: Draft202012Validator(model.model_json_schema(mode="serialization"))
-    for name, model in ROUTE_MODELS.items()
+    for name, model in ROUTES.models().items()
 }
 _PLAIN_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)\.([0-9]+)")
 
@@ -601,7 +602,7 @@ def normalise_both_ways(
     counts = CoercionCounts()
     direct = Normaliser(counts).normalise(request, body)
     context = NormaliseContext(page=page, limit=limit)
-    model = ROUTE_MODELS[route].model_validate(parse_lossless(body), context=context)
+    model = ROUTES.models()[route].model_validate(parse_lossless(body), context=context)
     return direct, counts.snapshot(), dump(model), context.coercions
 
 

@@ -40,7 +40,8 @@ from gateway.probe.replay import (
     to_text,
 )
 from gateway.probe.sample import read_requests
-from gateway.records.routes import EXPENSE, parse_record_query
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import EXPENSE
 from tests.conftest import base_url
 
 ROOT = Path(__file__).parent.parent.parent

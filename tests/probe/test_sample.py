@@ -20,7 +20,7 @@ from gateway.probe.sample import (
     sample_requests,
     target,
 )
-from gateway.records.routes import ROUTES
+from gateway.routing.standard import ROUTES
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.link import UpstreamLink
 from tests.conftest import AUTH, base_url

@@ -7,29 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.errors import InvalidParameters
-from gateway.records.routes import (
-    ACCOUNT,
-    ACCOUNTS,
-    EXPENSE,
-    EXPENSES,
-    MAX_PAGE,
-    USERS,
-    QueryMemo,
-    RecordQuery,
-    RouteSpec,
-    encode_segment,
-    parse_record_query,
-)
+from gateway.records.routes import QueryMemo, RecordQuery, encode_segment, parse_record_query
+from gateway.routing.routes import Route
+from gateway.routing.standard import ACCOUNT, ACCOUNTS, EXPENSE, EXPENSES, MAX_PAGE, USERS
 
 
 def parse(
-    route: RouteSpec, query: list[tuple[str, str]], path: str | None = None, max_limit: int = 100
+    route: Route, query: list[tuple[str, str]], path: str | None = None, max_limit: int = 100
 ) -> RecordQuery:
     return parse_record_query(route, path, query, max_limit=max_limit)
 
 
 def problems_of(
-    route: RouteSpec, query: list[tuple[str, str]], path: str | None = None
+    route: Route, query: list[tuple[str, str]], path: str | None = None
 ) -> dict[str, str]:
     with pytest.raises(InvalidParameters) as caught:
         parse(route, query, path)
