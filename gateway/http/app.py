@@ -42,7 +42,7 @@ from gateway.http.admin import (
     unknown_admin_path,
 )
 from gateway.http.binding import UPSTREAMS, UpstreamBinding, Upstreams
-from gateway.http.edge import Edge, Handler, method_not_allowed
+from gateway.http.edge import EDGE, Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
 from gateway.http.records import RECORDS, RecordHandlers
 from gateway.http.service import (
@@ -110,6 +110,8 @@ def create_app(
     app.cleanup_ctx.append(functools.partial(_tracer_ctx, edge=edge, tracer=tracer))
     records = RecordHandlers(edge, live)
     app[RECORDS] = records
+    app[EDGE] = edge
+    edge.lookup = records.lookup
     for route in ROUTES:
         add_routes(app, edge, route.template, {"GET": records.handler(route)}, route.name)
     add_routes(app, edge, "/healthz", {"GET": edge.wrap(healthz, "healthz")}, "healthz")
@@ -127,6 +129,7 @@ def create_app(
     unrouted = Unrouted(edge)
     app.router.register_resource(unrouted)
     app[UNROUTED] = unrouted
+    edge.pathless = unrouted.respond
     if not settings.server.fast_path:
         # the fast path answers targets without a path itself; plain aiohttp needs this
         # middleware for them (and every request then passes through it)

@@ -1,6 +1,8 @@
-"""The problem responses to what aiohttp answers by itself: a request its HTTP parser
-rejects, or an error outside every handler. Only the fast path's connections answer
-those (they override aiohttp's ``handle_error``); plain aiohttp answers them in text."""
+"""The problem responses to what aiohttp would answer by itself: a request its HTTP
+parser rejects, or an error outside every handler. Both ways in answer them so: the
+fast path's connections from aiohttp's ``handle_error``, plain aiohttp through
+``gateway.process.listener``, which checks each head it cuts and has a refused one
+answered by the edge (:meth:`gateway.http.edge.Edge.rejected`)."""
 
 from __future__ import annotations
 
