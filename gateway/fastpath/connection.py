@@ -66,6 +66,7 @@ from gateway.records.lookup import (
     Miss,
     RecordLookup,
     Representation,
+    Target,
     handing,
     hit_seconds,
 )
