@@ -47,7 +47,7 @@ from gateway.http.problems import (
     problem_for_http,
     version_not_supported,
 )
-from gateway.http.rejections import problem_for_rejected
+from gateway.http.rejections import Refusals, problem_for_rejected, refusal_kind
 from gateway.ops.metrics import Metrics
 from gateway.ops.trace import CACHE_LOOKUP, CACHE_READ, CURRENT_TRACE, RequestTrace
 from gateway.ops.tracecontext import (
@@ -119,6 +119,7 @@ class Edge:
         # with no path at all (what the router would give it, had it offered it one)
         self.lookup: RecordLookup | None = None
         self.pathless: Handler | None = None
+        self.refusals = Refusals()
 
     def request_id(self, given: str | None) -> str:
         """The id of a request that came with ``given`` as its X-Request-ID."""
@@ -316,8 +317,14 @@ class Edge:
         """The problem answer (``gateway.http.rejections``) to a request aiohttp would
         answer by itself: one its parser refuses (``exc``), or an error outside every
         handler; counted and logged, and its connection closed after it."""
+        return self.refused(request, status, refusal_kind(exc), started)
+
+    def refused(
+        self, request: web.BaseRequest, status: int, kind: str, started: float
+    ) -> web.Response:
+        """:meth:`rejected`, for a refusal of ``kind`` (``gateway.http.rejections``)."""
         request_id = self.request_id(request.headers.get(X_REQUEST_ID))
-        problem = problem_for_rejected(request, status, exc, request_id)
+        problem = problem_for_rejected(request, status, kind, request_id)
         problem.headers[X_REQUEST_ID] = request_id
         problem.force_close()
         if problem.status >= 500:  # aiohttp logged the traceback, without the id

@@ -8,6 +8,14 @@ request head can end (an empty line): aiohttp's parser drops the requests it rea
 call whose bytes end with a malformed head, so that those pipelined ahead of it in the
 same read would get no answer. Fed piece by piece, each request ahead of a malformed
 one is answered, in order, then the 400, then the connection closes.
+
+That 400 is the edge's problem, as with the fast path (``gateway.http.rejections``):
+:class:`HeadCuts` reads each read first with aiohttp's public request parser, under
+the limits of aiohttp's handler, and feeds aiohttp only whole heads (the start of one
+waits for its end). In place of a head that parser refuses it feeds the edge's
+stand-in request, and nothing after it. Once a request may have a body or switch
+protocols, the rest of the connection goes to aiohttp as it comes (a head refused
+after that is aiohttp's own plain-text 400).
 """
 
 from __future__ import annotations
@@ -16,8 +24,12 @@ import asyncio
 from collections.abc import Callable
 
 from aiohttp import web
+from aiohttp.base_protocol import BaseProtocol
+from aiohttp.http import HttpProcessingError, HttpRequestParser, RawRequestMessage
 
 from gateway.fastpath.connection import FastPathServer
+from gateway.http.edge import EDGE
+from gateway.http.rejections import Refusals
 
 # the most pieces one read is cut into; the rest of the read goes whole. aiohttp's
 # parser refuses every piece fed after a malformed head again (one 400 queued each, not
@@ -30,22 +42,34 @@ BACKLOG = 128
 class HeadCuts(asyncio.Protocol):
     """The protocol of one connection: ``handler``'s (aiohttp's, made by its public
     ``web.Server``), fed what arrives cut after each empty line, at most
-    ``PIECES_MAX`` pieces a read. A read holding one head end at most (the usual case)
-    goes whole, after one search. Any cut of the stream reads the same to the parser."""
+    ``PIECES_MAX`` pieces a read, once aiohttp's public parser has read it (see the
+    module's docstring; ``refusals``: the application's stand-ins). A read holding
+    one head end at most (the usual case) goes whole, after one search. Any cut of
+    the stream reads the same to the parser."""
 
-    __slots__ = ("_feed", "_handler")
+    __slots__ = ("_check", "_feed", "_handler", "_held", "_refusals", "_refused")
 
-    def __init__(self, handler: asyncio.Protocol) -> None:
+    def __init__(self, handler: asyncio.Protocol, refusals: Refusals | None = None) -> None:
         self._handler = handler
         self._feed = handler.data_received
+        self._refusals = refusals
+        self._check: HttpRequestParser | None = None
+        self._held = b""  # the start of a head whose end has not arrived
+        self._refused = False  # a head was refused: nothing more is read
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._handler.connection_made(transport)
+        if self._refusals is not None:
+            self._check = _checker(self._handler)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._check = None
         self._handler.connection_lost(exc)
 
     def eof_received(self) -> bool | None:
+        if self._held:
+            self._feed(self._held)
+            self._held = b""
         return self._handler.eof_received()
 
     def pause_writing(self) -> None:
@@ -55,6 +79,54 @@ class HeadCuts(asyncio.Protocol):
         self._handler.resume_writing()
 
     def data_received(self, data: bytes) -> None:
+        check = self._check
+        if check is None:
+            if not self._refused:
+                self._cut(data)
+            return
+        if self._held:
+            data, self._held = self._held + data, b""
+        try:
+            messages, upgraded, _ = check.feed_data(data)
+        except HttpProcessingError:
+            self._refuse(data)
+            return
+        if upgraded or any(_may_have_a_body(message) for message, _ in messages):
+            self._check = None  # aiohttp's alone from here on
+            self._cut(data)
+            return
+        end = data.rfind(b"\r\n\r\n") + 4
+        if end < 4:
+            self._held = data
+        elif end < len(data):
+            self._held = data[end:]
+            self._cut(data[:end])
+        else:
+            self._cut(data)
+
+    def _refuse(self, data: bytes) -> None:
+        """Feed aiohttp the whole heads of ``data`` ahead of the one the parser
+        refuses, then the stand-in of that refusal; nothing more after it."""
+        assert self._refusals is not None
+        self._check = None
+        self._refused = True
+        check = _checker(self._handler)
+        start = 0
+        while start < len(data):
+            end = data.find(b"\r\n\r\n", start) + 4
+            piece = data[start:end] if end > 3 else data[start:]
+            try:
+                check.feed_data(piece)
+            except HttpProcessingError as exc:
+                self._feed(self._refusals.stand_in(exc))
+                return
+            if end < 4:
+                break
+            self._feed(piece)
+            start = end
+        self._feed(self._refusals.stand_in(None))
+
+    def _cut(self, data: bytes) -> None:
         end = data.find(b"\r\n\r\n") + 4
         size = len(data)
         if not 3 < end < size:
@@ -71,13 +143,35 @@ class HeadCuts(asyncio.Protocol):
         feed(data[start:])
 
 
-def connection_factory(server: web.Server) -> Callable[[], asyncio.Protocol]:
+def _checker(handler: asyncio.Protocol) -> HttpRequestParser:
+    """aiohttp's public request parser under the limits of its ``handler``, for heads
+    only (a body is never fed to it)."""
+    loop = asyncio.get_running_loop()
+    return HttpRequestParser(
+        BaseProtocol(loop),
+        loop,
+        2**16,
+        max_line_size=getattr(handler, "max_line_size", 8190),
+        max_headers=getattr(handler, "max_headers", 128),
+        max_field_size=getattr(handler, "max_field_size", 8190),
+    )
+
+
+def _may_have_a_body(message: RawRequestMessage) -> bool:
+    """Whether what follows ``message``'s head may be its body or another protocol."""
+    return message.chunked or message.upgrade or "Content-Length" in message.headers
+
+
+def connection_factory(
+    server: web.Server, refusals: Refusals | None = None
+) -> Callable[[], asyncio.Protocol]:
     """What makes the protocol of each connection ``server`` (a runner's, set up)
     serves: its own connections with the fast path, aiohttp's behind
-    :class:`HeadCuts` otherwise."""
+    :class:`HeadCuts` otherwise (``refusals``: the application's stand-ins for heads
+    the parser refuses; None: aiohttp answers those itself)."""
     if isinstance(server, FastPathServer):
         return server
-    return lambda: HeadCuts(server())
+    return lambda: HeadCuts(server(), refusals)
 
 
 async def listen(
@@ -89,9 +183,10 @@ async def listen(
     server = runner.server
     if server is None:
         raise RuntimeError("listen: the runner is not set up")
+    refusals = runner.app[EDGE].refusals if EDGE in runner.app else None
     loop = asyncio.get_running_loop()
     return await loop.create_server(
-        connection_factory(server),
+        connection_factory(server, refusals),
         host,
         port,
         backlog=BACKLOG,

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -166,3 +167,51 @@ async def test_serve_without_the_fast_path_answers_a_pipeline_ahead_of_a_malform
         "HTTP/1.0 400 Bad Request"
     ]
     assert rest == b""
+
+
+# heads aiohttp's parser refuses, each with the detail of its problem
+REFUSED_HEADS = {
+    "malformed-field": (
+        MALFORMED,
+        "the request is not valid HTTP/1.1: a malformed request line or header",
+    ),
+    "line-too-long": (
+        b"GET /users HTTP/1.1\r\nX-Long: " + b"a" * (MAX_HEADER_BYTES + 16) + b"\r\n\r\n",
+        "the request line or a header is longer than the gateway accepts",
+    ),
+    "unknown-method": (
+        b"G@T /users HTTP/1.1\r\nHost: gateway\r\n\r\n",
+        "not an HTTP/1.1 request (TLS to a plain-HTTP port, or an unknown method)",
+    ),
+}
+
+
+@pytest.mark.parametrize("refused_head", list(REFUSED_HEADS))
+async def test_a_refused_head_gets_the_same_problem_with_the_fast_path_or_without(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, refused_head: str
+) -> None:
+    """A request, then a head aiohttp's parser refuses, in one write: the answer, then
+    the same 400 problem both ways (status line, fields, type, title, detail), then
+    the connection closes (README, "Errors")."""
+    filter_parser_log(monkeypatch)
+    head, detail = REFUSED_HEADS[refused_head]
+    seen = {}
+    for fast_path in (False, True):
+        port = await listening(fast_path)
+        data = request_bytes(LIST, X_Request_ID="r-0") + head
+        (answer, refused), rest = await send_and_read_all(port, data, 2)
+        assert answer.status_line == "HTTP/1.1 200 OK"
+        assert rest == b"", "closed after the 400"
+        problem = orjson.loads(refused.body)
+        assert problem.pop("requestId") == refused.headers["x-request-id"]
+        names = sorted({name for name, _ in refused.fields} - {"date", "x-request-id"})
+        seen[fast_path] = (refused.status_line, refused.headers["content-type"], names, problem)
+    assert seen[False] == seen[True]
+    assert seen[False][:2] == ("HTTP/1.0 400 Bad Request", "application/problem+json")
+    assert seen[False][3] == {
+        "type": "urn:records-gateway:problem:malformed-request",
+        "title": "Malformed HTTP request",
+        "status": 400,
+        "detail": detail,
+        "instance": "/",
+    }
