@@ -24,7 +24,14 @@ from gateway.process.listener import PIECES_MAX, HeadCuts, listen
 from gateway.process.worker import MAX_HEADER_BYTES
 
 from ..conftest import base_url, make_settings
-from ..http.test_wire import LIST, filter_parser_log, request_bytes, send_and_read_all
+from ..http.test_wire import (
+    LIST,
+    filter_parser_log,
+    read_all,
+    read_answer,
+    request_bytes,
+    send_and_read_all,
+)
 from .test_supervisor import GatewayProcess, fast_upstream, serve, started
 
 __all__ = ["fast_upstream", "started"]  # fixtures of test_supervisor used here
@@ -215,3 +222,25 @@ async def test_a_refused_head_gets_the_same_problem_with_the_fast_path_or_withou
         "detail": detail,
         "instance": "/",
     }
+
+
+@WAYS
+async def test_a_refused_head_after_a_read_with_a_body_is_a_problem_only_with_the_fast_path(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """A request with a body, answered, then a malformed head in a later read: the
+    fast path answers the problem; plain aiohttp has taken the connection over after
+    the body and answers its own plain-text 400 (README, "Errors")."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes(LIST, X_Request_ID="r-body", Content_Length="2") + b"ab")
+    first = await read_answer(reader)
+    assert first.headers["x-request-id"] == "r-body"
+    writer.write(MALFORMED)
+    (refused,), rest = await read_all(reader, 1)
+    writer.close()
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    content_type = refused.headers["content-type"].partition(";")[0]
+    assert content_type == ("application/problem+json" if fast_path else "text/plain")
+    assert rest == b""
