@@ -569,6 +569,8 @@ class GatewayConnection(RequestHandler):
             return hits.hit_answer(target, hit, started)
         if lookup.shares(target.target):
             return target
+        # not held, and no shared cache to read: the handler serves the miss
+        self._miss = (_target_of(head), target.authorization, Miss(target.target, None))
         if target is self._last_target:
             # not a fresh hit now, or resolved under settings since reloaded: read again
             self._last_head, self._last_target = b"", None
