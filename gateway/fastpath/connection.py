@@ -4,20 +4,20 @@ answers (a request aiohttp's parser rejects) are problems.
 
 Hits from the bytes: while aiohttp has nothing of this connection's in hand (no
 request queued or being handled, no answer waiting for the socket to drain), each
-whole request head that arrives is read by ``request_head.HeadReader``; when its query
-is valid (``RecordHandlers.hit_query``: remembered, or validated there and then as the
-route's handler would) and the pipeline has a fresh entry for it, the answer is
-written with no request object, router or response object: at once when this process
-holds the entry (``RecordPipeline.fresh``: the memory backend, the near cache), or
-once it is read from the shared cache (``RecordPipeline.stored_fresh``: Redis, behind
-the breaker, in a batch with the other reads of the same turn of the event loop);
-meanwhile what the caller sends next waits here. Either way it is the same reply a
-full read would give, in the representation the head's ``Accept-Encoding`` asks for
-(``RecordPipeline.represent``: the stored gzip bytes, or the identity body). Its
-headers are ``gateway.http.replies.reply_headers`` of that
-reply, as bytes, and it is counted and logged by ``Edge.record_answer``, as every other
-answer is. An entry the shared cache does not have fresh (a miss, a stale entry, the
-cache unusable) sends the request aiohttp's way, which decides.
+whole request head that arrives is read by ``request_head.HeadReader`` and looked up
+through the records' port (``gateway.records.lookup``, the only part of the records
+the fast path sees): ``RecordLookup.resolve`` (the query remembered, or validated as
+the route's handler would; the key), then ``held`` (this process holds a fresh entry:
+the memory backend, the near cache) or ``look_up`` (read from the shared cache: Redis,
+behind the breaker, in a batch with the other reads of the same turn of the event
+loop; meanwhile what the caller sends next waits here). A hit is written with no
+request object, router or response object: the same reply a full read would give, in
+the representation the head's ``Accept-Encoding`` asks for, its headers those of
+``RecordLookup.hit_fields`` as bytes, counted and logged by ``Edge.record_hit``. A
+miss (absent, stale, the cache unusable) sends the request aiohttp's way with the
+miss kept here, and the server's handler runs the request's handler within it
+(``gateway.records.lookup.handing``): the handler serves it without validating,
+keying or reading the cache again.
 
 Every other head goes to aiohttp whole, in order; once one has, the whole heads behind
 it go to aiohttp too, so answers keep the order of requests. Each goes in a
