@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
-from aiohttp.base_protocol import BaseProtocol
 from aiohttp.http import HttpProcessingError, HttpRequestParser, RawRequestMessage
 
 from gateway.fastpath.connection import FastPathServer
@@ -35,6 +35,9 @@ from gateway.http.rejections import Refusals
 # parser refuses every piece fed after a malformed head again (one 400 queued each, not
 # answered), which this bounds; no caller pipelines as many requests in one read
 PIECES_MAX = 256
+# what the head checker's parser buffers of a body before it would pause its protocol
+# (it has none): far more than one read of the socket (the C parser takes an int)
+CHECKED_BODY_LIMIT = 1 << 30
 # connections the kernel queues before the server accepts them (aiohttp's default)
 BACKLOG = 128
 
@@ -144,17 +147,32 @@ class HeadCuts(asyncio.Protocol):
 
 
 def _checker(handler: asyncio.Protocol) -> HttpRequestParser:
-    """aiohttp's public request parser under the limits of its ``handler``, for heads
-    only (a body is never fed to it)."""
+    """aiohttp's public request parser under the limits of its ``handler``. Its
+    protocol is :class:`_Unpaused`: the body in the read of a head that announces one
+    is the most it is fed of a body (the connection is aiohttp's alone after that
+    read), far below what it buffers before it would pause (``CHECKED_BODY_LIMIT``)."""
     loop = asyncio.get_running_loop()
+    protocol: Any = _Unpaused()
     return HttpRequestParser(
-        BaseProtocol(loop),
+        protocol,
         loop,
-        2**16,
+        CHECKED_BODY_LIMIT,
         max_line_size=getattr(handler, "max_line_size", 8190),
         max_headers=getattr(handler, "max_headers", 128),
         max_field_size=getattr(handler, "max_field_size", 8190),
     )
+
+
+class _Unpaused:
+    """The flow control of the head checker's bodies: none (nothing reads them)."""
+
+    connected = True
+
+    def pause_reading(self) -> None:
+        """Nothing to pause: the socket is read for aiohttp's own handler."""
+
+    def resume_reading(self, resume_parser: bool = True) -> None:
+        """Nothing to resume."""
 
 
 def _may_have_a_body(message: RawRequestMessage) -> bool:
