@@ -320,9 +320,15 @@ class Edge:
         return self.refused(request, status, refusal_kind(exc), started)
 
     def refused(
-        self, request: web.BaseRequest, status: int, kind: str, started: float
+        self,
+        request: web.BaseRequest,
+        status: int,
+        kind: str,
+        started: float,
+        method: str | None = None,
     ) -> web.Response:
-        """:meth:`rejected`, for a refusal of ``kind`` (``gateway.http.rejections``)."""
+        """:meth:`rejected`, for a refusal of ``kind`` (``gateway.http.rejections``);
+        ``method``, the one logged when not the request's."""
         request_id = self.request_id(request.headers.get(X_REQUEST_ID))
         problem = problem_for_rejected(request, status, kind, request_id)
         problem.headers[X_REQUEST_ID] = request_id
@@ -333,7 +339,7 @@ class Edge:
                 extra={"request_id": request_id, "status": problem.status},
             )
         self.record_answer(
-            request.method,
+            method or request.method,
             UNMATCHED,
             problem.status,
             "none",

@@ -34,6 +34,8 @@ DETAILS = {
     "unreadable": "the request could not be read as HTTP/1.1",
 }
 STAND_IN_FIELD = "X-Records-Gateway-Refused"
+# the method logged for a refused head (its own is not known), as aiohttp names it
+REFUSED_METHOD = "UNKNOWN"
 
 
 def refusal_kind(exc: BaseException | None) -> str:

@@ -24,6 +24,7 @@ from aiohttp.typedefs import Handler as AiohttpHandler
 from aiohttp.typedefs import Middleware
 
 from gateway.http.edge import EXPECT, Edge, not_found
+from gateway.http.rejections import REFUSED_METHOD
 
 
 class Unrouted(web.PlainResource):
@@ -45,7 +46,7 @@ class Unrouted(web.PlainResource):
         kind = self._edge.refusals.kind_of(request)
         if kind is None:
             return await self.handler(request)
-        return self._edge.refused(request, 400, kind, time.perf_counter())
+        return self._edge.refused(request, 400, kind, time.perf_counter(), REFUSED_METHOD)
 
     async def resolve(self, request: web.Request) -> tuple[web.UrlMappingMatchInfo, set[str]]:
         """Every request offered here is taken."""
