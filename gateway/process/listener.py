@@ -87,19 +87,21 @@ class HeadCuts(asyncio.Protocol):
             if not self._refused:
                 self._cut(data)
             return
-        if self._held:
-            data, self._held = self._held + data, b""
         try:
+            # the checker has read what is held already: it is fed what is new only
             messages, upgraded, _ = check.feed_data(data)
         except HttpProcessingError:
-            self._refuse(data)
+            self._refuse(self._held + data)
             return
+        if self._held:
+            data, self._held = self._held + data, b""
         if upgraded or any(_may_have_a_body(message) for message, _ in messages):
             self._check = None  # aiohttp's alone from here on
             self._cut(data)
             return
         end = data.rfind(b"\r\n\r\n") + 4
-        if end < 4:
+        if not messages or end < 4:
+            # no request whole yet (the start of a head, or of an HTTP/2 preface)
             self._held = data
         elif end < len(data):
             self._held = data[end:]
@@ -108,24 +110,29 @@ class HeadCuts(asyncio.Protocol):
             self._cut(data)
 
     def _refuse(self, data: bytes) -> None:
-        """Feed aiohttp the whole heads of ``data`` ahead of the one the parser
-        refuses, then the stand-in of that refusal; nothing more after it."""
+        """Feed aiohttp the requests of ``data`` (which starts one) ahead of the head
+        the parser refuses, then the stand-in of that refusal; nothing after it."""
         assert self._refusals is not None
         self._check = None
         self._refused = True
         check = _checker(self._handler)
         start = 0
+        pending = b""  # pieces the parser took that make no request yet
         while start < len(data):
             end = data.find(b"\r\n\r\n", start) + 4
             piece = data[start:end] if end > 3 else data[start:]
             try:
-                check.feed_data(piece)
+                messages, _, _ = check.feed_data(piece)
             except HttpProcessingError as exc:
                 self._feed(self._refusals.stand_in(exc))
                 return
             if end < 4:
                 break
-            self._feed(piece)
+            if messages:
+                self._feed(pending + piece)
+                pending = b""
+            else:
+                pending += piece
             start = end
         self._feed(self._refusals.stand_in(None))
 

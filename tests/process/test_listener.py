@@ -244,3 +244,58 @@ async def test_a_refused_head_after_a_read_with_a_body_is_a_problem_only_with_th
     content_type = refused.headers["content-type"].partition(";")[0]
     assert content_type == ("application/problem+json" if fast_path else "text/plain")
     assert rest == b""
+
+
+# heads at the edge of what aiohttp's parser takes
+ODD_HEADS = {
+    "http2-preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    "connect": b"CONNECT gateway:443 HTTP/1.1\r\nHost: gateway:443\r\n\r\n",
+    "upgrade": b"GET /users HTTP/1.1\r\nHost: g\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
+    "bare-lf": b"GET /users HTTP/1.1\nHost: g\n\n",
+    "folded-field": b"GET /users HTTP/1.1\r\nHost: g\r\nX-A: a\r\n b\r\n\r\n",
+    "nul-in-target": b"GET /us\x00ers HTTP/1.1\r\nHost: g\r\n\r\n",
+    "version-3": b"GET /users HTTP/3.0\r\nHost: g\r\n\r\n",
+    "tls-hello": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 32 + b"\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("odd_head", list(ODD_HEADS))
+async def test_an_odd_head_is_answered_alike_with_the_fast_path_or_without(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, odd_head: str
+) -> None:
+    """A request, then a head at the edge of what the parser takes, in one write: the
+    same status lines and content types both ways, and the connection closed."""
+    filter_parser_log(monkeypatch)
+    seen = {}
+    for fast_path in (False, True):
+        port = await listening(fast_path)
+        data = request_bytes(LIST, X_Request_ID="r-0") + ODD_HEADS[odd_head]
+        answers, _ = await send_and_read_all(port, data, 2)
+        seen[fast_path] = [(a.status_line, a.headers.get("content-type")) for a in answers]
+    assert seen[False] == seen[True]
+
+
+@WAYS
+async def test_a_head_split_across_reads_is_answered_and_a_refused_one_is_a_problem(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """A valid head sent in two writes, a moment apart, is answered; then a malformed
+    head sent in two writes gets the 400 problem, and the connection closes."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for head in (request_bytes(LIST, X_Request_ID="r-split"), MALFORMED):
+        writer.write(head[:20])
+        await writer.drain()
+        await asyncio.sleep(0.05)  # a read of its own: not asserted on, only arranged
+        writer.write(head[20:])
+        if head is MALFORMED:
+            break
+        answer = await read_answer(reader)
+        assert answer.status_line == "HTTP/1.1 200 OK"
+        assert answer.headers["x-request-id"] == "r-split"
+    (refused,), rest = await read_all(reader, 1)
+    writer.close()
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert rest == b""
