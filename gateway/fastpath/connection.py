@@ -4,20 +4,20 @@ answers (a request aiohttp's parser rejects) are problems.
 
 Hits from the bytes: while aiohttp has nothing of this connection's in hand (no
 request queued or being handled, no answer waiting for the socket to drain), each
-whole request head that arrives is read by ``request_head.HeadReader``; when its query
-is valid (``RecordHandlers.hit_query``: remembered, or validated there and then as the
-route's handler would) and the pipeline has a fresh entry for it, the answer is
-written with no request object, router or response object: at once when this process
-holds the entry (``RecordPipeline.fresh``: the memory backend, the near cache), or
-once it is read from the shared cache (``RecordPipeline.stored_fresh``: Redis, behind
-the breaker, in a batch with the other reads of the same turn of the event loop);
-meanwhile what the caller sends next waits here. Either way it is the same reply a
-full read would give, in the representation the head's ``Accept-Encoding`` asks for
-(``RecordPipeline.represent``: the stored gzip bytes, or the identity body). Its
-headers are ``gateway.http.replies.reply_headers`` of that
-reply, as bytes, and it is counted and logged by ``Edge.record_answer``, as every other
-answer is. An entry the shared cache does not have fresh (a miss, a stale entry, the
-cache unusable) sends the request aiohttp's way, which decides.
+whole request head that arrives is read by ``request_head.HeadReader`` and looked up
+through the records' port (``gateway.records.lookup``, the only part of the records
+the fast path sees): ``RecordLookup.resolve`` (the query remembered, or validated as
+the route's handler would; the key), then ``held`` (this process holds a fresh entry:
+the memory backend, the near cache) or ``look_up`` (read from the shared cache: Redis,
+behind the breaker, in a batch with the other reads of the same turn of the event
+loop; meanwhile what the caller sends next waits here). A hit is written with no
+request object, router or response object: the same reply a full read would give, in
+the representation the head's ``Accept-Encoding`` asks for, its headers those of
+``RecordLookup.hit_fields`` as bytes, counted and logged by ``Edge.record_hit``. A
+miss (absent, stale, the cache unusable) sends the request aiohttp's way with the
+miss kept here, and the server's handler runs the request's handler within it
+(``gateway.records.lookup.handing``): the handler serves it without validating,
+keying or reading the cache again.
 
 Every other head goes to aiohttp whole, in order; once one has, the whole heads behind
 it go to aiohttp too, so answers keep the order of requests. Each goes in a
@@ -57,20 +57,19 @@ from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from yarl import URL
 
-from gateway.cache.coding import Representation
-from gateway.cache.entry import CacheCorrupt, CacheEntry, CacheKey
-from gateway.fastpath.fingerprints import ConnectionFingerprints
-from gateway.fastpath.rejections import problem_for_rejected
+from gateway.fastpath.fingerprints import ConnectionFingerprints, ConnectionMemo
 from gateway.fastpath.request_head import HeadReader, PendingHead
-from gateway.http.edge import UNMATCHED, X_REQUEST_ID, Edge
-from gateway.http.negotiation import gzip_preferred
-from gateway.http.records import PRIOR_READ, RecordHandlers
-from gateway.http.replies import reply_headers
-from gateway.http.unrouted import Unrouted
-from gateway.ops.trace import CACHE_LOOKUP, CACHE_READ, RequestTrace
-from gateway.ops.tracecontext import TRACEPARENT, parse_traceparent
-from gateway.records.credentials import is_bearer
-from gateway.records.pipeline import RecordPipeline, StoredRead, hit_reply, hit_seconds
+from gateway.http.edge import Edge
+from gateway.records.lookup import (
+    CacheEntry,
+    Hit,
+    Miss,
+    RecordLookup,
+    Representation,
+    Target,
+    handing,
+    hit_seconds,
+)
 
 log = logging.getLogger("gateway.http")
 # the longest head a connection remembers with what it resolved to (a few usual
@@ -90,28 +89,23 @@ _NO_TARGET = URL.build(path="", encoded=True)
 
 
 class HitTarget(NamedTuple):
-    """A plain GET's head resolved to what its hit looks up: valid while the pipeline
-    and ``limits.max_limit`` are the ones it was resolved under."""
+    """A plain GET's head resolved to what its lookup reads (``target``), with what its
+    answer and log line take of the head."""
 
-    route: str
-    key: CacheKey
-    fingerprint: str
+    target: Target
     request_id: str | None  # the caller's X-Request-ID
-    pipeline: RecordPipeline
-    max_limit: int
-    gzip: bool  # the caller is served gzip (its Accept-Encoding)
-    template: str  # the route's template (its span's name)
     traceparent: str | None  # the caller's, read only when the hit is logged or traced
+    authorization: str  # the header a miss handed on is matched by
 
 
 # the fields of a hit's reply that change with the entry's age, in the order
-# reply_headers gives them (next to each other)
+# the lookup's hit_fields gives them (next to each other)
 _TIMED = ("Cache-Status", "Age", "Cache-Control")
 
 
 class WireHeads:
     """The status line and header fields of hit replies as bytes, up to ``Date``: those
-    of ``reply_headers(hit_reply(entry, now, representation))``, made once and kept in
+    of ``RecordLookup.hit_fields(hit, now)``, made once and kept in
     three parts, so that a head is three lookups and a join however many entries are
     hit and however rarely:
 
@@ -126,7 +120,12 @@ class WireHeads:
     of each of the last two are kept, the oldest forgotten first (bytes only: no entry
     is held here)."""
 
-    def __init__(self, size: int = 8192) -> None:
+    def __init__(
+        self,
+        fields_of: Callable[[CacheEntry, float, Representation], list[tuple[str, str]]],
+        size: int = 8192,
+    ) -> None:
+        self._fields_of = fields_of
         self._size = size
         self._before: dict[str, bytes] = {}
         self._timed: dict[tuple[int, int], bytes] = {}
@@ -152,8 +151,7 @@ class WireHeads:
         representation: Representation,
         seconds: tuple[int, int],
     ) -> tuple[bytes, bytes, bytes]:
-        reply = hit_reply(entry, now, representation)
-        items = list(reply_headers(reply).items())
+        items = self._fields_of(entry, now, representation)
         fields = [f"{name}: {value}\r\n" for name, value in items]
         names = [name for name, _ in items]
         first = names.index(_TIMED[0])
@@ -162,7 +160,7 @@ class WireHeads:
             raise RuntimeError(f"the timed fields of a hit are not together: {names}")
         before = _OK + "".join(fields[:first]).encode("latin-1")
         timed = "".join(fields[first:last]).encode("latin-1")
-        length = f"Content-Length: {len(reply.body)}\r\n"
+        length = f"Content-Length: {len(representation.body)}\r\n"
         after = "".join((*fields[last:], length)).encode("latin-1") + _SERVER
         self._before[representation.coding] = before
         _keep(self._timed, seconds, timed, self._size)
@@ -193,115 +191,57 @@ class DateField:
 
 
 class Hits:
-    """What the connections of one server share to answer hits: the record handlers,
-    the edge, the token fingerprints per connection, and the ready-made heads."""
+    """What the connections of one server share to answer hits: the edge and the
+    records' lookup port, the token fingerprints per connection, and the ready-made
+    heads."""
 
-    def __init__(self, records: RecordHandlers) -> None:
-        self.records = records
-        self.edge: Edge = records.edge
+    def __init__(self, edge: Edge, lookup: RecordLookup) -> None:
+        self.edge = edge
+        self.lookup = lookup
         self.fingerprints = ConnectionFingerprints()
-        self.heads = WireHeads()
+        self.heads = WireHeads(lookup.hit_fields)
         self.date = DateField()
 
-    def resolve(self, head: bytes, connection: object, reader: HeadReader) -> HitTarget | None:
-        """What a hit on ``head`` (read by the connection's ``reader``) looks up, when it
-        is a plain GET of a record route with a valid query and a bearer token; None
-        otherwise."""
-        pipeline = self.records.caching_pipeline()
-        if pipeline is None:
+    def resolve(self, head: bytes, memo: ConnectionMemo, reader: HeadReader) -> HitTarget | None:
+        """What a hit on ``head`` (read by the connection's ``reader``, whose tokens'
+        fingerprints are in ``memo``) looks up, when it is a plain GET of a record
+        route with a valid query and a bearer token; None otherwise."""
+        if self.lookup.caching_pipeline() is None:
             return None
         read = reader.read(head)
         if read is None or read.authorization is None:
             return None
-        max_limit = self.records.live.settings.limits.max_limit
-        query = self.records.hit_query(read.path, read.query, max_limit)
-        if query is None:
-            return None
-        keyer = pipeline.keyer
-        authorization = read.authorization
-        fingerprint = self.fingerprints.known(connection, keyer, authorization)
-        if fingerprint is None:
-            if not is_bearer(authorization):
-                return None
-            fingerprint = self.fingerprints.remember(connection, keyer, authorization)
-        key = keyer.key_for(query, fingerprint)
-        return HitTarget(
-            query.route.name,
-            key,
-            fingerprint,
-            read.request_id,
-            pipeline,
-            max_limit,
-            gzip_preferred(read.accept_encoding),
-            query.route.template,
-            read.traceparent,
+        target = self.lookup.resolve(
+            read.path, read.query, read.authorization, read.accept_encoding, memo
         )
-
-    def holds(self, target: HitTarget) -> bool:
-        """Whether ``target`` was resolved under the pipeline and limits in force."""
-        records = self.records
-        return (
-            records.pipeline is target.pipeline
-            and target.max_limit == records.live.settings.limits.max_limit
-        )
-
-    def hit_answer(
-        self, target: HitTarget, entry: CacheEntry | None = None, started: float = 0.0
-    ) -> tuple[bytes, bytes] | None:
-        """The answer (head and body) to the request ``target`` came from, when it is a
-        fresh hit (``entry``, read from the shared cache since ``started``, or one held
-        here) and ``target`` still holds; None otherwise."""
-        if not started:
-            started = time.perf_counter()
-        if not self.holds(target):
+        if target is None:
             return None
-        pipeline = target.pipeline
-        if entry is None:
-            entry = pipeline.fresh(target.key)
-            if entry is None:
-                return None
-        try:
-            representation = pipeline.represent(entry, target.gzip)
-        except CacheCorrupt:
-            return None  # a stored body that does not decompress: aiohttp's way refetches
+        return HitTarget(target, read.request_id, read.traceparent, read.authorization)
+
+    def hit_answer(self, target: HitTarget, hit: Hit, started: float) -> tuple[bytes, bytes]:
+        """The answer (head and body) to the request ``target`` came from, a fresh hit
+        (``hit``, looked up since ``started``), counted and logged."""
         edge = self.edge
         request_id = edge.request_id(target.request_id)
         head = b"".join(
             (
-                self.heads(entry, pipeline.clock(), representation),
+                self.heads(hit.entry, target.target.pipeline.clock(), hit.representation),
                 self.date(),
                 b"X-Request-ID: ",
                 request_id.encode(),
                 b"\r\n\r\n",
             )
         )
-        trace = None
-        if edge.tracer.recording:
-            trace = self._traced(target, request_id, started)
-        edge.record_answer(
-            "GET",
-            target.route,
-            200,
-            "hit",
+        route = target.target.query.route
+        edge.record_hit(
+            route.name,
+            route.template,
             started,
             request_id,
-            trace,
-            token_fingerprint=target.fingerprint,
-            traceparent=target.traceparent,
+            target.target.fingerprint,
+            target.traceparent,
         )
-        return head, representation.body
-
-    def _traced(self, target: HitTarget, request_id: str, started: float) -> RequestTrace:
-        """The spans of a hit answered here, as the route's handler would have made
-        them: the request's and its cache read's, both begun at ``started`` (this
-        process's lookup, or the shared cache's read) and ended now."""
-        traceparent = target.traceparent
-        caller = None if traceparent is None else parse_traceparent(traceparent)
-        span = self.edge.tracer.request("GET", target.template, caller, request_id, started)
-        with span.child(CACHE_READ, started) as cache_read:
-            cache_read.set(CACHE_LOOKUP, "found")
-        span.end(200, "hit")
-        return RequestTrace(span, token_fingerprint=target.fingerprint)
+        return head, hit.representation.body
 
 
 class GatewayConnection(RequestHandler):
@@ -319,8 +259,9 @@ class GatewayConnection(RequestHandler):
         "_last_head",
         "_last_target",
         "_looked_up_paused",
+        "_memo",
+        "_miss",
         "_pending",
-        "_prior",
         "_read_meanwhile",
         "_reader",
         "_reading",
@@ -330,6 +271,7 @@ class GatewayConnection(RequestHandler):
         super().__init__(manager, **kwargs)
         self._hits: Hits | None = hits
         self._gateway_edge = hits.edge
+        self._memo = ConnectionMemo(hits.fingerprints, self)
         self._pending: PendingHead | None = None
         # whole heads (and what follows them) not handed to aiohttp yet: its queue of
         # requests was full, and it stopped reading the socket until it drains
@@ -349,9 +291,10 @@ class GatewayConnection(RequestHandler):
         self._awaiting = b""
         self._read_meanwhile = b""
         self._looked_up_paused = False
-        self._reading: asyncio.Task[StoredRead] | None = None
-        # the cache read of the request last handed to aiohttp after one (its target)
-        self._prior: tuple[str, StoredRead] | None = None
+        self._reading: asyncio.Task[Hit | Miss] | None = None
+        # the miss of the request last handed to aiohttp after its lookup, with the
+        # target and Authorization it is matched by (see take_miss)
+        self._miss: tuple[str, str, Miss] | None = None
 
     def data_received(self, data: bytes) -> None:
         hits = self._hits
@@ -395,7 +338,7 @@ class GatewayConnection(RequestHandler):
         starts a request), and hold what is left of it. ``waited``: aiohttp was waited
         for once already (see :meth:`_wait_for_aiohttp`)."""
         # with caching off (fixed for the process's life) nothing here is a hit
-        caching = hits.records.caching_pipeline() is not None
+        caching = hits.lookup.caching_pipeline() is not None
         while True:
             end = data.find(b"\r\n\r\n", start) + 4
             if end == 3:  # no whole head (left)
@@ -483,7 +426,7 @@ class GatewayConnection(RequestHandler):
         self._awaiting = head
         self._read_meanwhile = rest
         self._keep_alive()  # the caller is not idle: its request is being answered
-        read = self._loop.create_task(target.pipeline.stored_fresh(target.key))
+        read = self._loop.create_task(hits.lookup.look_up(target.target))
         self._reading = read
         read.add_done_callback(functools.partial(self._looked_up, hits, target, started))
 
@@ -492,35 +435,26 @@ class GatewayConnection(RequestHandler):
         hits: Hits,
         target: HitTarget,
         started: float,
-        read: asyncio.Task[StoredRead],
+        read: asyncio.Task[Hit | Miss],
     ) -> None:
         head, data = self._awaiting, self._awaiting + self._read_meanwhile
         self._awaiting = self._read_meanwhile = b""
         self._holding = False
         self._reading = None
-        stored = None
-        if not read.cancelled():
-            if read.exception() is not None:
-                log.error(
-                    "fast path: a shared-cache read failed; aiohttp answers the request",
-                    exc_info=read.exception(),
-                )
-            else:
-                stored = read.result()
+        found = _outcome(read)
         if self.transport is None:
             return  # the caller is gone
         answer = None
-        fresh = None if stored is None else stored.fresh
-        if fresh is not None and self._hits is hits and self._aiohttp_idle():
+        if isinstance(found, Hit) and self._hits is hits and self._aiohttp_idle():
             try:
-                answer = hits.hit_answer(target, fresh, started)
+                answer = hits.hit_answer(target, found, started)
             except Exception:
                 log.exception("fast path: a hit failed; aiohttp answers the request")
         if answer is not None:
             self._send_answer(answer)
         else:
-            # aiohttp's way takes this read as the request's own (_with_a_url)
-            self._prior = None if stored is None else (_target_of(head), stored)
+            if isinstance(found, Miss):  # the handler serves it with this read
+                self._miss = (_target_of(head), target.authorization, found)
             if not self._handed_over(data, 0, len(head)):
                 self._resume_if_held_little()
                 return
@@ -540,14 +474,17 @@ class GatewayConnection(RequestHandler):
             self._looked_up_paused = False
             self.transport.resume_reading()
 
-    def take_prior(self, target: str) -> StoredRead | None:
-        """The cache read made for the request of ``target`` that this connection
-        handed aiohttp last, for that request's handler (None for any other); taken
-        once, whichever request asks first."""
-        prior, self._prior = self._prior, None
-        if prior is None or prior[0] != target:
+    def take_miss(self, request: web.BaseRequest) -> Miss | None:
+        """The miss of the request this connection handed aiohttp last after looking
+        it up, for that request's handler: taken once, by the first request that asks,
+        and given only to one of the same target and Authorization (None otherwise)."""
+        handed, self._miss = self._miss, None
+        if handed is None:
             return None
-        return prior[1]
+        target, authorization, miss = handed
+        if request.raw_path != target or request.headers.get("Authorization") != authorization:
+            return None
+        return miss
 
     async def shutdown(self, timeout: float | None = 15.0) -> None:  # noqa: ASYNC109
         """aiohttp's, once a request whose entry is being read from the shared cache
@@ -616,20 +553,24 @@ class GatewayConnection(RequestHandler):
     def _answer_held(self, hits: Hits, head: bytes) -> tuple[bytes, bytes] | HitTarget | None:
         """The answer to ``head`` when it is a plain GET's fresh hit held here; its
         target when its entry may be in the shared cache instead; None otherwise."""
+        started = time.perf_counter()
         if head == self._last_head:
             target = self._last_target
         else:
-            target = hits.resolve(head, self, self._reader)
+            target = hits.resolve(head, self._memo, self._reader)
             # a head not resolved now may be later; a long one is not kept
             if target is not None and len(head) <= REMEMBERED_HEAD_MAX:
                 self._last_head, self._last_target = head, target
         if target is None:
             return None
-        answer = hits.hit_answer(target)
-        if answer is not None:
-            return answer
-        if target.pipeline.shares_entries and hits.holds(target):
+        lookup = hits.lookup
+        hit = lookup.held(target.target)
+        if hit is not None:
+            return hits.hit_answer(target, hit, started)
+        if lookup.shares(target.target):
             return target
+        # not held, and no shared cache to read: the handler serves the miss
+        self._miss = (_target_of(head), target.authorization, Miss(target.target, None))
         if target is self._last_target:
             # not a fresh hit now, or resolved under settings since reloaded: read again
             self._last_head, self._last_target = b"", None
@@ -688,26 +629,7 @@ class GatewayConnection(RequestHandler):
         # and raises ConnectionError when an answer has begun; its text is dropped
         started = time.perf_counter()  # what came before the error is not known here
         plain = super().handle_error(request, status, exc, message)
-        edge = self._gateway_edge
-        request_id = edge.request_id(request.headers.get(X_REQUEST_ID))
-        problem = problem_for_rejected(request, plain.status, exc, request_id)
-        problem.headers[X_REQUEST_ID] = request_id
-        problem.force_close()
-        if problem.status >= 500:  # aiohttp logged the traceback, without the id
-            log.error(
-                "unhandled error outside the handlers",
-                extra={"request_id": request_id, "status": problem.status},
-            )
-        edge.record_answer(
-            request.method,
-            UNMATCHED,
-            problem.status,
-            "none",
-            started,
-            request_id,
-            traceparent=request.headers.get(TRACEPARENT),
-        )
-        return problem
+        return self._gateway_edge.rejected(request, plain.status, exc, started)
 
 
 class FastPathServer(web.Server):
@@ -719,17 +641,24 @@ class FastPathServer(web.Server):
     is plain text, or a 500). A message aiohttp's parser made without a target
     (``CONNECT`` with none) is given an empty one: aiohttp would fail the connection's
     task making its request, leaving the caller with neither an answer nor a closed
-    connection."""
+    connection. A request a connection handed on after its lookup missed is handled
+    within :func:`gateway.records.lookup.handing` of that miss.
 
-    def __init__(self, made: web.Server, records: RecordHandlers, unrouted: Unrouted) -> None:
+    ``edge`` is the application's, with its lookup port and its answer to a request
+    with no path set."""
+
+    def __init__(self, made: web.Server, edge: Edge) -> None:
+        lookup, pathless = edge.lookup, edge.pathless
+        if lookup is None or pathless is None:
+            raise RuntimeError("the fast path needs the edge's lookup and pathless handler")
         # the handler, request factory and options of the server aiohttp made for the app
         super().__init__(
-            _pathless_to(unrouted, made.request_handler),
+            _handling(pathless, made.request_handler),
             request_factory=_with_a_url(made.request_factory),
             handler_cancellation=made.handler_cancellation,
             **made._kwargs,
         )
-        self.hits = Hits(records)
+        self.hits = Hits(edge, lookup)
         # aiohttp's own Server drops an option its connections do not take (and warns);
         # here a wrong option fails the runner's setup, not every connection
         inspect.signature(RequestHandler).bind(self, loop=self._loop, **self._kwargs)
@@ -742,36 +671,52 @@ class FastPathServer(web.Server):
         super().connection_lost(handler, exc)
 
 
-def _pathless_to(
-    unrouted: Unrouted, handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+def _handling(
+    pathless: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
 ) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
-    """``handler`` (the application's), but a request with no path at all is answered
-    by ``unrouted`` as the router would have, had it offered the request there."""
+    """``handler`` (the application's), run within the miss its connection handed on
+    with the request, if any; a request with no path at all is answered by
+    ``pathless`` as the router would have, had it offered the request there."""
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        if request.rel_url.path_safe or not isinstance(request, web.Request):
+        if not request.rel_url.path_safe and isinstance(request, web.Request):
+            return await pathless(request)
+        connection = request.protocol
+        if request.method != "GET" or not isinstance(connection, GatewayConnection):
             return await handler(request)
-        return await unrouted.respond(request)
+        miss = connection.take_miss(request)
+        if miss is None:
+            return await handler(request)
+        with handing(miss):
+            return await handler(request)
 
     return handle
 
 
 def _with_a_url(factory: Callable[..., web.BaseRequest]) -> Callable[..., web.BaseRequest]:
     """aiohttp's request ``factory``, with an empty target and URL (no path) for a
-    message its parser left without them, and with the cache read the connection made
-    for it, when it made one (``PRIOR_READ``, which the route's handler takes)."""
+    message its parser left without them."""
 
     def make(message: Any, payload: Any, protocol: Any, *args: Any) -> web.BaseRequest:
         if message.url is None:
             message = message._replace(path="", url=_NO_TARGET)
-        request = factory(message, payload, protocol, *args)
-        if isinstance(protocol, GatewayConnection) and message.method == "GET":
-            prior = protocol.take_prior(message.path)
-            if prior is not None:
-                request[PRIOR_READ] = prior
-        return request
+        return factory(message, payload, protocol, *args)
 
     return make
+
+
+def _outcome(read: asyncio.Task[Hit | Miss]) -> Hit | Miss | None:
+    """What a lookup ended with (None: cancelled, or failed, which is logged)."""
+    if read.cancelled():
+        return None
+    if read.exception() is not None:
+        log.error(
+            "fast path: a shared-cache read failed; aiohttp answers the request",
+            exc_info=read.exception(),
+        )
+        return None
+    return read.result()
 
 
 def _target_of(head: bytes) -> str:

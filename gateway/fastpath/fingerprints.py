@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gateway.records.keys import Keyer
+from gateway.records.lookup import Keyer
 
 # What the table may hold, counted as the headers' lengths plus a fixed cost per
 # entry: a few thousand connections' worth of usual tokens. Anyone can send a token
@@ -81,3 +81,20 @@ class ConnectionFingerprints:
         last = self._last.pop(connection, None)
         if last is not None:
             self._bytes -= len(last.authorization) + ENTRY_COST_BYTES
+
+
+class ConnectionMemo:
+    """The fingerprints one connection's tokens have (a view of the server's
+    :class:`ConnectionFingerprints`), for ``gateway.records.lookup.RecordLookup``."""
+
+    __slots__ = ("_connection", "_fingerprints")
+
+    def __init__(self, fingerprints: ConnectionFingerprints, connection: object) -> None:
+        self._fingerprints = fingerprints
+        self._connection = connection
+
+    def known(self, keyer: Keyer, authorization: str) -> str | None:
+        return self._fingerprints.known(self._connection, keyer, authorization)
+
+    def remember(self, keyer: Keyer, authorization: str) -> str:
+        return self._fingerprints.remember(self._connection, keyer, authorization)

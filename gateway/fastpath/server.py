@@ -12,9 +12,7 @@ from aiohttp import web
 
 from gateway.fastpath import internals
 from gateway.fastpath.connection import FastPathServer
-from gateway.http.admin import LIVE
-from gateway.http.records import RECORDS
-from gateway.http.unrouted import UNROUTED
+from gateway.http.edge import EDGE
 
 log = logging.getLogger("gateway.fastpath")
 
@@ -28,7 +26,7 @@ class FastPathRunner(web.AppRunner):
         if absent:
             _step_aside(absent)
             return made
-        return FastPathServer(made, self.app[RECORDS], self.app[UNROUTED])
+        return FastPathServer(made, self.app[EDGE])
 
 
 @functools.cache
@@ -47,7 +45,7 @@ def _step_aside(absent: tuple[str, ...] | list[str]) -> None:
 
 def make_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
     """The runner of the gateway's ``app`` (``kwargs`` are ``web.AppRunner``'s)."""
-    if not app[LIVE].settings.server.fast_path:
+    if not app[EDGE].live.settings.server.fast_path:
         return web.AppRunner(app, **kwargs)
     absent = _missing()
     if absent:

@@ -42,7 +42,7 @@ from gateway.http.admin import (
     unknown_admin_path,
 )
 from gateway.http.binding import UPSTREAMS, UpstreamBinding, Upstreams
-from gateway.http.edge import Edge, Handler, method_not_allowed
+from gateway.http.edge import EDGE, Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
 from gateway.http.records import RECORDS, RecordHandlers
 from gateway.http.service import (
@@ -142,6 +142,8 @@ def _add_all_routes(app: web.Application, edge: Edge, live: LiveConfig, routes: 
     settings = live.settings
     records = RecordHandlers(edge, live, routes)
     app[RECORDS] = records
+    app[EDGE] = edge
+    edge.lookup = records.lookup
     for route in routes:
         add_routes(app, edge, route.template, {"GET": records.handler(route)}, route.name)
     add_routes(app, edge, "/healthz", {"GET": edge.wrap(healthz, "healthz")}, "healthz")
@@ -159,6 +161,7 @@ def _add_all_routes(app: web.Application, edge: Edge, live: LiveConfig, routes: 
     unrouted = Unrouted(edge)
     app.router.register_resource(unrouted)
     app[UNROUTED] = unrouted
+    edge.pathless = unrouted.respond
     if not settings.server.fast_path:
         # the fast path answers targets without a path itself; plain aiohttp needs this
         # middleware for them (and every request then passes through it)

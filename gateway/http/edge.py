@@ -16,7 +16,12 @@ a request).
 
 :meth:`Edge.record_answer` is the one place where an answered request is counted and
 logged: the wrapped handlers call it, and so does the fast path (``gateway.fastpath``)
-for what it answers without aiohttp.
+for what it answers without aiohttp (:meth:`Edge.record_hit`). :meth:`Edge.rejected`
+is the answer to a request aiohttp's parser refuses, whichever way in it came.
+
+The fast path reaches the rest of the application through the edge alone
+(``EDGE``): its bookkeeping, the records' lookup port (``Edge.lookup``) and the handler
+of a request with no path (``Edge.pathless``).
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ from gateway.http.problems import (
     problem_for_http,
     version_not_supported,
 )
+from gateway.http.rejections import Refusals, problem_for_rejected, refusal_kind
 from gateway.ops.metrics import Metrics
-from gateway.ops.trace import CURRENT_TRACE, RequestTrace
+from gateway.ops.trace import CACHE_LOOKUP, CACHE_READ, CURRENT_TRACE, RequestTrace
 from gateway.ops.tracecontext import (
     TRACEPARENT,
     TRACESTATE,
@@ -52,6 +58,7 @@ from gateway.ops.tracecontext import (
     parse_traceparent,
 )
 from gateway.ops.tracing import NO_TRACER, Tracer, Untraced
+from gateway.records.lookup import RecordLookup
 
 log = logging.getLogger("gateway.http")
 access_log = logging.getLogger("gateway.access")
@@ -108,6 +115,11 @@ class Edge:
         self.ids = ids or RequestIds()
         self.live = live
         self.tracer = tracer
+        # set by the application: the records' lookup port, and the answer to a request
+        # with no path at all (what the router would give it, had it offered it one)
+        self.lookup: RecordLookup | None = None
+        self.pathless: Handler | None = None
+        self.refusals = Refusals()
 
     def request_id(self, given: str | None) -> str:
         """The id of a request that came with ``given`` as its X-Request-ID."""
@@ -262,6 +274,83 @@ class Edge:
                     "token_fingerprint": token_fingerprint,
                 },
             )
+
+    def record_hit(
+        self,
+        route: str,
+        template: str,
+        started: float,
+        request_id: str,
+        token_fingerprint: str,
+        traceparent: str | None,
+    ) -> None:
+        """Count and log a hit answered without aiohttp (the fast path), with the
+        spans the route's handler would have made: the request's and its cache
+        read's, both begun at ``started`` and ended now."""
+        trace = None
+        if self.tracer.recording:
+            caller = None if traceparent is None else parse_traceparent(traceparent)
+            span = self.tracer.request("GET", template, caller, request_id, started)
+            with span.child(CACHE_READ, started) as cache_read:
+                cache_read.set(CACHE_LOOKUP, "found")
+            span.end(200, "hit")
+            trace = RequestTrace(span, token_fingerprint=token_fingerprint)
+        self.record_answer(
+            "GET",
+            route,
+            200,
+            "hit",
+            started,
+            request_id,
+            trace,
+            token_fingerprint=token_fingerprint,
+            traceparent=traceparent,
+        )
+
+    def rejected(
+        self,
+        request: web.BaseRequest,
+        status: int,
+        exc: BaseException | None,
+        started: float,
+    ) -> web.Response:
+        """The problem answer (``gateway.http.rejections``) to a request aiohttp would
+        answer by itself: one its parser refuses (``exc``), or an error outside every
+        handler; counted and logged, and its connection closed after it."""
+        return self.refused(request, status, refusal_kind(exc), started)
+
+    def refused(
+        self,
+        request: web.BaseRequest,
+        status: int,
+        kind: str,
+        started: float,
+        method: str | None = None,
+    ) -> web.Response:
+        """:meth:`rejected`, for a refusal of ``kind`` (``gateway.http.rejections``);
+        ``method``, the one logged when not the request's."""
+        request_id = self.request_id(request.headers.get(X_REQUEST_ID))
+        problem = problem_for_rejected(request, status, kind, request_id)
+        problem.headers[X_REQUEST_ID] = request_id
+        problem.force_close()
+        if problem.status >= 500:  # aiohttp logged the traceback, without the id
+            log.error(
+                "unhandled error outside the handlers",
+                extra={"request_id": request_id, "status": problem.status},
+            )
+        self.record_answer(
+            method or request.method,
+            UNMATCHED,
+            problem.status,
+            "none",
+            started,
+            request_id,
+            traceparent=request.headers.get(TRACEPARENT),
+        )
+        return problem
+
+
+EDGE = web.AppKey("edge", Edge)
 
 
 async def _run_handler(

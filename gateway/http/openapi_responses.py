@@ -135,8 +135,7 @@ PROBLEMS = (
         " refuses (malformed-request, without `errors`): a request line or a header over"
         " the gateway's limit (32 KiB as `records-gateway serve` runs it), more than 128"
         " header fields, a control byte in one; it is answered as HTTP/1.0 and the"
-        " connection closed (with server.fast_path off, this one is aiohttp's own"
-        " plain-text 400). Nothing was sent upstream.",
+        " connection closed. Nothing was sent upstream.",
         ("invalid-parameters", "malformed-request"),
         examples=("invalid-parameters", "date-range"),
     ),

@@ -17,11 +17,14 @@ sees it (:meth:`Unrouted.respond`); as plain aiohttp (``server.fast_path = false
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler as AiohttpHandler
 from aiohttp.typedefs import Middleware
 
 from gateway.http.edge import EXPECT, Edge, not_found
+from gateway.http.rejections import REFUSED_METHOD
 
 
 class Unrouted(web.PlainResource):
@@ -34,7 +37,16 @@ class Unrouted(web.PlainResource):
         super().__init__("/")
         self.handler = edge.wrap(not_found)
         self.expect = edge.expectation()
-        self._route = self.add_route(hdrs.METH_ANY, self.handler, expect_handler=self.expect)
+        self._edge = edge
+        self._route = self.add_route(hdrs.METH_ANY, self._take, expect_handler=self.expect)
+
+    async def _take(self, request: web.Request) -> web.StreamResponse:
+        """The edge's 404 problem; for a stand-in of a head the parser refused
+        (``gateway.http.rejections``), the problem of that refusal."""
+        kind = self._edge.refusals.kind_of(request)
+        if kind is None:
+            return await self.handler(request)
+        return self._edge.refused(request, 400, kind, time.perf_counter(), REFUSED_METHOD)
 
     async def resolve(self, request: web.Request) -> tuple[web.UrlMappingMatchInfo, set[str]]:
         """Every request offered here is taken."""

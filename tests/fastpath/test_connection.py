@@ -241,12 +241,13 @@ async def test_more_distinct_hits_than_the_fast_path_remembers_are_each_answered
     bytes with its own body and ETag."""
     client, port = await served_fast(aiohttp_client, base_url(upstream))
     records = client.app[RECORDS]
-    monkeypatch.setattr(records, "_memos", {name: QueryMemo(size=3) for name in records._memos})
+    lookup = records.lookup
+    monkeypatch.setattr(lookup, "_memos", {name: QueryMemo(size=3) for name in lookup._memos})
     runner = client.server.runner
     assert runner is not None
     server = runner.server
     assert isinstance(server, FastPathServer)
-    server.hits.heads = WireHeads(size=3)
+    server.hits.heads = WireHeads(lookup.hit_fields, size=3)
     paths = [f"/expenses?limit={limit}&page={page}" for limit in (1, 2, 3) for page in (1, 2, 3, 4)]
     stored = {}
     for path in paths:
@@ -262,7 +263,13 @@ async def test_more_distinct_hits_than_the_fast_path_remembers_are_each_answered
         assert answer.body == stored[path].body
     assert full_reads == [0]
     assert len(server.hits.heads) <= 6  # three of each bounded part
-    assert max(len(memo) for memo in records._memos.values()) == 3
+    assert max(len(memo) for memo in lookup._memos.values()) == 3
+
+
+def _reply_fields(
+    entry: CacheEntry, now: float, representation: Representation
+) -> list[tuple[str, str]]:
+    return list(reply_headers(hit_reply(entry, now, representation)).items())
 
 
 def test_wire_heads_are_each_reply_s_fields_as_bytes_up_to_the_date() -> None:
@@ -270,7 +277,7 @@ def test_wire_heads_are_each_reply_s_fields_as_bytes_up_to_the_date() -> None:
     Content-Length and Server; Date and the request id follow. Its parts are kept per
     coding, per whole seconds of age and freshness left, and per representation, and
     past their bound none is mixed up with another."""
-    heads = WireHeads(size=2)
+    heads = WireHeads(_reply_fields, size=2)
     one = CacheEntry(body=b"{}", etag='"one"', stored_at=1000.0, ttl_s=60)
     two = CacheEntry(body=b"[1,2]", etag='"two"', stored_at=1000.0, ttl_s=30)
     as_one, as_two = (Representation(e.body, e.etag, IDENTITY) for e in (one, two))

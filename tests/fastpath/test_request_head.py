@@ -26,8 +26,9 @@ from gateway.fastpath.request_head import (
     read_head,
 )
 from gateway.http.app import create_app
-from gateway.http.records import RECORDS, query_pairs
+from gateway.http.records import RECORDS
 from gateway.process.worker import MAX_HEADER_BYTES
+from gateway.records.lookup import query_pairs
 from gateway.records.routes import check_segment
 
 from ..conftest import make_settings
@@ -289,7 +290,7 @@ async def test_an_id_with_escapes_is_decoded_as_aiohttp_s_router_decodes_it(
     if read is None:
         return
     app = _gateway_app()
-    query = app[RECORDS].hit_query(read.path, read.query, 1000)
+    query = app[RECORDS].lookup.query(read.path, read.query, 1000)
     match = await app.router.resolve(make_mocked_request("GET", read.path, app=app))
     routed = match.get("accountId")
     if query is None:

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -23,7 +24,14 @@ from gateway.process.listener import PIECES_MAX, HeadCuts, listen
 from gateway.process.worker import MAX_HEADER_BYTES
 
 from ..conftest import base_url, make_settings
-from ..http.test_wire import LIST, filter_parser_log, request_bytes, send_and_read_all
+from ..http.test_wire import (
+    LIST,
+    filter_parser_log,
+    read_all,
+    read_answer,
+    request_bytes,
+    send_and_read_all,
+)
 from .test_supervisor import GatewayProcess, fast_upstream, serve, started
 
 __all__ = ["fast_upstream", "started"]  # fixtures of test_supervisor used here
@@ -165,4 +173,129 @@ async def test_serve_without_the_fast_path_answers_a_pipeline_ahead_of_a_malform
     assert [a.status_line for a in answers] == ["HTTP/1.1 200 OK"] * 3 + [
         "HTTP/1.0 400 Bad Request"
     ]
+    assert rest == b""
+
+
+# heads aiohttp's parser refuses, each with the detail of its problem
+REFUSED_HEADS = {
+    "malformed-field": (
+        MALFORMED,
+        "the request is not valid HTTP/1.1: a malformed request line or header",
+    ),
+    "line-too-long": (
+        b"GET /users HTTP/1.1\r\nX-Long: " + b"a" * (MAX_HEADER_BYTES + 16) + b"\r\n\r\n",
+        "the request line or a header is longer than the gateway accepts",
+    ),
+    "unknown-method": (
+        b"G@T /users HTTP/1.1\r\nHost: gateway\r\n\r\n",
+        "not an HTTP/1.1 request (TLS to a plain-HTTP port, or an unknown method)",
+    ),
+}
+
+
+@pytest.mark.parametrize("refused_head", list(REFUSED_HEADS))
+async def test_a_refused_head_gets_the_same_problem_with_the_fast_path_or_without(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, refused_head: str
+) -> None:
+    """A request, then a head aiohttp's parser refuses, in one write: the answer, then
+    the same 400 problem both ways (status line, fields, type, title, detail), then
+    the connection closes (README, "Errors")."""
+    filter_parser_log(monkeypatch)
+    head, detail = REFUSED_HEADS[refused_head]
+    seen = {}
+    for fast_path in (False, True):
+        port = await listening(fast_path)
+        data = request_bytes(LIST, X_Request_ID="r-0") + head
+        (answer, refused), rest = await send_and_read_all(port, data, 2)
+        assert answer.status_line == "HTTP/1.1 200 OK"
+        assert rest == b"", "closed after the 400"
+        problem = orjson.loads(refused.body)
+        assert problem.pop("requestId") == refused.headers["x-request-id"]
+        names = sorted({name for name, _ in refused.fields} - {"date", "x-request-id"})
+        seen[fast_path] = (refused.status_line, refused.headers["content-type"], names, problem)
+    assert seen[False] == seen[True]
+    assert seen[False][:2] == ("HTTP/1.0 400 Bad Request", "application/problem+json")
+    assert seen[False][3] == {
+        "type": "urn:records-gateway:problem:malformed-request",
+        "title": "Malformed HTTP request",
+        "status": 400,
+        "detail": detail,
+        "instance": "/",
+    }
+
+
+@WAYS
+async def test_a_refused_head_after_a_read_with_a_body_is_a_problem_only_with_the_fast_path(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """A request with a body, answered, then a malformed head in a later read: the
+    fast path answers the problem; plain aiohttp has taken the connection over after
+    the body and answers its own plain-text 400 (README, "Errors")."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes(LIST, X_Request_ID="r-body", Content_Length="2") + b"ab")
+    first = await read_answer(reader)
+    assert first.headers["x-request-id"] == "r-body"
+    writer.write(MALFORMED)
+    (refused,), rest = await read_all(reader, 1)
+    writer.close()
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    content_type = refused.headers["content-type"].partition(";")[0]
+    assert content_type == ("application/problem+json" if fast_path else "text/plain")
+    assert rest == b""
+
+
+# heads at the edge of what aiohttp's parser takes
+ODD_HEADS = {
+    "http2-preface": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    "connect": b"CONNECT gateway:443 HTTP/1.1\r\nHost: gateway:443\r\n\r\n",
+    "upgrade": b"GET /users HTTP/1.1\r\nHost: g\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
+    "bare-lf": b"GET /users HTTP/1.1\nHost: g\n\n",
+    "folded-field": b"GET /users HTTP/1.1\r\nHost: g\r\nX-A: a\r\n b\r\n\r\n",
+    "nul-in-target": b"GET /us\x00ers HTTP/1.1\r\nHost: g\r\n\r\n",
+    "version-3": b"GET /users HTTP/3.0\r\nHost: g\r\n\r\n",
+    "tls-hello": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 32 + b"\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("odd_head", list(ODD_HEADS))
+async def test_an_odd_head_is_answered_alike_with_the_fast_path_or_without(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, odd_head: str
+) -> None:
+    """A request, then a head at the edge of what the parser takes, in one write: the
+    same status lines and content types both ways, and the connection closed."""
+    filter_parser_log(monkeypatch)
+    seen = {}
+    for fast_path in (False, True):
+        port = await listening(fast_path)
+        data = request_bytes(LIST, X_Request_ID="r-0") + ODD_HEADS[odd_head]
+        answers, _ = await send_and_read_all(port, data, 2)
+        seen[fast_path] = [(a.status_line, a.headers.get("content-type")) for a in answers]
+    assert seen[False] == seen[True]
+
+
+@WAYS
+async def test_a_head_split_across_reads_is_answered_and_a_refused_one_is_a_problem(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """A valid head sent in two writes, a moment apart, is answered; then a malformed
+    head sent in two writes gets the 400 problem, and the connection closes."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for head in (request_bytes(LIST, X_Request_ID="r-split"), MALFORMED):
+        writer.write(head[:20])
+        await writer.drain()
+        await asyncio.sleep(0.05)  # a read of its own: not asserted on, only arranged
+        writer.write(head[20:])
+        if head is MALFORMED:
+            break
+        answer = await read_answer(reader)
+        assert answer.status_line == "HTTP/1.1 200 OK"
+        assert answer.headers["x-request-id"] == "r-split"
+    (refused,), rest = await read_all(reader, 1)
+    writer.close()
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    assert refused.headers["content-type"] == "application/problem+json"
     assert rest == b""
