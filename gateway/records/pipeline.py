@@ -79,6 +79,10 @@ _SERVES_STALE = frozenset(
     {Outcome.STALE_REFRESH, Outcome.STALE_CIRCUIT_TRIAL, Outcome.STALE_CIRCUIT_OPEN}
 )
 _REFRESHES = frozenset({Outcome.STALE_REFRESH, Outcome.STALE_CIRCUIT_TRIAL})
+# the facts of a read without directives of a cached route, before and after a read
+# that found its entry fresh
+_PLAIN_UNREAD = Facts(caches=True, no_store=False, no_cache=False)
+_PLAIN_FRESH = _PLAIN_UNREAD._replace(state=EntryState.FRESH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +320,11 @@ class RecordPipeline:
         """Gather the facts, decide, act."""
         caches = self._cache is not None and job.ttl > 0
         no_cache = directives.no_cache and self._policy.honor_client_no_cache
-        outcome = decide(Facts(caches, directives.no_store, no_cache))
+        if caches and not no_cache and not directives.no_store:
+            facts = _PLAIN_UNREAD  # most reads: made once, not per read
+        else:
+            facts = Facts(caches, directives.no_store, no_cache)
+        outcome = decide(facts)
         if outcome is not _LOOKUP:
             return await self._past_cache(job, outcome, gzip)
         lookup, ended = await self._look_up(job.key, prior)
@@ -330,7 +338,7 @@ class RecordPipeline:
             )
         if state is _FRESH:
             # a fresh entry is a hit whatever else is known (decide's rule 4)
-            facts = Facts(True, False, False, state)
+            facts = _PLAIN_FRESH
         else:
             joins = ended is not None and self._filler.flight(
                 job.key, None if lookup is None else lookup.generations

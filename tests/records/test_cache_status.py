@@ -98,7 +98,7 @@ def test_label(outcome: Outcome, facts: dict[str, Any], expected: tuple[str, str
 
 @pytest.mark.parametrize("outcome", [O.LOOKUP, O.FAIL_CIRCUIT_OPEN])
 def test_outcomes_that_serve_nothing_have_no_label(outcome: Outcome) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="answers nothing from the cache"):
         label(outcome)
 
 
