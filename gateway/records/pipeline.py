@@ -428,9 +428,12 @@ class RecordPipeline:
             try:
                 fetched, joined = await self._filler.fill(job, generations, stale)
             except UpstreamError as exc:
-                if stale is None:
+                # raised here, not by a callee holding it (its frame would keep the
+                # error and the upstream's body in a cycle until the collector runs)
+                instead = None if stale is None else self._stale_instead(job, stale, exc, gzip)
+                if instead is None:
                     raise
-                return self._stale_instead(job, stale, exc, gzip)
+                return instead
         if self._metrics is not None and (joined or fetched.collapsed or fetched.stale):
             kind = "process" if joined else "fleet"
             self._metrics.coalesced.labels(job.query.route.name, kind).inc()
@@ -451,10 +454,10 @@ class RecordPipeline:
 
     def _stale_instead(
         self, job: FillJob, stale: CacheEntry, exc: UpstreamError, gzip: bool
-    ) -> Reply:
+    ) -> Reply | None:
         """``stale`` served instead of a fill that failed: at once when the circuit
-        opened, or for an outage (5xx, timeout, unreachable); never for a refusal,
-        which is raised."""
+        opened, or for an outage (5xx, timeout, unreachable); None for a refusal, which
+        the upstream's answer stands for."""
         now = self._clock()
         if isinstance(exc, UpstreamCircuitOpen):
             x_cache, status = label(Outcome.STALE_CIRCUIT_OPEN, left=stale.left(now))
@@ -467,7 +470,7 @@ class RecordPipeline:
                 Outcome.FILL_OR_STALE, stale=True, failed_status=exc.upstream_status or 0
             )
         else:
-            raise exc
+            return None
         representation = self._bodies.represent(stale, gzip)
         return _served(stale, representation, x_cache, status, age=stale.age(now))
 
