@@ -153,18 +153,12 @@ class Filler:
             return await self._unless_circuit_opens(run, f"GET {job.query.route.template}")
         return await run
 
-    async def fetch(
-        self, job: FillJob, generations: Generations | None, *, compress: bool = True
-    ) -> Filled:
-        """One upstream call for ``job``, not coalesced (see :meth:`_fetch`)."""
-        return await self._fetch(job, generations, compress=compress)
-
     async def refetch(self, job: FillJob) -> Filled:
         """One upstream call for ``job`` stored over its entry (one that did not
         decode), under the generations current now."""
         assert self._cache is not None
         lookup = await self._cache.get(job.key)
-        return await self._fetch(job, None if lookup is None else lookup.generations)
+        return await self.fetch(job, None if lookup is None else lookup.generations)
 
     def refresh(self, job: FillJob, generations: Generations) -> None:
         """One background refresh of ``job``'s entry (the read's decision says when:
@@ -202,7 +196,7 @@ class Filler:
         """
         cache = self._cache
         if cache is None or generations is None:
-            return await self._fetch(job, generations)
+            return await self.fetch(job, generations)
         key = job.key
         timeout_s = self._upstream.timeout_s
         token = await cache.take_lease(key, int(timeout_s * 1000))
@@ -217,7 +211,7 @@ class Filler:
                         return filled
                     if lookup is not None:
                         generations = lookup.generations  # a purge in between
-                return await self._fetch(job, generations)
+                return await self.fetch(job, generations)
             finally:
                 await cache.drop_lease(key, token)
         if stale is not None:
@@ -231,14 +225,14 @@ class Filler:
             held = await cache.leased(key)
             lookup = await cache.get(key)
             if lookup is None:
-                return await self._fetch(job, None)
+                return await self.fetch(job, None)
             filled = self._filled(lookup)
             if filled is not None:
                 return filled
             generations = lookup.generations
             if not held:
                 break
-        return await self._fetch(job, generations)
+        return await self.fetch(job, generations)
 
     def _filled(self, lookup: Lookup | None) -> Filled | None:
         """The entry another instance filled, if ``lookup`` found one still fresh."""
@@ -246,10 +240,11 @@ class Filler:
             return None
         return Filled(lookup.entry, stored=False, collapsed=True)
 
-    async def _fetch(
+    async def fetch(
         self, job: FillJob, generations: Generations | None, *, compress: bool = True
     ) -> Filled:
-        """Upstream, normalise, and store when ``generations`` says the cache is usable.
+        """One upstream call for ``job``, not coalesced: upstream, normalise, and store
+        when ``generations`` says the cache is usable.
         The body is compressed for the store, or else only when ``compress`` (a bypass
         whose one caller accepts gzip): a bypass for an identity caller, such as every
         request with ``cache.backend = "none"``, does not pay for a compression."""
