@@ -76,6 +76,11 @@ class CacheEntry:
         """Seconds of freshness left at ``now`` (at most 0 once its TTL is over)."""
         return self.ttl_s - self.age(now)
 
+    def is_fresh(self, now: float) -> bool:
+        """Whether the entry is within its TTL at ``now``: the one rule of freshness,
+        which every cache layer and the read's decision ask."""
+        return self.ttl_s - self.age(now) > 0
+
     def encode(self) -> bytes:
         etag = self.etag.encode("ascii")
         header = _HEADER.pack(

@@ -72,7 +72,7 @@ class MemoryBackend(QuietBackend):
         :meth:`_held` for what is dropped)."""
         now = self._clock()
         slot = self._held(text, current, now)
-        if slot is None or slot.entry.left(now) <= 0:
+        if slot is None or not slot.entry.is_fresh(now):
             return None
         self._slots.move_to_end(text)
         return slot.entry

@@ -99,9 +99,9 @@ class NearCache:
         reported for its route (not if a purge came in between)."""
         if not self.live or not self.enabled or self._known.get(key.route) != entry.generations:
             return
-        left = entry.left(self._clock())
-        if left > 0:
-            self._store.put(key.text, entry, left, route=key.route)
+        now = self._clock()
+        if entry.is_fresh(now):
+            self._store.put(key.text, entry, entry.left(now), route=key.route)
 
     def invalidate(self, route: str | None) -> None:
         self.epoch += 1

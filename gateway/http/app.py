@@ -65,7 +65,8 @@ from gateway.ops.tracers import tracer_for
 from gateway.ops.tracing import Tracer
 from gateway.ops.ttl_advice import Policy
 from gateway.records.keys import Keyer
-from gateway.records.pipeline import CachePolicy, RecordPipeline
+from gateway.records.pipeline import RecordPipeline
+from gateway.records.policy import CachePolicy
 from gateway.routing.routes import RouteTable
 from gateway.routing.standard import ROUTES
 from gateway.upstream.client import UpstreamClient

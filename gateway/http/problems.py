@@ -19,7 +19,7 @@ from gateway.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from gateway.records.pipeline import CACHE_NAME, CIRCUIT_OPEN
+from gateway.records.cache_status import circuit_open_label
 
 PROBLEM_JSON = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:records-gateway:problem:"
@@ -151,7 +151,7 @@ def _upstream_problem(request: web.Request, exc: UpstreamError, request_id: str)
             extra={"retryAfter": exc.retry_after_s},
             headers={
                 "Retry-After": str(exc.retry_after_s),
-                "Cache-Status": f"{CACHE_NAME}; detail={CIRCUIT_OPEN}",
+                "Cache-Status": circuit_open_label(),
             },
         )
     if isinstance(exc, UpstreamTimeout):

@@ -11,6 +11,11 @@ after that it is served at once while one background refresh runs; within
 ``stale_if_error_s`` it is served instead of an upstream failure (5xx, timeout,
 unreachable). Misses for one key in one process make one upstream call.
 
+A read gathers what is known (``gateway.records.decision.Facts``), asks
+:func:`~gateway.records.decision.decide` for its one outcome, and acts on it: serve the
+entry, fill it (``gateway.records.fill.Filler``), or fail; its reply is labelled by
+``gateway.records.cache_status``.
+
 Refusals: an upstream 401 or 403 to any fetch of a key (a miss, a background refresh,
 a fetch for ``no-cache`` or ``no-store``) removes that key's entry, which is one
 token's, for every instance; a 404 removes it too, or replaces it with a negative
@@ -34,86 +39,50 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from gateway.cache.backend import OWN_LEASE
 from gateway.cache.breaker import GuardedCache
 from gateway.cache.clock import Clock
-from gateway.cache.coding import IdentityBodies, Representation, stored_body
-from gateway.cache.entry import (
-    IDENTITY,
-    CacheCorrupt,
-    CacheEntry,
-    CacheKey,
-    Generations,
-    Lookup,
-    etag_of,
-)
+from gateway.cache.coding import IdentityBodies, Representation
+from gateway.cache.entry import IDENTITY, CacheCorrupt, CacheEntry, CacheKey, Lookup
 from gateway.comparison.shadow import Shadow
-from gateway.config.settings import CacheSettings
-from gateway.errors import (
-    UpstreamCircuitOpen,
-    UpstreamError,
-    UpstreamRejected,
-)
+from gateway.errors import UpstreamCircuitOpen, UpstreamError, UpstreamRejected
 from gateway.normalise.normaliser import Normaliser
 from gateway.ops.circuit import CircuitState
 from gateway.ops.metrics import Metrics
 from gateway.ops.trace import CACHE_LOOKUP, cache_read
-from gateway.records.coalesce import Coalescer
+from gateway.records.cache_status import HIT, hit_label, label
+from gateway.records.cache_status import hit_status as hit_status
 from gateway.records.credentials import Credentials
+from gateway.records.decision import (
+    Circuit,
+    EntryState,
+    Facts,
+    Outcome,
+    decide,
+    entry_state,
+)
+from gateway.records.fill import Filled, Filler, FillJob
 from gateway.records.keys import Keyer
+from gateway.records.policy import CachePolicy as CachePolicy
 from gateway.records.routes import RecordQuery
-from gateway.routing.routes import RouteTable
-from gateway.routing.standard import ROUTES
-from gateway.upstream.client import UpstreamClient, UpstreamReply, is_outage
+from gateway.upstream.client import UpstreamClient, is_outage
 
 log = logging.getLogger("gateway.pipeline")
 _CLOSED = CircuitState.CLOSED
-CACHE_NAME = "records-gateway"
-
-# the Cache-Status detail of an answer given without calling the upstream because
-# its circuit is open
-CIRCUIT_OPEN = "upstream-circuit-open"
-
-# the upstream's refusals after which a key's entry is not served again: the token is
-# refused (401, 403) or the record is gone (404)
-_DROPPED_ON = frozenset({401, 403, 404})
-
-HIT = "HIT"
-MISS = "MISS"
-STALE = "STALE"
-BYPASS = "BYPASS"
-
-
-@dataclass(frozen=True, slots=True)
-class CachePolicy:
-    """The tunable part of caching (reloadable without a restart)."""
-
-    ttl_s: dict[str, int]
-    stale_while_revalidate_s: int
-    stale_if_error_s: int
-    negative_ttl_s: int
-    honor_client_no_cache: bool
-
-    @classmethod
-    def from_settings(cls, settings: CacheSettings, routes: RouteTable = ROUTES) -> CachePolicy:
-        """The policy of ``settings``; a route of ``routes`` that the settings hold no
-        TTL for has the TTL it declares."""
-        return cls(
-            ttl_s=routes.ttls(settings.ttl_s.model_dump()),
-            stale_while_revalidate_s=settings.stale_while_revalidate_s,
-            stale_if_error_s=settings.stale_if_error_s,
-            negative_ttl_s=settings.negative_ttl_s,
-            honor_client_no_cache=settings.honor_client_no_cache,
-        )
-
-    def lifetime_s(self, ttl_s: int) -> int:
-        """How long an entry lives in the backend: its TTL plus the larger window."""
-        return ttl_s + max(self.stale_while_revalidate_s, self.stale_if_error_s)
+_LOOKUP = Outcome.LOOKUP
+_HIT = Outcome.HIT
+_FRESH = EntryState.FRESH
+_SERVES_STALE = frozenset(
+    {Outcome.STALE_REFRESH, Outcome.STALE_CIRCUIT_TRIAL, Outcome.STALE_CIRCUIT_OPEN}
+)
+_REFRESHES = frozenset({Outcome.STALE_REFRESH, Outcome.STALE_CIRCUIT_TRIAL})
+# the facts of a read without directives of a cached route, before and after a read
+# that found its entry fresh
+_PLAIN_UNREAD = Facts(caches=True, no_store=False, no_cache=False)
+_PLAIN_FRESH = _PLAIN_UNREAD._replace(state=EntryState.FRESH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,56 +120,6 @@ class StoredRead(NamedTuple):
     lookup: Lookup | None
 
 
-class _Read(NamedTuple):
-    """One read, as the upstream fetch and the store need it; ``replaced``, the cached
-    answer its fetch replaces (expired, or asked past with ``no-cache``), whose ETag and
-    age are the evidence of how often the route's answers change."""
-
-    key: CacheKey
-    query: RecordQuery
-    credentials: Credentials
-    request_id: str
-    ttl: int
-    replaced: CacheEntry | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Fetched:
-    """The outcome of one fill, shared by every request of the process that waited
-    for it: this process's upstream call (stored or not), or the entry another
-    instance filled (``collapsed``), or a stale entry while another instance fills
-    (``stale``). ``plain`` is the identity body when this process made the entry."""
-
-    entry: CacheEntry
-    stored: bool
-    collapsed: bool = False
-    stale: bool = False
-    plain: bytes | None = None
-
-
-class _Flight(NamedTuple):
-    """What a fill in this process is for: a key, under the purge generations its
-    read saw (None: the cache could not say)."""
-
-    key: str
-    generations: Generations | None
-
-    def joins(self, other: object) -> bool:
-        """Whether a request of this flight may take ``other``'s result: the same
-        key, and no purge between them that both could see (a request whose cache
-        read failed, or a fill begun without the cache, knows of none)."""
-        if not isinstance(other, _Flight) or other.key != self.key:
-            return False
-        mine, theirs = self.generations, other.generations
-        return mine is None or theirs is None or mine == theirs
-
-
-# How often a process waiting for another instance's fill looks for its entry: soon
-# at first (a fast upstream answers within milliseconds), then at most every 50 ms.
-_FIRST_POLL_S = 0.005
-_POLL_LIMIT_S = 0.05
-
-
 class RecordPipeline:
     """Serves validated record reads from the cache or the upstream, normalised."""
 
@@ -220,19 +139,33 @@ class RecordPipeline:
         """``shadow``: where the answers of upstream calls are offered to be compared
         with a candidate's (gateway.comparison.shadow)."""
         self._metrics = metrics
-        self._shadow = shadow
         self._bodies = bodies
         self._upstream = upstream
-        self._normaliser = normaliser
         self._cache = cache
         self._keyer = keyer
-        self.policy = policy
+        self._policy = policy
         self._clock = clock
-        self._inflight: Coalescer[_Fetched] = Coalescer()
+        self._filler = Filler(
+            upstream=upstream,
+            normaliser=normaliser,
+            cache=cache,
+            policy=policy,
+            clock=clock,
+            metrics=metrics,
+            shadow=shadow,
+        )
         # reads in progress (read, stored_fresh), and the future of quiet() while
         # someone waits for them to end
         self._reads = 0
         self._quiet: asyncio.Future[None] | None = None
+
+    @property
+    def policy(self) -> CachePolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: CachePolicy) -> None:
+        self._policy = self._filler.policy = policy
 
     @property
     def keyer(self) -> Keyer:
@@ -254,7 +187,7 @@ class RecordPipeline:
     @property
     def in_flight(self) -> int:
         """Upstream fetches and background refreshes running now."""
-        return len(self._inflight)
+        return len(self._filler.flights)
 
     @property
     def reads_in_progress(self) -> int:
@@ -282,7 +215,7 @@ class RecordPipeline:
 
     async def close(self) -> None:
         """Cancel background refreshes and fetches still in flight."""
-        await self._inflight.close()
+        await self._filler.close()
 
     @property
     def caches(self) -> bool:
@@ -326,7 +259,7 @@ class RecordPipeline:
         finally:
             self._read_ended()
         entry = None if lookup is None else lookup.entry
-        if entry is not None and entry.status == 200 and entry.left(self._clock()) > 0:
+        if entry is not None and entry.status == 200 and entry.is_fresh(self._clock()):
             return StoredRead(entry, key.text, lookup)
         return StoredRead(None, key.text, lookup)
 
@@ -336,7 +269,7 @@ class RecordPipeline:
         Raises CacheCorrupt when a stored gzip body does not decompress."""
         return self._bodies.represent(entry, gzip)
 
-    def _represent_fill(self, fetched: _Fetched, gzip: bool) -> Representation:
+    def _represent_fill(self, fetched: Filled, gzip: bool) -> Representation:
         """The representation of a fill's entry: its identity body as this process
         made it, when the caller gets identity and there is one."""
         plain = fetched.plain
@@ -362,10 +295,10 @@ class RecordPipeline:
 
         A stored gzip body that does not decompress is a cache fault, never the
         caller's: the answer is fetched again and stored over it."""
-        ttl = self.policy.ttl_s.get(query.route.name, 0)
+        ttl = self._policy.ttl_s.get(query.route.name, 0)
         if key is None:
             key = self._keyer.key(query, credentials)
-        job = _Read(key, query, credentials, request_id, ttl)
+        job = FillJob(key, query, credentials, request_id, ttl)
         self._reads += 1
         try:
             return await self._read(job, directives, gzip, prior)
@@ -374,35 +307,76 @@ class RecordPipeline:
                 "a cached entry does not decompress; answered from the upstream",
                 extra={"route": query.route.template, "error": str(exc)},
             )
-            fetched = await self._fetch(job, await self._current_generations(key))
-            detail = "fwd=miss; stored" if fetched.stored else "fwd=miss"
-            return _served(
-                fetched.entry, self._represent_fill(fetched, gzip), MISS, detail, left=ttl
-            )
+            fetched = await self._filler.refetch(job)
+            x_cache, status = label(Outcome.FILL, stored=fetched.stored)
+            representation = self._represent_fill(fetched, gzip)
+            return _served(fetched.entry, representation, x_cache, status, left=ttl)
         finally:
             self._read_ended()
 
     async def _read(
-        self, job: _Read, directives: Directives, gzip: bool, prior: StoredRead | None = None
+        self, job: FillJob, directives: Directives, gzip: bool, prior: StoredRead | None
     ) -> Reply:
-        key, query, credentials, request_id, ttl, _ = job
-        policy = self.policy
-        if self._cache is None or ttl == 0 or directives.no_store:
-            detail = "fwd=request" if directives.no_store and self._cache and ttl else "fwd=bypass"
-            fetched = await self._fetch(job, None, compress=gzip)
-            return _served(fetched.entry, self._represent_fill(fetched, gzip), BYPASS, detail)
-        if directives.no_cache and policy.honor_client_no_cache:
-            current = await self._cache.get(key)
-            if current is not None and _holds_answer(current.entry):
-                job = _Read(key, query, credentials, request_id, ttl, current.entry)
-            generations = None if current is None else current.generations
-            fetched = await self._fetch(job, generations)
-            stored = "; stored" if fetched.stored else ""
-            representation = self._represent_fill(fetched, gzip)
-            return _served(fetched.entry, representation, BYPASS, f"fwd=request{stored}", left=ttl)
+        """Gather the facts, decide, act."""
+        caches = self._cache is not None and job.ttl > 0
+        no_cache = directives.no_cache and self._policy.honor_client_no_cache
+        if caches and not no_cache and not directives.no_store:
+            facts = _PLAIN_UNREAD  # most reads: made once, not per read
+        else:
+            facts = Facts(caches, directives.no_store, no_cache)
+        outcome = decide(facts)
+        if outcome is not _LOOKUP:
+            return await self._past_cache(job, outcome, gzip)
+        lookup, ended = await self._look_up(job.key, prior)
+        now = self._clock()
+        if lookup is None:
+            state = EntryState.UNAVAILABLE
+        else:
+            policy = self._policy
+            state = entry_state(
+                lookup.entry, now, policy.stale_while_revalidate_s, policy.stale_if_error_s
+            )
+        if state is _FRESH:
+            # a fresh entry is a hit whatever else is known (decide's rule 4)
+            facts = _PLAIN_FRESH
+        else:
+            joins = ended is not None and self._filler.flight(
+                job.key, None if lookup is None else lookup.generations
+            ).joins(ended[0])
+            facts = Facts(True, False, False, state, self._circuit(), joins)
+        outcome = decide(facts)
+        entry = None if lookup is None else lookup.entry
+        if outcome is _HIT and entry is not None:
+            return hit_reply(entry, now, self._bodies.represent(entry, gzip))
+        if entry is not None and _holds_answer(entry):
+            job = job._replace(replaced=entry)
+        if outcome in _SERVES_STALE and lookup is not None and entry is not None:
+            if outcome in _REFRESHES:
+                self._filler.refresh(job, lookup.generations)
+            x_cache, status = label(outcome, left=entry.left(now))
+            return _served(
+                entry, self._bodies.represent(entry, gzip), x_cache, status, age=entry.age(now)
+            )
+        if outcome is Outcome.FAIL_CIRCUIT_OPEN:
+            raise self._upstream.circuit_open(f"GET {job.query.route.template}")
+        return await self._fill(job, outcome, lookup, ended, gzip)
 
-        inflight = self._inflight
-        ticket = inflight.reading(key.text)
+    def _circuit(self) -> Circuit:
+        """The upstream's circuit as this read sees it."""
+        upstream = self._upstream
+        breaker = upstream.breaker
+        if breaker is None or breaker.state is _CLOSED:
+            return Circuit.CLOSED
+        return Circuit.TRIAL_DUE if upstream.available else Circuit.HELD
+
+    async def _look_up(
+        self, key: CacheKey, prior: StoredRead | None
+    ) -> tuple[Lookup | None, tuple[Hashable, Filled] | None]:
+        """This request's read of the cache (``prior``'s when it made one), and a fill
+        of the key that ended while it read."""
+        assert self._cache is not None
+        flights = self._filler.flights
+        ticket = flights.reading(key.text)
         try:
             if prior is not None and prior.key_text == key.text:
                 lookup = prior.lookup
@@ -416,317 +390,89 @@ class RecordPipeline:
                         else ("absent" if lookup.entry is None else "found"),
                     )
         finally:
-            ended = inflight.done_reading(key.text, ticket)
-        stale: CacheEntry | None = None
-        if lookup is not None and lookup.entry is not None:
-            entry = lookup.entry
-            now = self._clock()
-            age, left = entry.age(now), entry.left(now)
-            if left > 0:
-                return hit_reply(entry, now, self._bodies.represent(entry, gzip))
-            if _holds_answer(entry):
-                job = _Read(key, query, credentials, request_id, ttl, entry)
-            overdue = -left
-            if overdue < policy.stale_while_revalidate_s:
-                self._refresh(job, lookup.generations)
-                status = hit_status(-int(overdue) or -1)
-                breaker = self._upstream.breaker
-                if breaker is not None and breaker.state is not _CLOSED:
-                    status = f"{status}; detail={CIRCUIT_OPEN}"
-                return _served(entry, self._bodies.represent(entry, gzip), STALE, status, age=age)
-            if overdue < policy.stale_if_error_s:
-                stale = entry
+            ended = flights.done_reading(key.text, ticket)
+        return lookup, ended
 
-        generations = lookup.generations if lookup is not None else None
-        upstream = self._upstream
-        if upstream.breaker is not None and upstream.breaker.state is not _CLOSED:
-            # the upstream is down: answer now with what is held, or fail now
-            if stale is not None:
-                if upstream.available and generations is not None:
-                    self._refresh(job, generations)  # the circuit's trial, in the background
-                return self._circuit_stale(stale, gzip)
-            if not upstream.available:
-                raise upstream.circuit_open(f"GET {query.route.template}")
-        flight = _Flight(key.text, generations)
-        if flight not in inflight:
-            for other in inflight.flights():
-                if isinstance(other, _Flight) and flight.joins(other):
-                    flight = other
-                    break
-        try:
-            if ended is not None and flight.joins(ended[0]):
-                fetched, joined = ended[1], True  # a fill that ended while this read ran
-            elif stale is not None and upstream.breaker is not None:
-                fetched, joined = await self._unless_circuit_opens(
-                    inflight.run(flight, key.text, lambda: self._fill(job, generations, stale)),
-                    f"GET {query.route.template}",
-                )
-            else:
-                fetched, joined = await inflight.run(
-                    flight, key.text, lambda: self._fill(job, generations, stale)
-                )
-        except UpstreamError as exc:
-            if stale is not None and isinstance(exc, UpstreamCircuitOpen):
-                return self._circuit_stale(stale, gzip)
-            if stale is not None and is_outage(exc):
-                log.info(
-                    "serving stale entry instead of an upstream failure",
-                    extra={"route": query.route.template, "error": exc.detail},
-                )
-                status = f"; fwd-status={exc.upstream_status}" if exc.upstream_status else ""
-                return _served(
-                    stale,
-                    self._bodies.represent(stale, gzip),
-                    STALE,
-                    f"fwd=stale{status}",
-                    age=stale.age(self._clock()),
-                )
-            raise
-        if self._metrics is not None and (joined or fetched.collapsed or fetched.stale):
-            kind = "process" if joined else "fleet"
-            self._metrics.coalesced.labels(query.route.name, kind).inc()
-        representation = self._represent_fill(fetched, gzip)
-        if fetched.stale:
-            entry = fetched.entry
-            age = entry.age(self._clock())
-            return _served(entry, representation, STALE, "fwd=stale; collapsed", age=age)
-        if generations is None:
-            detail = "fwd=miss; detail=cache-unavailable"
-        elif fetched.collapsed:
-            detail = "fwd=miss; collapsed"
-        else:
-            detail = "fwd=miss; stored" if fetched.stored else "fwd=miss"
-        if fetched.collapsed:
-            left = max(0, int(fetched.entry.left(self._clock())))
-            age = fetched.entry.age(self._clock())
-            return _served(fetched.entry, representation, MISS, detail, age=age, left=left)
-        return _served(fetched.entry, representation, MISS, detail, left=ttl)
-
-    async def _unless_circuit_opens(
-        self, fill: Coroutine[Any, Any, tuple[_Fetched, bool]], what: str
-    ) -> tuple[_Fetched, bool]:
-        """The outcome of ``fill``, for a request holding a stale answer: raises
-        UpstreamCircuitOpen as soon as the upstream's circuit opens, instead of waiting
-        for a call the circuit says will fail (the fill goes on for whoever shares it)."""
-        breaker = self._upstream.breaker
-        assert breaker is not None
-        task = asyncio.ensure_future(fill)
-        opening = breaker.opening()
-        try:
-            try:
-                await asyncio.wait((task, opening), return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                task.cancel()
-                raise
-            if task.done():
-                return task.result()
-            task.add_done_callback(_outcome_taken)
-        finally:
-            # a failed task holds its exception, whose traceback holds this frame: no
-            # cycle may keep them (and the upstream's body) until the collector runs
-            del task
-        raise self._upstream.circuit_open(what)
-
-    def _circuit_stale(self, stale: CacheEntry, gzip: bool) -> Reply:
-        """``stale`` served in place of an upstream whose circuit is open."""
-        now = self._clock()
-        status = f"{hit_status(int(stale.left(now)) or -1)}; detail={CIRCUIT_OPEN}"
-        return _served(
-            stale, self._bodies.represent(stale, gzip), STALE, status, age=stale.age(now)
-        )
-
-    async def _current_generations(self, key: CacheKey) -> Generations | None:
+    async def _past_cache(self, job: FillJob, outcome: Outcome, gzip: bool) -> Reply:
+        """A read decided before the cache is read: a bypass (nothing stored; the
+        body compressed only for a caller that accepts gzip), or the caller's
+        ``no-cache`` (fetched and stored over the entry, which it replaces)."""
+        if outcome is not Outcome.REVALIDATE:
+            fetched = await self._filler.fetch(job, None, compress=gzip)
+            x_cache, status = label(outcome)
+            return _served(fetched.entry, self._represent_fill(fetched, gzip), x_cache, status)
         assert self._cache is not None
-        lookup = await self._cache.get(key)
-        return None if lookup is None else lookup.generations
-
-    def _refresh(self, job: _Read, generations: Generations) -> None:
-        """One background refresh of ``job``'s entry (none while the upstream's circuit
-        is open with no trial due: it could only fail)."""
-        if not self._upstream.available:
-            return
-
-        async def refresh() -> _Fetched:
-            try:
-                return await self._fill(job, generations, None)
-            except UpstreamCircuitOpen:
-                raise  # another call became the trial first: nothing new to say
-            except UpstreamError as exc:
-                if exc.upstream_status not in _DROPPED_ON:
-                    log.info(
-                        "background refresh failed; the stale entry stays",
-                        extra={"route": job.query.route.template, "error": exc.detail},
-                    )
-                raise
-
-        self._inflight.start(_Flight(job.key.text, generations), job.key.text, refresh)
+        current = await self._cache.get(job.key)
+        if current is not None and _holds_answer(current.entry):
+            job = job._replace(replaced=current.entry)
+        generations = None if current is None else current.generations
+        fetched = await self._filler.fetch(job, generations)
+        x_cache, status = label(outcome, stored=fetched.stored)
+        representation = self._represent_fill(fetched, gzip)
+        return _served(fetched.entry, representation, x_cache, status, left=job.ttl)
 
     async def _fill(
-        self, job: _Read, generations: Generations | None, stale: CacheEntry | None
-    ) -> _Fetched:
-        """This process's one fill of a missing entry; with a cache shared by several
-        instances, one instance's of the whole fleet.
-
-        The instance that takes the key's lease in the cache (for as long as an
-        upstream call may last) calls the upstream and stores the entry; the others
-        serve ``stale`` when they have it, or look for the filled entry (soon at first,
-        then every 50 ms) until it is there. They call the upstream themselves when the
-        lease is gone without an entry (the holder's call failed, or a purge came in
-        between; each of them then makes one call rather than wait for each other's in
-        turn), when the upstream timeout has passed since they began waiting (a holder
-        that died), or when the cache fails.
-        """
-        cache = self._cache
-        if cache is None or generations is None:
-            return await self._fetch(job, generations)
-        key = job.key
-        timeout_s = self._upstream.timeout_s
-        token = await cache.take_lease(key, int(timeout_s * 1000))
-        if token is not None:
-            try:
-                if token != OWN_LEASE:
-                    # another instance may have filled it and given the lease back since
-                    # this one read the cache
-                    lookup = await cache.get(key)
-                    filled = self._filled(lookup)
-                    if filled is not None:
-                        return filled
-                    if lookup is not None:
-                        generations = lookup.generations  # a purge in between
-                return await self._fetch(job, generations)
-            finally:
-                await cache.drop_lease(key, token)
-        if stale is not None:
-            return _Fetched(stale, stored=False, stale=True)
-        deadline = time.monotonic() + timeout_s
-        pause = _FIRST_POLL_S
-        while (left := deadline - time.monotonic()) > 0:
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, _POLL_LIMIT_S)
-            # the lease first: a holder stores its entry before it gives the lease back
-            held = await cache.leased(key)
-            lookup = await cache.get(key)
-            if lookup is None:
-                return await self._fetch(job, None)
-            filled = self._filled(lookup)
-            if filled is not None:
-                return filled
-            generations = lookup.generations
-            if not held:
-                break
-        return await self._fetch(job, generations)
-
-    def _filled(self, lookup: Lookup | None) -> _Fetched | None:
-        """The entry another instance filled, if ``lookup`` found one still fresh."""
-        if lookup is None or lookup.entry is None or lookup.entry.left(self._clock()) <= 0:
-            return None
-        return _Fetched(lookup.entry, stored=False, collapsed=True)
-
-    async def _fetch(
-        self, job: _Read, generations: Generations | None, *, compress: bool = True
-    ) -> _Fetched:
-        """Upstream, normalise, and store when ``generations`` says the cache is usable.
-        The body is compressed for the store, or else only when ``compress`` (a bypass
-        whose one caller accepts gzip): a bypass for an identity caller, such as every
-        request with ``cache.backend = "none"``, does not pay for a compression."""
-        key, query, credentials, request_id, ttl, replaced = job
-        upstream = self._upstream
-
-        def ask() -> Awaitable[UpstreamReply]:
-            return upstream.fetch(
-                query, authorization=credentials.authorization, request_id=request_id
-            )
-
-        try:
-            fetched = await ask()
-        except UpstreamRejected as exc:
-            await self._refused(job, exc, generations)
-            self._offer(job, exc.upstream_status or 0, None, ask)
-            raise
-        started = time.perf_counter()
-        body = self._normaliser.normalise(query, fetched.body)
-        etag = etag_of(body)
-        metrics = self._metrics
-        if metrics is not None:
-            metrics.normalised(query.route.name, time.perf_counter() - started)
-            if replaced is not None:
-                age = replaced.age(self._clock())
-                metrics.refreshed(query.route.name, replaced.etag != etag, age)
-        stores = generations is not None and self._cache is not None and ttl > 0
-        coded, coding = stored_body(body) if stores or compress else (body, IDENTITY)
-        entry = CacheEntry(
-            body=coded,
-            etag=etag,
-            stored_at=self._clock(),
-            ttl_s=ttl,
-            generations=generations or Generations(),
-            coding=coding,
-        )
-        stored = False
-        if stores and self._cache is not None:
-            stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
-        # once stored: a comparison is not begun before what its caller waits for is done
-        self._offer(job, fetched.status, fetched.body, ask, published=body)
-        return _Fetched(entry, stored, plain=body)
-
-    async def _refused(
-        self, job: _Read, exc: UpstreamRejected, generations: Generations | None
-    ) -> None:
-        """What the cache keeps of ``job``'s key once the upstream refused its caller:
-        after a 401 or 403, nothing (the token's entry is removed for every instance,
-        so that no stale answer outlives the refusal); after a 404, nothing, or the
-        negative entry (``cache.negative_ttl_s``) of a single record. A 429 says
-        nothing about the entry, which stays."""
-        cache = self._cache
-        status = exc.upstream_status
-        if cache is None or job.ttl == 0 or status not in _DROPPED_ON:
-            return
-        negative_ttl_s = self.policy.negative_ttl_s
-        if (
-            status == 404
-            and not job.query.route.is_list
-            and negative_ttl_s > 0
-            and generations is not None
-        ):
-            negative = CacheEntry(
-                body=exc.detail.encode(),
-                etag="",
-                stored_at=self._clock(),
-                ttl_s=negative_ttl_s,
-                status=404,
-                generations=generations,
-            )
-            if await cache.set(job.key, negative, negative_ttl_s):
-                return
-        if await cache.remove(job.key):
-            log.info(
-                "the upstream refused a cached answer's caller; the entry is removed",
-                extra={"route": job.query.route.template, "upstream_status": status},
-            )
-
-    def _offer(
         self,
-        job: _Read,
-        status: int,
-        body: bytes | None,
-        again: Callable[[], Awaitable[UpstreamReply]],
-        *,
-        published: bytes | None = None,
-    ) -> None:
-        """Offer an upstream answer (and ``published``, the bytes this fetch made of it)
-        to the shadow traffic, which samples, and compares once this request's caller
-        has its answer."""
-        shadow = self._shadow
-        if shadow is not None and shadow.enabled:
-            shadow.offer(
-                job.query,
-                authorization=job.credentials.authorization,
-                request_id=job.request_id,
-                status=status,
-                body=body,
-                again=again,
-                published=published,
+        job: FillJob,
+        outcome: Outcome,
+        lookup: Lookup | None,
+        ended: tuple[Hashable, Filled] | None,
+        gzip: bool,
+    ) -> Reply:
+        """A read decided as a fill (FILL, FILL_OR_STALE, TAKE_ENDED_FILL)."""
+        generations = None if lookup is None else lookup.generations
+        stale = lookup.entry if lookup is not None and outcome is Outcome.FILL_OR_STALE else None
+        if outcome is Outcome.TAKE_ENDED_FILL and ended is not None:
+            fetched, joined = ended[1], True
+        else:
+            try:
+                fetched, joined = await self._filler.fill(job, generations, stale)
+            except UpstreamError as exc:
+                # raised here, not by a callee holding it (its frame would keep the
+                # error and the upstream's body in a cycle until the collector runs)
+                instead = None if stale is None else self._stale_instead(job, stale, exc, gzip)
+                if instead is None:
+                    raise
+                return instead
+        if self._metrics is not None and (joined or fetched.collapsed or fetched.stale):
+            kind = "process" if joined else "fleet"
+            self._metrics.coalesced.labels(job.query.route.name, kind).inc()
+        representation = self._represent_fill(fetched, gzip)
+        x_cache, status = label(
+            outcome,
+            stored=fetched.stored,
+            collapsed=fetched.collapsed,
+            stale=fetched.stale,
+            cache_available=generations is not None,
+        )
+        entry = fetched.entry
+        if fetched.stale or fetched.collapsed:
+            now = self._clock()
+            left = 0 if fetched.stale else max(0, int(entry.left(now)))
+            return _served(entry, representation, x_cache, status, age=entry.age(now), left=left)
+        return _served(entry, representation, x_cache, status, left=job.ttl)
+
+    def _stale_instead(
+        self, job: FillJob, stale: CacheEntry, exc: UpstreamError, gzip: bool
+    ) -> Reply | None:
+        """``stale`` served instead of a fill that failed: at once when the circuit
+        opened, or for an outage (5xx, timeout, unreachable); None for a refusal, which
+        the upstream's answer stands for."""
+        now = self._clock()
+        if isinstance(exc, UpstreamCircuitOpen):
+            x_cache, status = label(Outcome.STALE_CIRCUIT_OPEN, left=stale.left(now))
+        elif is_outage(exc):
+            log.info(
+                "serving stale entry instead of an upstream failure",
+                extra={"route": job.query.route.template, "error": exc.detail},
             )
+            x_cache, status = label(
+                Outcome.FILL_OR_STALE, stale=True, failed_status=exc.upstream_status or 0
+            )
+        else:
+            return None
+        representation = self._bodies.represent(stale, gzip)
+        return _served(stale, representation, x_cache, status, age=stale.age(now))
 
 
 def _holds_answer(entry: CacheEntry | None) -> bool:
@@ -741,7 +487,7 @@ def hit_reply(entry: CacheEntry, now: float, representation: Representation) -> 
     answer, whichever path (aiohttp's or the fast path) sends it. It depends on ``now``
     only through :func:`hit_seconds`."""
     age_s, left_s = hit_seconds(entry, now)
-    return _served(entry, representation, HIT, hit_status(left_s), age=age_s, left=left_s)
+    return _served(entry, representation, HIT, hit_label(left_s), age=age_s, left=left_s)
 
 
 def hit_seconds(entry: CacheEntry, now: float) -> tuple[int, int]:
@@ -750,24 +496,11 @@ def hit_seconds(entry: CacheEntry, now: float) -> tuple[int, int]:
     return int(age), int(entry.ttl_s - age)
 
 
-def hit_status(left_s: int) -> str:
-    """The Cache-Status detail of a hit with ``left_s`` seconds of freshness left
-    (negative once stale)."""
-    return f"hit; ttl={left_s}"
-
-
-def _outcome_taken(task: asyncio.Future[Any]) -> None:
-    """Take the outcome of a fill nobody waits for any more (its failure was logged
-    where it happened; asyncio would report it again as never retrieved)."""
-    if not task.cancelled():
-        task.exception()
-
-
 def _served(
     entry: CacheEntry,
     representation: Representation,
     x_cache: str,
-    status: str,
+    cache_status: str,
     *,
     age: float = 0.0,
     left: int = 0,
@@ -781,7 +514,7 @@ def _served(
         body=body,
         etag=etag,
         x_cache=x_cache,
-        cache_status=f"{CACHE_NAME}; {status}",
+        cache_status=cache_status,
         age_s=int(age),
         max_age_s=left,
         coding=coding,

@@ -28,7 +28,7 @@ from gateway.cache.coding import gzip_etag, stored_body
 from gateway.cache.entry import GZIP, IDENTITY, CacheEntry, etag_of
 from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.http.binding import UPSTREAMS
-from gateway.records import pipeline as pipeline_module
+from gateway.records import fill as fill_module
 
 from ..conftest import FakeClock, GatewayFactory, base_url, redis_cache
 from .test_wire import Answer, count_full_reads, exchange, request_bytes, upstream_calls
@@ -513,7 +513,7 @@ async def test_a_bypass_is_compressed_only_for_a_caller_that_accepts_gzip(
         compressed.append(len(body))
         return compress(body)
 
-    monkeypatch.setattr(pipeline_module, "stored_body", counted)
+    monkeypatch.setattr(fill_module, "stored_body", counted)
     (plain,) = await exchange(port, request_bytes(LIST))
     assert (plain.headers["x-cache"], compressed) == ("BYPASS", [])
     (zipped,) = await exchange(port, gzip_request(LIST))
