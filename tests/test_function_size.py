@@ -1,6 +1,6 @@
 """No function of the serving core (``gateway/records``, ``gateway/http``,
 ``gateway/cache``, ``gateway/fastpath``) is longer than 60 lines, from its ``def`` to its
-last line, so that each reads on one screen. Functions that only
+last line, so that each reads on one screen (docs/architecture.md). Functions that only
 hold the OpenAPI document's schema data are apart: they are data, written as code."""
 
 from __future__ import annotations
