@@ -64,12 +64,25 @@ class Kind(Protocol):
         """The value taken when the parameter is absent; None: absent stays absent."""
 
 
+class Absent:
+    """What most kinds share: described by the parameter's own words, and absent when
+    not sent (a kind with a bound or a default says more)."""
+
+    __slots__ = ()
+
+    def describe(self, text: str, max_limit: int) -> str:
+        return text
+
+    def default(self, max_limit: int) -> str | None:
+        return None
+
+
 def _has_control(value: str) -> bool:
     return any(ch < " " or "\x7f" <= ch <= "\x9f" for ch in value)
 
 
 @dataclass(frozen=True, slots=True)
-class Text:
+class Text(Absent):
     """Any non-empty text of at most ``MAX_TEXT_LENGTH`` characters without control
     characters, as sent."""
 
@@ -99,12 +112,9 @@ class Text:
     def describe(self, text: str, max_limit: int) -> str:
         return f"{text} Non-empty, at most {MAX_TEXT_LENGTH} characters, no control characters."
 
-    def default(self, max_limit: int) -> str | None:
-        return None
-
 
 @dataclass(frozen=True, slots=True)
-class Integer:
+class Integer(Absent):
     """A whole number from ``low`` to ``high`` in plain digits; ``fallback`` when absent."""
 
     low: int
@@ -119,9 +129,6 @@ class Integer:
         if self.fallback is not None:
             schema["default"] = self.fallback
         return schema
-
-    def describe(self, text: str, max_limit: int) -> str:
-        return text
 
     def default(self, max_limit: int) -> str | None:
         return None if self.fallback is None else str(self.fallback)
@@ -160,7 +167,7 @@ def _bounded(name: str, raw: str, low: int, high: int, problems: Problems) -> st
 
 
 @dataclass(frozen=True, slots=True)
-class Day:
+class Day(Absent):
     """A real calendar date written YYYY-MM-DD; canonical in the same form."""
 
     def check(self, name: str, raw: str, problems: Problems, max_limit: int) -> str | None:
@@ -175,12 +182,6 @@ class Day:
 
     def schema(self, max_limit: int) -> dict[str, Any]:
         return {"type": "string", "format": "date"}
-
-    def describe(self, text: str, max_limit: int) -> str:
-        return text
-
-    def default(self, max_limit: int) -> str | None:
-        return None
 
 
 def canonical_decimal(value: str) -> str | None:
@@ -201,7 +202,7 @@ def canonical_decimal(value: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Amount:
+class Amount(Absent):
     """A finite decimal number of at most 40 digits once written out, as a Decimal's
     plain text (never a float); canonical without exponent or trailing zeros."""
 
@@ -219,15 +220,9 @@ class Amount:
     def schema(self, max_limit: int) -> dict[str, Any]:
         return {"type": "string", "pattern": f"^(?:{NUMBER_PATTERN.pattern})$"}
 
-    def describe(self, text: str, max_limit: int) -> str:
-        return text
-
-    def default(self, max_limit: int) -> str | None:
-        return None
-
 
 @dataclass(frozen=True, slots=True)
-class Choice:
+class Choice(Absent):
     """One of ``choices``, in any case; canonical in upper case."""
 
     choices: tuple[str, ...]
@@ -245,12 +240,9 @@ class Choice:
     def describe(self, text: str, max_limit: int) -> str:
         return f"{' or '.join(self.choices)}, {text}"
 
-    def default(self, max_limit: int) -> str | None:
-        return None
-
 
 @dataclass(frozen=True, slots=True)
-class Uuid:
+class Uuid(Absent):
     """A UUID in any case, with or without hyphens; canonical in lower-case hyphenated form."""
 
     def check(self, name: str, raw: str, problems: Problems, max_limit: int) -> str | None:
@@ -264,12 +256,6 @@ class Uuid:
 
     def schema(self, max_limit: int) -> dict[str, Any]:
         return {"type": "string", "format": "uuid"}
-
-    def describe(self, text: str, max_limit: int) -> str:
-        return text
-
-    def default(self, max_limit: int) -> str | None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
