@@ -56,14 +56,7 @@ from gateway.ops.trace import CACHE_LOOKUP, cache_read
 from gateway.records.cache_status import HIT, hit_label, label
 from gateway.records.cache_status import hit_status as hit_status
 from gateway.records.credentials import Credentials
-from gateway.records.decision import (
-    Circuit,
-    EntryState,
-    Facts,
-    Outcome,
-    decide,
-    entry_state,
-)
+from gateway.records.decision import Circuit, EntryState, Facts, Outcome, decide, entry_state
 from gateway.records.fill import Filled, Filler, FillJob
 from gateway.records.keys import Keyer
 from gateway.records.policy import CachePolicy as CachePolicy
