@@ -47,18 +47,23 @@ class GuardedCache:
         self.errors = 0
         self.last_error: str | None = None
         self._on_error = on_error
+        # whether what this process holds (fresh) is apart from what get reads
+        self._apart = backend.capabilities.shared
         self._monotonic = breaker.monotonic
         self._reads = OutcomeWindow(breaker.window_s)
         self._writes = OutcomeWindow(breaker.window_s)
         self._probes = OutcomeWindow(breaker.window_s)
 
-    async def get(self, key: CacheKey) -> Lookup | None:
-        """The lookup, or None when the cache cannot be used now (a miss). A fresh
-        entry held in this process answers first, while the circuit is closed, and is
-        not counted: it says nothing of the backend (a near-cache hit taken for a
-        Redis success would close a half-open circuit or dilute the failure share)."""
+    async def get(self, key: CacheKey, *, held_probed: bool = False) -> Lookup | None:
+        """The lookup, or None when the cache cannot be used now (a miss). For a shared
+        backend, a fresh entry held in this process (its near cache) answers first,
+        while the circuit is closed, and is not counted: it says nothing of the backend
+        (a near-cache hit taken for a Redis success would close a half-open circuit or
+        dilute the failure share). ``held_probed``: the caller already asked
+        :meth:`fresh` for ``key`` and found nothing, so it is not asked again. A backend
+        that is not shared (memory) is the process's own: its read is the one probe."""
         breaker = self.breaker
-        if breaker.state is _CLOSED:
+        if not held_probed and self._apart and breaker.state is _CLOSED:
             held = self.backend.fresh(key)
             if held is not None:
                 return Lookup(held, held.generations)

@@ -205,7 +205,8 @@ class Filler:
                 if token != OWN_LEASE:
                     # another instance may have filled it and given the lease back since
                     # this one read the cache
-                    lookup = await cache.get(key)
+                    # the store only: another instance's fill is not held here
+                    lookup = await cache.get(key, held_probed=True)
                     filled = self._filled(lookup)
                     if filled is not None:
                         return filled

@@ -238,8 +238,8 @@ class RecordPipeline:
 
     async def stored_fresh(self, key: CacheKey) -> StoredRead:
         """What ``read`` would find for a request without cache directives, read from
-        the cache when this process does not hold it, as ``read`` reads it (the
-        breaker, the near cache): its entry when it is a plain HIT; otherwise the
+        the shared store once :meth:`fresh` found nothing held in this process (it is
+        not asked again), through the breaker: its entry when it is a plain HIT; otherwise the
         lookup, for ``read`` of the same request to take as its own (``prior``), so
         that a request reads the cache once whichever way it is answered (twice would
         double Redis's load for misses and skew the breaker's share of failures)."""
@@ -248,7 +248,8 @@ class RecordPipeline:
             return StoredRead(None, key.text, None)
         self._reads += 1
         try:
-            lookup = await cache.get(key)
+            # held (fresh) was asked first and had nothing: not asked again
+            lookup = await cache.get(key, held_probed=True)
         finally:
             self._read_ended()
         entry = None if lookup is None else lookup.entry
