@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from gateway.cache.backend import SHARED
 from gateway.cache.breaker import GuardedCache
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
 from gateway.cache.memory import MemoryBackend
@@ -32,9 +33,11 @@ class Monotonic:
 
 class FaultyBackend(MemoryBackend):
     """A memory backend whose reads, writes and probes fail on demand, and whose PING
-    always answers (as a full or read-only Redis's does)."""
+    always answers (as a full or read-only Redis's does). Shared, as Redis is, with
+    ``held`` standing for what its near cache holds in this process."""
 
     name = "faulty"
+    capabilities = SHARED
 
     def __init__(self) -> None:
         super().__init__(max_bytes=1024 * 1024, clock=lambda: 1.0)
