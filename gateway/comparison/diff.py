@@ -35,7 +35,7 @@ from gateway.normalise.coercions import CanonicalError, json_type
 from gateway.normalise.normaliser import dump_canonical, json_path, parse_lossless
 from gateway.normalise.pages import Page, canonical_body
 from gateway.normalise.schema import CanonicalModel, NormaliseContext
-from gateway.routing.standard import ROUTES
+from gateway.routing.routes import Route
 
 KINDS = ("value", "type", "missing", "extra", "order", "length")
 # the path of an answer's HTTP status among the field paths
@@ -79,7 +79,7 @@ class Difference:
 
 
 def answer_of(
-    route: str,
+    route: Route,
     status: int,
     body: bytes | None,
     params: dict[str, str],
@@ -99,9 +99,7 @@ def answer_of(
                 page=_int_or_none(params.get("page")), limit=_int_or_none(params.get("limit"))
             )
             # canonicalising works in place: it gets a parse of its own
-            published = dump_canonical(
-                canonical_body(ROUTES.route(route).model, parse_lossless(body), context)
-            )
+            published = dump_canonical(canonical_body(route.model, parse_lossless(body), context))
         answer = Answer(status, sent, parse_lossless(published))
     except CanonicalError as exc:
         raise NotComparable(
@@ -116,7 +114,7 @@ def _int_or_none(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def compare(route: str, primary: Answer, candidate: Answer) -> list[Difference]:
+def compare(route: Route, primary: Answer, candidate: Answer) -> list[Difference]:
     """Every difference of ``candidate`` from ``primary``, both answers of ``route``;
     empty when they are the same. Answers of different statuses differ in their
     status only; two answers of the same error status are the same."""
@@ -276,10 +274,10 @@ def shown(value: Any) -> Any:
 
 
 @cache
-def schema_fields(route: str) -> frozenset[str]:
+def schema_fields(route: Route) -> frozenset[str]:
     """Every folded path of the published schema of ``route`` (and ``(status)``): the
     only field labels a report or a metric can carry."""
-    model = ROUTES.route(route).model
+    model = route.model
     paths: dict[str, str] = {STATUS_FIELD: "status"}
     if issubclass(model, Page):
         for name in model.model_fields:
@@ -292,9 +290,9 @@ def schema_fields(route: str) -> frozenset[str]:
 
 
 @cache
-def enumeration_fields(route: str) -> frozenset[str]:
+def enumeration_fields(route: Route) -> frozenset[str]:
     """The folded paths of ``route``'s enumerations (compared as sent too)."""
-    model = ROUTES.route(route).model
+    model = route.model
     paths: dict[str, str] = {}
     if issubclass(model, Page):
         _model_fields(model.item_model, "data[].", paths)
@@ -326,6 +324,6 @@ def _nested_model(annotation: Any) -> type[CanonicalModel] | None:
     return None
 
 
-def field_label(route: str, field: str) -> str:
+def field_label(route: Route, field: str) -> str:
     """``field`` when it is a path of ``route``'s published schema, else ``(other)``."""
     return field if field in schema_fields(route) else OTHER_FIELD

@@ -49,6 +49,7 @@ from gateway.config.settings import ShadowSettings, UpstreamSettings
 from gateway.errors import UpstreamContractError, UpstreamError, UpstreamRejected
 from gateway.ops.metrics import Metrics
 from gateway.ops.trace import CURRENT_TRACE, current_trace
+from gateway.routing.routes import Route
 from gateway.upstream.client import UpstreamClient, UpstreamQuery, UpstreamReply, outcome_of
 from gateway.upstream.link import UpstreamLink
 
@@ -64,7 +65,11 @@ AskAgain = Callable[[], Awaitable[UpstreamReply]]
 
 class ShadowQuery(UpstreamQuery, Protocol):
     """What the shadow needs of a request: what the upstream client needs, and its
-    query parameters (page and limit fill an envelope that leaves them out)."""
+    query parameters (page and limit fill an envelope that leaves them out), and its
+    route's declaration (the schema its answers are compared by)."""
+
+    @property
+    def route(self) -> Route: ...
 
     @property
     def params(self) -> tuple[tuple[str, str], ...]: ...
@@ -332,7 +337,7 @@ class Shadow:
             self._count(route, outcome)
             return
         # parsing and comparing whole bodies takes a while: not in the event loop
-        judged = await asyncio.to_thread(_judge, route, params, primary, candidate, published)
+        judged = await asyncio.to_thread(_judge, query.route, params, primary, candidate, published)
         if judged is None:
             return  # the primary's answer does not parse (the pipeline would not offer it)
         if isinstance(judged, str):
@@ -353,7 +358,7 @@ class Shadow:
                 pass  # the primary cannot say now: the differences stand as they are
             else:
                 itself = await asyncio.to_thread(
-                    _recheck, route, params, first, Sent(second.status, second.body)
+                    _recheck, query.route, params, first, Sent(second.status, second.body)
                 )
                 if itself is not None:
                     tally.learn_noise(route, differences, itself, request_id, secrets=secrets)
@@ -363,7 +368,7 @@ class Shadow:
         metrics = self._metrics
         if metrics is not None and outcome == "different":
             counts = Counter(
-                (field_label(route, d.field), d.kind)
+                (field_label(query.route, d.field), d.kind)
                 for d in differences
                 if not tally.is_noise(route, d)
             )
@@ -417,7 +422,7 @@ def _sent_of(exc: UpstreamError) -> Sent | str:
 
 
 def _judge(
-    route: str, params: dict[str, str], primary: Sent, candidate: Sent, published: bytes | None
+    route: Route, params: dict[str, str], primary: Sent, candidate: Sent, published: bytes | None
 ) -> tuple[Answer, list[Difference]] | str | None:
     """The primary's answer (``published``: its published bytes, when the gateway has
     them) and the candidate's differences from it; ``invalid-body`` when the
@@ -435,7 +440,7 @@ def _judge(
 
 
 def _recheck(
-    route: str, params: dict[str, str], first: Answer, second: Sent
+    route: Route, params: dict[str, str], first: Answer, second: Sent
 ) -> list[Difference] | None:
     """The differences of the primary's second answer from its first (None when they
     cannot be compared: another status, a body that does not fit)."""

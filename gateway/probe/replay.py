@@ -65,6 +65,8 @@ from gateway.errors import (
 from gateway.probe.sample import Sample, sample_requests, seed_queries, target
 from gateway.records.credentials import parse_authorization
 from gateway.records.routes import RecordQuery
+from gateway.routing.routes import RouteTable
+from gateway.routing.standard import ROUTES
 from gateway.upstream.client import UpstreamClient, outcome_of
 from gateway.upstream.link import UpstreamLink
 
@@ -225,14 +227,16 @@ async def run_compare(
     max_limit: int,
     queries: Sequence[RecordQuery] | None = None,
     source: str = "generated",
+    routes: RouteTable = ROUTES,
 ) -> Comparison:
-    """Send every request (None: the sample made from the primary's first pages) to
-    both upstreams, then judge them all (see the module's docstring)."""
+    """Send every request (None: the sample made from the primary's first pages of
+    ``routes``' lists) to both upstreams, then judge them all (see the module's
+    docstring)."""
     authorization = bearer(token)
     sample = (
         Sample(tuple(queries))
         if queries is not None
-        else await generated_sample(primary, authorization, max_limit=max_limit)
+        else await generated_sample(primary, authorization, max_limit=max_limit, routes=routes)
     )
     exchanges = await exchange_all(primary, candidate, sample.queries, authorization)
     tally = Tally(primary=primary.base_url, candidate=candidate.base_url)
@@ -242,17 +246,18 @@ async def run_compare(
 
 
 async def generated_sample(
-    primary: UpstreamClient, authorization: str, *, max_limit: int
+    primary: UpstreamClient, authorization: str, *, max_limit: int, routes: RouteTable = ROUTES
 ) -> Sample:
-    """The sample of ``gateway.probe.sample`` from the primary's first page of each list."""
+    """The sample of ``gateway.probe.sample`` from the primary's first page of each list
+    of ``routes``."""
     seeds: dict[str, Any] = {}
-    for name, query in seed_queries(max_limit=max_limit).items():
+    for name, query in seed_queries(max_limit=max_limit, routes=routes).items():
         answer = await _fetch_result(
             primary, query, authorization, f"{REQUEST_ID_PREFIX}seed-{name}"
         )
         if isinstance(answer, Answer) and answer.status == 200:
             seeds[name] = answer.published
-    return sample_requests(seeds, max_limit=max_limit)
+    return sample_requests(seeds, max_limit=max_limit, routes=routes)
 
 
 async def exchange_all(
@@ -294,7 +299,7 @@ async def _fetch_result(
             return Answer(status)
         return Failed(outcome_of(exc), exc.detail)
     try:
-        return answer_of(query.route.name, reply.status, reply.body, dict(query.params))
+        return answer_of(query.route, reply.status, reply.body, dict(query.params))
     except NotComparable as exc:
         return Failed("invalid-body", f"GET {query.route.template}: {exc.reason}")
 
@@ -312,12 +317,12 @@ def judge(
             checked.append((exchange, primary))
             continue
         first, again = primary
-        route, theirs = exchange.query.route.name, exchange.candidate
+        route, theirs = exchange.query.route, exchange.candidate
         differences = compare(route, first, theirs) if isinstance(theirs, Answer) else []
         if first.status == again.status:
             # (two statuses of the primary say nothing of which fields are noise)
             itself = compare(route, first, again)
-            tally.learn_noise(route, differences, itself, exchange.request_id, secrets=secrets)
+            tally.learn_noise(route.name, differences, itself, exchange.request_id, secrets=secrets)
         checked.append((exchange, differences))
     return [_record(tally, exchange, result, secrets) for exchange, result in checked]
 

@@ -3,7 +3,8 @@
 One :class:`Route` holds everything the gateway knows of a route: its path template
 and path parameter, its query parameters in canonical order, the rules between them,
 the record model its answers are normalised to, its TTL key and default, and, for an
-id route, the list route whose first record the probe asks for. A :class:`RouteTable`
+id route, the list route whose first record the probe asks for, and how ``compare``
+samples it (:mod:`gateway.routing.sampling`). A :class:`RouteTable`
 is what the rest of the gateway is given; :data:`gateway.routing.standard.ROUTES` is
 the one it serves unless told otherwise.
 """
@@ -16,6 +17,7 @@ from typing import Any, Protocol, overload
 
 from gateway.normalise.pages import Page, RecordModel
 from gateway.routing.parameters import Param, Problems
+from gateway.routing.sampling import Sampler
 
 # the bounds of every route's TTL (cache.ttl_s.<route>), in seconds
 MAX_TTL_S = 86_400
@@ -59,8 +61,11 @@ class Route:
     query: tuple[Param, ...] = ()
     path: Param | None = None
     rules: tuple[Rule, ...] = ()
-    # an id route: the list route whose first record's id the probe asks for
+    # an id route: the list route whose first record's id the probe asks for, and
+    # whose first page its sample reads
     listed_by: str | None = None
+    # what ``compare``'s sample asks of it, in order (gateway.routing.sampling)
+    sample: tuple[Sampler, ...] = ()
     query_params: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +76,11 @@ class Route:
             raise ValueError(f"route {self.name}: the path parameter must be the last segment")
         if not 0 <= self.ttl_s <= MAX_TTL_S:
             raise ValueError(f"route {self.name}: ttl_s must be from 0 to {MAX_TTL_S}")
+        declared = {*self.query_params, *([self.path.name] if self.path else [])}
+        for sampler in self.sample:
+            unknown = set(sampler.names()) - declared
+            if unknown:
+                raise ValueError(f"route {self.name}: sampled {sorted(unknown)} not declared")
 
     @property
     def path_param(self) -> str | None:

@@ -15,6 +15,7 @@ from gateway.routing.parameters import (
     Uuid,
 )
 from gateway.routing.routes import NotAfter, Route, RouteTable
+from gateway.routing.sampling import DaysAround, Each, First, Fixed, Spread, Together, Word
 
 # the reference upstream's own bound (nine digits): a larger page it refuses with 400,
 # which would reach the caller as a 502
@@ -22,6 +23,9 @@ MAX_PAGE = 999_999_999
 DEFAULT_PAGE = 1
 DEFAULT_LIMIT = 10
 TYPES = ("CASH", "BANK")
+# ids no record has: compare asks for them too, to compare the upstreams' 404s
+UNKNOWN_EXPENSE = "00000000-0000-4000-8000-000000000000"
+UNKNOWN_ACCOUNT = "records-gateway-compare-no-such-account"
 
 PAGE = Param("page", Integer(1, MAX_PAGE, DEFAULT_PAGE), "Page number.", example=DEFAULT_PAGE)
 LIMIT = Param("limit", PageSize(DEFAULT_LIMIT), "Items per page", example=2)
@@ -111,6 +115,27 @@ EXPENSES = Route(
         ),
     ),
     rules=(NotAfter("dateFrom", "dateTo"),),
+    sample=(
+        DaysAround("dateFrom", "dateTo", ("issueDate",)),
+        First("amount", ("amount",), paged=False),
+        Word("concept", ("description",)),
+        First("account", ("account", "name")),
+        Each("status", ("status",)),
+        Each("type", ("type",), within=TYPES),
+        # a username, and another user's id (of /users, else of the expenses' users)
+        First("user", ("username",), of="users", otherwise=("user",)),
+        First("user", ("id",), skip=1, of="users", otherwise=("user",)),
+        Together((("status", ("status",)), ("type", ("type",)))),
+        Together(
+            (
+                ("account", ("account", "name")),
+                ("user", ("user", "username")),
+                ("dateTo", ("issueDate",)),
+            ),
+            record=-1,
+        ),
+        Together((("status", ("status",)),), also=(("page", "2"),)),
+    ),
 )
 EXPENSE = Route(
     "expense",
@@ -127,6 +152,7 @@ EXPENSE = Route(
         example_from=("expense", "id"),
     ),
     listed_by="expenses",
+    sample=(Spread("expenseId", ("id",), 5), Fixed("expenseId", (UNKNOWN_EXPENSE,))),
 )
 ACCOUNTS = Route(
     "accounts",
@@ -145,6 +171,11 @@ ACCOUNTS = Route(
             example_from=("account", "bankCode"),
         ),
     ),
+    sample=(
+        Fixed("type", TYPES, paged=False),
+        First("bankCode", ("bankCode",), paged=False),
+        First("bankCode", ("bankCode",), paged=False, also=(("type", "BANK"),)),
+    ),
 )
 ACCOUNT = Route(
     "account",
@@ -161,6 +192,12 @@ ACCOUNT = Route(
         example_from=("account", "id"),
     ),
     listed_by="accounts",
+    sample=(
+        First("accountId", ("id",), count=8),
+        # by name too, escaped as one path segment
+        First("accountId", ("name",), count=4, unless=("id",)),
+        Fixed("accountId", (UNKNOWN_ACCOUNT,)),
+    ),
 )
 
 ROUTES = RouteTable((USERS, CLIENTS, EXPENSES, EXPENSE, ACCOUNTS, ACCOUNT))

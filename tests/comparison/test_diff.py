@@ -25,6 +25,7 @@ from gateway.comparison.diff import (
 from gateway.comparison.tally import EXAMPLES_KEPT, Tally
 from gateway.demo.dataset import generate_dataset
 from gateway.demo.representations import expense_json
+from gateway.routing.standard import ROUTES
 
 IDS = [f"0b9f0f1e-1111-4a4a-9a9a-{n:012d}" for n in range(1, 6)]
 
@@ -45,11 +46,14 @@ def page(*items: dict[str, Any], total: int | None = None) -> dict[str, Any]:
 
 
 def answer(route: str, body: dict[str, Any]) -> Answer:
-    return answer_of(route, 200, orjson.dumps(body), {"limit": "10"})
+    return answer_of(ROUTES.route(route), 200, orjson.dumps(body), {"limit": "10"})
 
 
 def diff(route: str, mine: dict[str, Any], theirs: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(d.field, d.kind) for d in compare(route, answer(route, mine), answer(route, theirs))]
+    declared = ROUTES.route(route)
+    return [
+        (d.field, d.kind) for d in compare(declared, answer(route, mine), answer(route, theirs))
+    ]
 
 
 def test_the_same_answer_has_no_difference() -> None:
@@ -59,7 +63,7 @@ def test_the_same_answer_has_no_difference() -> None:
 
 def test_an_amount_in_whole_units_is_a_value_difference_shown_as_published() -> None:
     differences = compare(
-        "expenses",
+        ROUTES.route("expenses"),
         answer("expenses", page(expense(0))),
         answer("expenses", page(expense(0, amount="17386"))),
     )
@@ -75,14 +79,18 @@ def test_the_same_items_in_another_order_are_one_order_difference() -> None:
 def test_an_order_difference_shows_the_ids_from_where_the_orders_part() -> None:
     mine = page(*(expense(n) for n in range(5)))
     theirs = page(expense(0), expense(1), expense(3), expense(2), expense(4))
-    differences = compare("expenses", answer("expenses", mine), answer("expenses", theirs))
+    differences = compare(
+        ROUTES.route("expenses"), answer("expenses", mine), answer("expenses", theirs)
+    )
     assert differences == [Difference("data", "order", IDS[2:], [IDS[3], IDS[2], IDS[4]])]
 
 
 def test_an_item_left_out_is_a_length_difference_and_a_missing_item_not_every_later_one() -> None:
     mine = page(expense(0), expense(1), expense(2))
     theirs = page(expense(0), expense(2), total=3)
-    differences = compare("expenses", answer("expenses", mine), answer("expenses", theirs))
+    differences = compare(
+        ROUTES.route("expenses"), answer("expenses", mine), answer("expenses", theirs)
+    )
     assert differences == [
         Difference("data", "length", 3, 2),
         Difference("data[]", "missing", IDS[1], None),
@@ -113,7 +121,9 @@ def test_a_value_where_the_primary_has_none_is_extra() -> None:
 
 def test_an_enumeration_spelt_otherwise_is_a_value_difference_with_the_values_as_sent() -> None:
     differences = compare(
-        "expense", answer("expense", expense(0)), answer("expense", expense(0, status="paid"))
+        ROUTES.route("expense"),
+        answer("expense", expense(0)),
+        answer("expense", expense(0, status="paid")),
     )
     assert differences == [Difference("status", "value", "PAID", "paid")]
 
@@ -125,7 +135,7 @@ def test_another_json_type_is_a_type_difference() -> None:
         answer("account", {"id": "a", "name": "Caja", "accountNumber": 12})
     mine = Answer(200, {}, {"total": 3, "data": []})
     theirs = Answer(200, {}, {"total": "3", "data": {}})
-    assert [(d.field, d.kind) for d in compare("accounts", mine, theirs)] == [
+    assert [(d.field, d.kind) for d in compare(ROUTES.route("accounts"), mine, theirs)] == [
         ("total", "type"),
         ("data", "type"),
     ]
@@ -146,23 +156,25 @@ def test_lists_without_ids_are_compared_by_position() -> None:
 
 def test_statuses_are_compared_first() -> None:
     ok = answer("account", {"id": "a", "name": "Caja"})
-    assert compare("account", ok, Answer(404)) == [Difference(STATUS_FIELD, "value", 200, 404)]
-    assert compare("account", Answer(404), Answer(404)) == []
+    assert compare(ROUTES.route("account"), ok, Answer(404)) == [
+        Difference(STATUS_FIELD, "value", 200, 404)
+    ]
+    assert compare(ROUTES.route("account"), Answer(404), Answer(404)) == []
 
 
 def test_a_body_that_is_not_json_or_not_the_schema_cannot_be_compared() -> None:
     with pytest.raises(NotComparable, match="not JSON"):
-        answer_of("users", 200, b"<html>", {})
+        answer_of(ROUTES.route("users"), 200, b"<html>", {})
     with pytest.raises(NotComparable, match=r"data\[0\]\.id"):
-        answer_of("expenses", 200, b'{"data": [{"id": "zz"}], "total": 1}', {})
+        answer_of(ROUTES.route("expenses"), 200, b'{"data": [{"id": "zz"}], "total": 1}', {})
 
 
 def test_field_labels_are_the_published_schemas_paths_only() -> None:
-    assert "data[].account.bank.code" in schema_fields("expenses")
-    assert "account.bank.code" in schema_fields("expense")
-    assert field_label("expenses", "data[].amount") == "data[].amount"
-    assert field_label("expenses", "data[].secret") == OTHER_FIELD
-    assert field_label("users", "data[].amount") == OTHER_FIELD
+    assert "data[].account.bank.code" in schema_fields(ROUTES.route("expenses"))
+    assert "account.bank.code" in schema_fields(ROUTES.route("expense"))
+    assert field_label(ROUTES.route("expenses"), "data[].amount") == "data[].amount"
+    assert field_label(ROUTES.route("expenses"), "data[].secret") == OTHER_FIELD
+    assert field_label(ROUTES.route("users"), "data[].amount") == OTHER_FIELD
 
 
 def _published(route: str, items: list[dict[str, Any]]) -> bytes:
@@ -178,13 +190,16 @@ def test_every_reference_page_equals_itself_and_a_change_of_one_amount_is_found(
         st.lists(st.sampled_from(dataset), min_size=1, max_size=8, unique_by=lambda e: e["id"])
     )
     body = _published("expenses", expenses)
-    mine = answer_of("expenses", 200, body, {})
-    assert compare("expenses", mine, answer_of("expenses", 200, body, {})) == []
+    mine = answer_of(ROUTES.route("expenses"), 200, body, {})
+    assert (
+        compare(ROUTES.route("expenses"), mine, answer_of(ROUTES.route("expenses"), 200, body, {}))
+        == []
+    )
     changed = copy.deepcopy(expenses)
     victim = data.draw(st.integers(0, len(changed) - 1))
     changed[victim]["amount"] = "0.0001"
-    theirs = answer_of("expenses", 200, _published("expenses", changed), {})
-    assert [(d.field, d.kind) for d in compare("expenses", mine, theirs)] == [
+    theirs = answer_of(ROUTES.route("expenses"), 200, _published("expenses", changed), {})
+    assert [(d.field, d.kind) for d in compare(ROUTES.route("expenses"), mine, theirs)] == [
         ("data[].amount", "value")
     ]
 

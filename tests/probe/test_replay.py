@@ -436,7 +436,7 @@ def test_noise_is_learned_from_every_request_before_any_is_judged() -> None:
 
     def answer(payment_id: str) -> Any:
         body = {"id": EXPENSE_ID, "paymentId": payment_id, "amount": "1.0000"}
-        return answer_of("expense", 200, orjson.dumps(body), {})
+        return answer_of(EXPENSE, 200, orjson.dumps(body), {})
 
     exchanges = [
         Exchange("compare-1", query, answer("P-1"), answer("P-1"), answer("P-1x")),

@@ -1,6 +1,7 @@
 """A route declared once is a route served: an extra route, declared in a test-only
 table with nothing but its declaration and the reference upstream's data for it, is
-validated, served, cached under its own TTL, documented and probed (docs/routes.md)."""
+validated, served, cached under its own TTL, documented, probed and sampled by compare
+(docs/routes.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from gateway.demo import REQUEST_LOG, create_demo_app
 from gateway.normalise.pages import UserPage
 from gateway.normalise.schema import User
 from gateway.probe.conformance import run_probe
+from gateway.probe.replay import run_compare
 from gateway.routing.parameters import Choice, Param, Uuid
 from gateway.routing.routes import Route, RouteTable
+from gateway.routing.sampling import Each, Fixed, Spread
 from gateway.routing.standard import PAGING, ROUTES
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.link import UpstreamLink
@@ -27,6 +30,7 @@ from ..conftest import AUTH, TOKEN, GatewayFactory, base_url
 PROBLEM = "application/problem+json"
 ADMIN = {"Authorization": "Bearer routes-admin-token-0123"}
 STAFF_TTL_S = 17
+UNKNOWN_MEMBER = "00000000-0000-4000-8000-0000000000ff"
 STAFF = Route(
     "staff",
     "/staff",
@@ -43,6 +47,7 @@ STAFF = Route(
             example="ADMIN",
         ),
     ),
+    sample=(Each("role", ("role",)),),
 )
 STAFF_MEMBER = Route(
     "staffMember",
@@ -53,6 +58,7 @@ STAFF_MEMBER = Route(
     text="One member of staff, by UUID.",
     path=Param("staffId", Uuid(), "The member's UUID."),
     listed_by="staff",
+    sample=(Spread("staffId", ("id",), 2), Fixed("staffId", (UNKNOWN_MEMBER,))),
 )
 EXTRA = RouteTable((*ROUTES, STAFF, STAFF_MEMBER))
 PEOPLE: list[dict[str, Any]] = [
@@ -181,6 +187,63 @@ async def test_the_probe_calls_and_checks_the_extra_routes(staff_upstream: TestS
         "account",
         "staffMember",
     ]
+
+
+async def test_compare_samples_the_extra_routes_as_declared_with_the_primarys_values(
+    staff_upstream: TestServer, aiohttp_server: AiohttpServer
+) -> None:
+    candidate = await aiohttp_server(create_demo_app(collections={"/staff": PEOPLE}))
+    primary_settings = UpstreamSettings(base_url=base_url(staff_upstream))
+    candidate_settings = UpstreamSettings(base_url=base_url(candidate))
+    async with UpstreamLink(primary_settings) as primary, UpstreamLink(candidate_settings) as other:
+        comparison = await run_compare(
+            UpstreamClient(primary, primary_settings),
+            UpstreamClient(other, candidate_settings),
+            TOKEN,
+            max_limit=100,
+            routes=EXTRA,
+        )
+
+    staff = [
+        (outcome.target, outcome.outcome)
+        for outcome in comparison.requests
+        if outcome.route in {"staff", "staffMember"}
+    ]
+    # the list's pages, then the id route's declared sample (two members spread over
+    # the first page, and an unknown one), then the list's (each role of the data)
+    assert staff == [
+        ("/staff?page=1&limit=20", "identical"),
+        ("/staff?page=2&limit=20", "identical"),
+        ("/staff?page=1&limit=10", "identical"),
+        (f"/staff/{PEOPLE[0]['id']}", "identical"),
+        (f"/staff/{PEOPLE[1]['id']}", "identical"),
+        (f"/staff/{UNKNOWN_MEMBER}", "identical"),
+        ("/staff?page=1&limit=20&role=ADMIN", "identical"),
+        ("/staff?page=1&limit=20&role=VIEWER", "identical"),
+    ]
+    assert comparison.gaps == ()
+
+    # the role filters were sent to both upstreams, as declared (the primary is asked
+    # each request twice, to tell noise from differences)
+    def roles(server: TestServer) -> list[str]:
+        return [dict(query)["role"] for query in staff_calls(server) if "role" in dict(query)]
+
+    assert roles(candidate) == ["ADMIN", "VIEWER"]
+    assert roles(staff_upstream) == ["ADMIN", "ADMIN", "VIEWER", "VIEWER"]
+
+
+def test_a_route_refuses_to_sample_a_parameter_it_does_not_declare() -> None:
+    with pytest.raises(ValueError, match=r"route staff: sampled \['colour'\] not declared"):
+        Route(
+            "staff",
+            "/staff",
+            UserPage,
+            1,
+            "listStaff",
+            "Staff.",
+            query=PAGING,
+            sample=(Each("colour", ("colour",)),),
+        )
 
 
 def test_the_ttl_settings_are_made_from_the_table() -> None:
