@@ -191,6 +191,12 @@ class UpstreamSettings(_UpstreamEndpoint):
             raise ValueError("must be letters, digits, '_', '-' or '.'")
         return value
 
+    @property
+    def param_names(self) -> dict[str, str]:
+        """The upstream's names of the query parameters it names otherwise than the
+        gateway: the gateway's name to the upstream's."""
+        return {"bankCode": self.bank_code_param}
+
     def candidate(self) -> UpstreamSettings:
         """These settings pointed at the shadow's candidate: its URL and TLS keys, the
         upstream's timeouts, body limit and parameter names; a pool of

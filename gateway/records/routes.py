@@ -9,7 +9,7 @@ so ``?limit=10&page=1``, ``?page=1`` and no query are one and the same request.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote, unquote_to_bytes
 
@@ -41,11 +41,10 @@ class RecordQuery:
         prefix = self.route.template.split("{", 1)[0]
         return prefix + encode_segment(self.path_value)
 
-    def upstream_params(self, bank_code_param: str) -> list[tuple[str, str]]:
-        """The query to send upstream, under the upstream's parameter names."""
-        return [
-            (bank_code_param if name == "bankCode" else name, value) for name, value in self.params
-        ]
+    def upstream_params(self, names: Mapping[str, str]) -> list[tuple[str, str]]:
+        """The query to send upstream, each parameter under the upstream's name for it
+        (``names``: the gateway's name to the upstream's, where they differ)."""
+        return [(names.get(name, name), value) for name, value in self.params]
 
     def canonical(self) -> str:
         """A stable text for this request, e.g. for a cache key."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -76,7 +77,7 @@ class UpstreamQuery(Protocol):
 
     def upstream_path(self) -> str: ...
 
-    def upstream_params(self, bank_code_param: str) -> list[tuple[str, str]]: ...
+    def upstream_params(self, names: Mapping[str, str]) -> list[tuple[str, str]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +244,7 @@ class UpstreamClient:
         url = self._urls.get(query.canonical_text)
         if url is None:
             text = self._settings.base_url + query.upstream_path()
-            params = query.upstream_params(self._settings.bank_code_param)
+            params = query.upstream_params(self._settings.param_names)
             if params:
                 text += "?" + urlencode(params, quote_via=quote, safe="")
             url = URL(text, encoded=True)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gateway.config.settings import UpstreamSettings
 from gateway.errors import InvalidParameters
 from gateway.records.routes import QueryMemo, RecordQuery, encode_segment, parse_record_query
 from gateway.routing.routes import Route
@@ -126,7 +127,8 @@ def test_bank_code_is_validated_and_renamed_upstream() -> None:
         "bankCode": "must not contain control characters"
     }
     query = parse(ACCOUNTS, [("bankCode", "007")])
-    assert query.upstream_params("bank_code") == [
+    names = UpstreamSettings(base_url="http://upstream", bank_code_param="bank_code").param_names
+    assert query.upstream_params(names) == [
         ("page", "1"),
         ("limit", "10"),
         ("bank_code", "007"),
