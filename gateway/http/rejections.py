@@ -38,15 +38,18 @@ STAND_IN_FIELD = "X-Records-Gateway-Refused"
 REFUSED_METHOD = "UNKNOWN"
 
 
+# the parser's errors by kind of refusal, the most specific first (LineTooLong and
+# BadHttpMethod are BadHttpMessages)
+_KINDS: tuple[tuple[type[BaseException], str], ...] = (
+    (LineTooLong, "line-too-long"),
+    (BadHttpMethod, "bad-method"),
+    (BadHttpMessage, "bad-message"),
+)
+
+
 def refusal_kind(exc: BaseException | None) -> str:
     """The kind of refusal (a key of ``DETAILS``) of the parser's error ``exc``."""
-    if isinstance(exc, LineTooLong):
-        return "line-too-long"
-    if isinstance(exc, BadHttpMethod):
-        return "bad-method"
-    if isinstance(exc, BadHttpMessage):
-        return "bad-message"
-    return "unreadable"
+    return next((kind for error, kind in _KINDS if isinstance(exc, error)), "unreadable")
 
 
 def problem_for_rejected(

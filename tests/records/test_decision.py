@@ -5,6 +5,7 @@ table of named cases states the documented behaviour."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -132,6 +133,13 @@ def test_an_ended_fill_is_taken_only_by_a_read_that_would_fill(facts: Facts) -> 
 
 
 PLAIN = Facts(caches=True, no_store=False, no_cache=False)
+SWR, SIE = S.STALE_REVALIDATE, S.STALE_IF_ERROR
+
+
+def plain(**changes: Any) -> Facts:
+    """A request without cache directives on a caching route, with ``changes``."""
+    return PLAIN._replace(**changes)
+
 
 CASES = [
     ("route-ttl-0-or-no-cache", Facts(False, False, False), O.BYPASS),
@@ -140,53 +148,29 @@ CASES = [
     ("no-store-beats-no-cache", Facts(True, True, True), O.BYPASS_NO_STORE),
     ("no-cache-honoured", Facts(True, False, True, S.FRESH), O.REVALIDATE),
     ("not-read-yet", PLAIN, O.LOOKUP),
-    ("fresh", PLAIN._replace(state=S.FRESH), O.HIT),
-    ("fresh-circuit-open", PLAIN._replace(state=S.FRESH, circuit=C.HELD), O.HIT),
-    ("absent", PLAIN._replace(state=S.ABSENT), O.FILL),
-    ("cache-unavailable", PLAIN._replace(state=S.UNAVAILABLE), O.FILL),
-    ("too-old", PLAIN._replace(state=S.EXPIRED), O.FILL),
-    ("stale-while-revalidate", PLAIN._replace(state=S.STALE_REVALIDATE), O.STALE_REFRESH),
-    (
-        "stale-while-revalidate-circuit-held",
-        PLAIN._replace(state=S.STALE_REVALIDATE, circuit=C.HELD),
-        O.STALE_CIRCUIT_OPEN,
-    ),
+    ("fresh", plain(state=S.FRESH), O.HIT),
+    ("fresh-circuit-open", plain(state=S.FRESH, circuit=C.HELD), O.HIT),
+    ("absent", plain(state=S.ABSENT), O.FILL),
+    ("cache-unavailable", plain(state=S.UNAVAILABLE), O.FILL),
+    ("too-old", plain(state=S.EXPIRED), O.FILL),
+    ("stale-while-revalidate", plain(state=SWR), O.STALE_REFRESH),
+    ("stale-while-revalidate-circuit-held", plain(state=SWR, circuit=C.HELD), O.STALE_CIRCUIT_OPEN),
     (
         "stale-while-revalidate-trial-due",
-        PLAIN._replace(state=S.STALE_REVALIDATE, circuit=C.TRIAL_DUE),
+        plain(state=SWR, circuit=C.TRIAL_DUE),
         O.STALE_CIRCUIT_TRIAL,
     ),
-    ("stale-if-error", PLAIN._replace(state=S.STALE_IF_ERROR), O.FILL_OR_STALE),
-    (
-        "stale-if-error-circuit-held",
-        PLAIN._replace(state=S.STALE_IF_ERROR, circuit=C.HELD),
-        O.STALE_CIRCUIT_OPEN,
-    ),
-    (
-        "stale-if-error-trial-due",
-        PLAIN._replace(state=S.STALE_IF_ERROR, circuit=C.TRIAL_DUE),
-        O.STALE_CIRCUIT_TRIAL,
-    ),
-    ("absent-circuit-held", PLAIN._replace(state=S.ABSENT, circuit=C.HELD), O.FAIL_CIRCUIT_OPEN),
-    (
-        "too-old-circuit-held",
-        PLAIN._replace(state=S.EXPIRED, circuit=C.HELD),
-        O.FAIL_CIRCUIT_OPEN,
-    ),
-    ("absent-trial-due-is-the-trial", PLAIN._replace(state=S.ABSENT, circuit=C.TRIAL_DUE), O.FILL),
-    (
-        "ended-fill-joins",
-        PLAIN._replace(state=S.ABSENT, ended_fill_joins=True),
-        O.TAKE_ENDED_FILL,
-    ),
-    (
-        "ended-fill-with-stale-if-error",
-        PLAIN._replace(state=S.STALE_IF_ERROR, ended_fill_joins=True),
-        O.TAKE_ENDED_FILL,
-    ),
+    ("stale-if-error", plain(state=SIE), O.FILL_OR_STALE),
+    ("stale-if-error-circuit-held", plain(state=SIE, circuit=C.HELD), O.STALE_CIRCUIT_OPEN),
+    ("stale-if-error-trial-due", plain(state=SIE, circuit=C.TRIAL_DUE), O.STALE_CIRCUIT_TRIAL),
+    ("absent-circuit-held", plain(state=S.ABSENT, circuit=C.HELD), O.FAIL_CIRCUIT_OPEN),
+    ("too-old-circuit-held", plain(state=S.EXPIRED, circuit=C.HELD), O.FAIL_CIRCUIT_OPEN),
+    ("absent-trial-due-is-the-trial", plain(state=S.ABSENT, circuit=C.TRIAL_DUE), O.FILL),
+    ("ended-fill-joins", plain(state=S.ABSENT, ended_fill_joins=True), O.TAKE_ENDED_FILL),
+    ("ended-fill-with-stale-if-error", plain(state=SIE, ended_fill_joins=True), O.TAKE_ENDED_FILL),
     (
         "ended-fill-circuit-held-fails",
-        PLAIN._replace(state=S.ABSENT, circuit=C.HELD, ended_fill_joins=True),
+        plain(state=S.ABSENT, circuit=C.HELD, ended_fill_joins=True),
         O.FAIL_CIRCUIT_OPEN,
     ),
 ]
