@@ -5,6 +5,7 @@ validated, served, cached under its own TTL, documented, probed and sampled by c
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from gateway.normalise.pages import UserPage
 from gateway.normalise.schema import User
 from gateway.probe.conformance import run_probe
 from gateway.probe.replay import run_compare
+from gateway.probe.sample import sample_requests, target
 from gateway.routing.parameters import Choice, Param, Uuid
 from gateway.routing.routes import Route, RouteTable
 from gateway.routing.sampling import Each, Fixed, Spread
@@ -230,6 +232,18 @@ async def test_compare_samples_the_extra_routes_as_declared_with_the_primarys_va
 
     assert roles(candidate) == ["ADMIN", "VIEWER"]
     assert roles(staff_upstream) == ["ADMIN", "ADMIN", "VIEWER", "VIEWER"]
+
+
+def test_a_route_without_a_sample_has_its_pages_asked_for_and_an_id_route_nothing() -> None:
+    unsampled = RouteTable((*ROUTES, replace(STAFF, sample=()), replace(STAFF_MEMBER, sample=())))
+    seeds = {"staff": {"data": PEOPLE, "totalPages": 1}}
+    sample = sample_requests(seeds, max_limit=100, routes=unsampled)
+
+    assert [target(q) for q in sample.queries if q.route.name in {"staff", "staffMember"}] == [
+        "/staff?page=1&limit=20",
+        "/staff?page=2&limit=20",
+        "/staff?page=1&limit=10",
+    ]
 
 
 def test_a_route_refuses_to_sample_a_parameter_it_does_not_declare() -> None:
