@@ -206,8 +206,6 @@ class Hits:
         """What a hit on ``head`` (read by the connection's ``reader``, whose tokens'
         fingerprints are in ``memo``) looks up, when it is a plain GET of a record
         route with a valid query and a bearer token; None otherwise."""
-        if self.lookup.caching_pipeline() is None:
-            return None
         read = reader.read(head)
         if read is None or read.authorization is None:
             return None

@@ -60,6 +60,12 @@ __all__ = [
 # resolve validates a query of fewer pairs than this (a route takes 10 at most); a
 # longer one, valid or not, is the handler's alone, so that it is read once
 FAST_PAIRS_MAX = 32
+# what resolve remembers of the targets it resolved, at most, in bytes: each charged
+# its request's path, query, Authorization and Accept-Encoding plus TARGET_COST_BYTES
+TARGETS_MAX_BYTES = 8 * 1024 * 1024
+TARGET_COST_BYTES = 400
+# a request whose four parts are longer than this together is resolved each time
+TARGET_PARTS_MAX = 4096
 
 
 def query_pairs(query_string: str) -> list[tuple[str, str]]:
@@ -138,6 +144,13 @@ class RecordLookup:
         self._headers_of = headers_of
         self.gzip_preferred = gzip_preferred
         self._memos = {route.name: QueryMemo() for route in routes}
+        self._targets: dict[tuple[str, str, str, str | None], Target] = {}
+        self._targets_bytes = 0
+
+    @property
+    def targets_bytes(self) -> int:
+        """The bytes charged for the targets :meth:`resolve` remembers."""
+        return self._targets_bytes
 
     def memo(self, route: Route) -> QueryMemo:
         """The memo of ``route``'s validated queries (shared by both ways in)."""
@@ -191,7 +204,29 @@ class RecordLookup:
         fingerprints: FingerprintMemo,
     ) -> Target | None:
         """What a GET of ``path`` and ``query_string`` with a bearer ``authorization``
-        looks up, when caching is on and its query is valid; None otherwise."""
+        looks up, when caching is on and its query is valid; None otherwise.
+
+        A target once resolved is remembered by those four parts (within
+        ``TARGETS_MAX_BYTES``) while it :meth:`holds`: the same request from any
+        connection is then resolved without validating, fingerprinting or keying
+        again."""
+        parts = (path, query_string, authorization, accept_encoding)
+        known = self._targets.get(parts)
+        if known is not None and self.holds(known):
+            return known
+        target = self._resolved(path, query_string, authorization, accept_encoding, fingerprints)
+        if target is not None:
+            self._remember(parts, target)
+        return target
+
+    def _resolved(
+        self,
+        path: str,
+        query_string: str,
+        authorization: str,
+        accept_encoding: str | None,
+        fingerprints: FingerprintMemo,
+    ) -> Target | None:
         pipeline = self.caching_pipeline()
         if pipeline is None:
             return None
@@ -208,6 +243,21 @@ class RecordLookup:
         key = keyer.key_for(query, fingerprint)
         gzip = self.gzip_preferred(accept_encoding)
         return Target(query, key, fingerprint, pipeline, max_limit, gzip)
+
+    def _remember(self, parts: tuple[str, str, str, str | None], target: Target) -> None:
+        size = sum(len(part) for part in parts if part is not None)
+        if size > TARGET_PARTS_MAX:
+            return
+        cost = size + TARGET_COST_BYTES
+        previous = self._targets.pop(parts, None)
+        if previous is not None:
+            self._targets_bytes -= cost
+        if self._targets_bytes + cost > TARGETS_MAX_BYTES:
+            # full: start again (what is asked again is resolved again, once)
+            self._targets.clear()
+            self._targets_bytes = 0
+        self._targets[parts] = target
+        self._targets_bytes += cost
 
     def holds(self, target: Target) -> bool:
         """Whether ``target`` was resolved under the pipeline and limits in force."""

@@ -5,13 +5,16 @@ read), and a miss handed on reaches only the handler of its own route."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.config.live import ConfigSource, LiveConfig
+from gateway.http.admin import LIVE
 from gateway.http.binding import UPSTREAMS
+from gateway.records import lookup as lookup_module
 from gateway.records.keys import Keyer
 from gateway.records.lookup import Miss, RecordLookup, Target, handing
 from gateway.routing.standard import ROUTES
@@ -60,6 +63,83 @@ async def test_a_miss_is_keyed_once_and_read_once_with_the_fast_path(
     (hit,) = await exchange(client.port, request_bytes(PAGE))
     assert hit.headers["x-cache"] == "HIT"
     assert hit.body == miss.body
+
+
+async def test_the_same_request_on_another_connection_is_not_keyed_again(
+    gateway_factory: GatewayFactory, upstream: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request resolved once (its query validated, its token's HMAC, its key) is
+    resolved from memory when any connection sends it again."""
+    client = await gateway_factory(base_url(upstream), server={"fast_path": True})
+    assert client.port is not None
+    hmacs = count_fingerprints(monkeypatch)
+    (miss,) = await exchange(client.port, request_bytes(PAGE))
+    hits = [(await exchange(client.port, request_bytes(PAGE)))[0] for _ in range(3)]
+
+    assert miss.headers["x-cache"] == "MISS"
+    assert [hit.headers["x-cache"] for hit in hits] == ["HIT"] * 3
+    assert all(hit.body == miss.body for hit in hits)
+    assert hmacs == [1]
+
+
+async def test_a_remembered_request_is_resolved_again_under_reloaded_limits(
+    gateway_factory: GatewayFactory, upstream: TestServer
+) -> None:
+    """A request remembered as valid under ``limits.max_limit = 100`` is a 400 problem,
+    with no upstream call, once a reload lowers the limit below what it asks."""
+    client = await gateway_factory(base_url(upstream), server={"fast_path": True})
+    assert client.port is not None
+    wide = "/users?limit=50"
+    (first,) = await exchange(client.port, request_bytes(wide))
+    (again,) = await exchange(client.port, request_bytes(wide))
+    assert first.status_line == "HTTP/1.1 200 OK"
+    assert again.headers["x-cache"] == "HIT"
+    live = client.app[LIVE]
+    narrower = live.settings.model_copy(
+        update={"limits": live.settings.limits.model_copy(update={"max_limit": 20})}
+    )
+    assert live.take(narrower).ok
+    calls = upstream_calls(upstream)
+
+    (refused,) = await exchange(client.port, request_bytes(wide))
+
+    assert refused.status_line == "HTTP/1.1 400 Bad Request"
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert b"limit" in refused.body
+    assert upstream_calls(upstream) == calls
+
+
+class _Fingerprints:
+    def known(self, keyer: Keyer, authorization: str) -> str | None:
+        return None
+
+    def remember(self, keyer: Keyer, authorization: str) -> str:
+        return keyer.fingerprint(authorization)
+
+
+def test_what_resolve_remembers_is_bounded_in_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lookup_module, "TARGETS_MAX_BYTES", 10_000)
+    lookup = RecordLookup(make_settings_live(), lambda reply: {}, lambda accept: False, ROUTES)
+    pipeline: Any = SimpleNamespace(
+        caches=True, keyer=Keyer(namespace="t", base_url="http://u", secret=b"s" * 32)
+    )
+    lookup.pipeline = pipeline
+    fingerprints = _Fingerprints()
+    first = lookup.resolve("/users", "page=1", "Bearer token-a", None, fingerprints)
+    assert first is not None
+    assert lookup.resolve("/users", "page=1", "Bearer token-a", None, fingerprints) is first
+    for page in range(2, 200):
+        assert lookup.resolve("/users", f"page={page}", "Bearer token-a", None, fingerprints)
+        assert lookup.targets_bytes <= 10_000
+    # the first was let go to stay within the bound, and is resolved anew
+    again = lookup.resolve("/users", "page=1", "Bearer token-a", None, fingerprints)
+    assert again is not first
+    assert again == first
+    # a request too long to remember is resolved each time
+    long_token = "Bearer " + "t" * 5000
+    long_first = lookup.resolve("/users", "page=1", long_token, None, fingerprints)
+    assert long_first is not None
+    assert lookup.resolve("/users", "page=1", long_token, None, fingerprints) is not long_first
 
 
 def test_a_handed_miss_reaches_its_own_route_within_the_block_only() -> None:
