@@ -10,12 +10,12 @@ the fast path sees): ``RecordLookup.resolve`` (the query remembered, or validate
 the route's handler would; the key), then ``held`` (what this process holds: the
 memory backend, whose one read a miss carries, the near cache) or ``look_up`` (read
 from the shared cache: Redis, behind the breaker, in a batch with the other reads of
-the same turn of the event loop; meanwhile what the caller sends next waits here). A hit is written with no
-request object, router or response object: the same reply a full read would give, in
-the representation the head's ``Accept-Encoding`` asks for, its headers those of
-``RecordLookup.hit_fields`` as bytes, counted and logged by ``Edge.record_hit``. A
-miss (absent, stale, the cache unusable) sends the request aiohttp's way with the
-miss kept here, and the server's handler runs the request's handler within it
+the same turn of the event loop; meanwhile what the caller sends next waits here).
+A hit is written with no request object, router or response object: the same reply a
+full read would give, in the representation the head's ``Accept-Encoding`` asks for,
+its headers those of ``RecordLookup.hit_fields`` as bytes, counted and logged by
+``Edge.record_hit``. A miss (absent, stale, the cache unusable) sends the request
+aiohttp's way with the miss kept here, and the server's handler runs the request's handler within it
 (``gateway.records.lookup.handing``): the handler serves it without validating,
 keying or reading the cache again.
 
