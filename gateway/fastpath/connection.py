@@ -15,9 +15,9 @@ A hit is written with no request object, router or response object: the same rep
 full read would give, in the representation the head's ``Accept-Encoding`` asks for,
 its headers those of ``RecordLookup.hit_fields`` as bytes, counted and logged by
 ``Edge.record_hit``. A miss (absent, stale, the cache unusable) sends the request
-aiohttp's way with the miss kept here, and the server's handler runs the request's handler within it
-(``gateway.records.lookup.handing``): the handler serves it without validating,
-keying or reading the cache again.
+aiohttp's way with the miss kept here, and the server's handler runs the request's
+handler within it (``gateway.records.lookup.handing``): the handler serves it without
+validating, keying or reading the cache again.
 
 Every other head goes to aiohttp whole, in order; once one has, the whole heads behind
 it go to aiohttp too, so answers keep the order of requests. Each goes in a
