@@ -122,7 +122,8 @@ async def test_a_miss_probes_the_process_once_and_reads_the_store_once(
 ) -> None:
     """A miss, whichever way in: the entries this process holds (the memory backend,
     or the near cache in front of Redis) are looked in once, and Redis is read once
-    before the upstream is called (the fill's read after taking its lease aside)."""
+    before the upstream is called (the fill's read after taking its lease aside):
+    docs/architecture.md, "A request"."""
     cache: dict[str, Any] = {"backend": "memory"}
     if backend == "redis-near":
         cache = redis_cache(redis_url, near_cache=True)

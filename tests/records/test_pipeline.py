@@ -601,7 +601,9 @@ async def test_a_held_read_made_before_a_fill_ended_is_not_taken(
 
 
 class ReadsThatFailOnDemand(MemoryBackend):
-    """A memory backend whose next read fails, as a Redis read that timed out."""
+    """A memory backend whose next read fails, as a Redis read that timed out: its
+    ``read_held`` answers None, so its reads are ``get``'s (docs/cache-backends.md,
+    "Adding a cache backend")."""
 
     def __init__(self, clock: Any) -> None:
         super().__init__(max_bytes=16 * 1024 * 1024, clock=clock)
