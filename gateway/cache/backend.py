@@ -118,7 +118,7 @@ class QuietBackend:
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         return None
 
-    def read_held(self, key: CacheKey) -> Lookup | None:
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup | None:
         return None
 
     async def probe(self) -> None:
@@ -162,10 +162,11 @@ class CacheBackend(Protocol):
         no purge came after it; no I/O, no waiting. None says nothing: ``get`` decides."""
         ...
 
-    def read_held(self, key: CacheKey) -> Lookup | None:
-        """What ``get`` would return, read now without I/O or waiting, when this
-        backend holds every entry in this process (not ``capabilities.shared``); None
-        when its reads are ``get``'s to make."""
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup | None:
+        """One read of ``key``, made now without I/O or waiting, when this backend
+        holds every entry in this process (not ``capabilities.shared``): the entry
+        itself when :meth:`fresh` would give it, otherwise what ``get`` would return.
+        None when its reads are ``get``'s to make."""
         ...
 
     async def purge(self, route: str | None) -> Purged:

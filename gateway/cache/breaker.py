@@ -89,14 +89,14 @@ class GuardedCache:
             return None
         return self.backend.fresh(key)
 
-    def read_held(self, key: CacheKey) -> Lookup | None:
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup | None:
         """The read of ``key`` from a backend that holds every entry in this process
-        (CacheBackend.read_held), made now, only while the circuit is closed; None
-        otherwise (a shared backend, whose reads are :meth:`get`'s). Not counted: the
-        caller that takes it as a request's read, where :meth:`get` would have been
-        called, says so with :meth:`read_taken`; a plain fresh hit is counted no more
-        than :meth:`fresh`'s."""
-        if self.shared or self.breaker.state is not _CLOSED:
+        (CacheBackend.read_held: a fresh entry, or the lookup), made now, only while
+        the circuit is closed; None otherwise, and from a shared backend, whose reads
+        are :meth:`get`'s. Not counted: the caller that takes it as a request's read,
+        where :meth:`get` would have been called, says so with :meth:`read_taken`; a
+        fresh entry served is counted no more than :meth:`fresh`'s."""
+        if self.breaker.state is not _CLOSED:
             return None
         return self.backend.read_held(key)
 

@@ -24,8 +24,6 @@ class _Slot:
     expires_at: float
     size: int
     route: str
-    # what a read of it returns: made once, not on every hit
-    found: Lookup
 
 
 class MemoryBackend(QuietBackend):
@@ -63,21 +61,22 @@ class MemoryBackend(QuietBackend):
         return current
 
     async def get(self, key: CacheKey) -> Lookup:
-        return self._read(key)
+        current = self._current(key.route)
+        return Lookup(self._unpurged(key.text, current), current)
 
-    def read_held(self, key: CacheKey) -> Lookup:
-        """The entry under ``key``, fresh or stale, marked recently used (see
-        :meth:`_held` for what is dropped), with the purge generations current."""
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup:
+        """The entry under ``key`` while within its TTL, as :meth:`fresh` gives it;
+        otherwise what :meth:`get` returns. Marked recently used (see :meth:`_held`
+        for what is dropped)."""
         current = self._current(key.route)
         text = key.text
-        slot = self._held(text, current, self._clock())
+        now = self._clock()
+        slot = self._held(text, current, now)
         if slot is None:
             return Lookup(None, current)
         self._slots.move_to_end(text)
-        return slot.found  # its entry's generations are the current ones (_held)
-
-    # get's read: this one, whatever a subclass makes of read_held
-    _read = read_held
+        entry = slot.entry
+        return entry if entry.is_fresh(now) else Lookup(entry, current)
 
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         return self.fresh_text(key.text, self._current(key.route))
@@ -125,8 +124,7 @@ class MemoryBackend(QuietBackend):
         if size > self._max_bytes:
             return
         self.drop(text)
-        found = Lookup(entry, entry.generations)
-        self._slots[text] = _Slot(entry, self._clock() + lifetime_s, size, route, found)
+        self._slots[text] = _Slot(entry, self._clock() + lifetime_s, size, route)
         self._bytes += size
         while self._bytes > self._max_bytes:
             self.drop(next(iter(self._slots)))

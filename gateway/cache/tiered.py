@@ -112,7 +112,7 @@ class TieredBackend:
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         return self.near.get(key)
 
-    def read_held(self, key: CacheKey) -> Lookup | None:
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup | None:
         return None  # the shared backend's entries are read by get
 
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:

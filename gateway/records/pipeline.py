@@ -233,14 +233,16 @@ class RecordPipeline:
         if cache.shared:
             entry = cache.fresh(key)
             return entry if entry is not None and entry.status == 200 else None
-        lookup = cache.read_held(key)
-        if lookup is None:
-            return None  # the circuit is not closed: read decides
-        entry = lookup.entry
-        if entry is not None and entry.status == 200 and entry.is_fresh(self._clock()):
-            return entry
+        found = cache.read_held(key)
+        if found is None:
+            return None  # the circuit is not closed, or reads are get's: read decides
+        if isinstance(found, CacheEntry):  # fresh
+            if found.status == 200:
+                return found
+            # held, so no purge came after it: its generations are the current ones
+            found = Lookup(found, found.generations)
         cache.read_taken()
-        return StoredRead(None, key.text, lookup, self._filler.flights.ended)
+        return StoredRead(None, key.text, found, self._filler.flights.ended)
 
     @property
     def shares_entries(self) -> bool:
