@@ -145,3 +145,26 @@ async def test_a_miss_probes_the_process_once_and_reads_the_store_once(
     (hit,) = await exchange(client.port, request_bytes(PAGE))
     assert hit.headers["x-cache"] == "HIT"
     assert hit.body == miss.body
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "aiohttp"])
+async def test_a_memory_miss_is_counted_as_one_cache_read_whichever_way_in(
+    gateway_factory: GatewayFactory, upstream: TestServer, fast: bool
+) -> None:
+    """The one read a miss makes of the memory backend counts once among the reads
+    readiness reports and in the breaker's window, as the handler's own read counts;
+    a hit from the fast path's probe counts as none."""
+    client = await gateway_factory(
+        base_url(upstream), server={"fast_path": fast}, cache={"backend": "memory"}
+    )
+    assert client.port is not None
+    guarded = client.app[UPSTREAMS].current.cache
+    reads, window = guarded.outcomes().reads.ok, guarded.breaker.tally().ok
+    (miss,) = await exchange(client.port, request_bytes(PAGE))
+    assert miss.headers["x-cache"] == "MISS"
+    assert guarded.outcomes().reads.ok == reads + 1
+    assert guarded.breaker.tally().ok == window + 3  # the read, the lease, the store
+    counted = guarded.outcomes().reads.ok
+    (hit,) = await exchange(client.port, request_bytes(PAGE))
+    assert hit.headers["x-cache"] == "HIT"
+    assert guarded.outcomes().reads.ok == counted + (0 if fast else 1)
