@@ -47,7 +47,8 @@ class GuardedCache:
         self.errors = 0
         self.last_error: str | None = None
         self._on_error = on_error
-        # whether what this process holds (fresh) is apart from what get reads
+        # whether the backend is shared: what this process holds (fresh) is then
+        # apart from what get reads
         self.shared = backend.capabilities.shared
         self._monotonic = breaker.monotonic
         self._reads = OutcomeWindow(breaker.window_s)
@@ -92,8 +93,8 @@ class GuardedCache:
     def read_held(self, key: CacheKey) -> CacheEntry | Lookup | None:
         """The read of ``key`` from a backend that holds every entry in this process
         (CacheBackend.read_held: a fresh entry, or the lookup), made now, only while
-        the circuit is closed; None otherwise, and from a shared backend, whose reads
-        are :meth:`get`'s. Not counted: the caller that takes it as a request's read,
+        the circuit is closed; None otherwise, or when the backend's reads are
+        :meth:`get`'s (a shared one). Not counted: the caller that takes it as a request's read,
         where :meth:`get` would have been called, says so with :meth:`read_taken`; a
         fresh entry served is counted no more than :meth:`fresh`'s."""
         if self.breaker.state is not _CLOSED:
