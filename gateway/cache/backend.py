@@ -118,6 +118,9 @@ class QuietBackend:
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         return None
 
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup | None:
+        return None
+
     async def probe(self) -> None:
         return None
 
@@ -157,6 +160,13 @@ class CacheBackend(Protocol):
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         """The entry under ``key`` if this process holds it, it is within its TTL and
         no purge came after it; no I/O, no waiting. None says nothing: ``get`` decides."""
+        ...
+
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup | None:
+        """One read of ``key``, made now without I/O or waiting, when this backend
+        holds every entry in this process (not ``capabilities.shared``): the entry
+        itself when :meth:`fresh` would give it, otherwise what ``get`` would return.
+        None when its reads are ``get``'s to make."""
         ...
 
     async def purge(self, route: str | None) -> Purged:

@@ -47,8 +47,9 @@ class GuardedCache:
         self.errors = 0
         self.last_error: str | None = None
         self._on_error = on_error
-        # whether what this process holds (fresh) is apart from what get reads
-        self._apart = backend.capabilities.shared
+        # whether the backend is shared: what this process holds (fresh) is then
+        # apart from what get reads
+        self.shared = backend.capabilities.shared
         self._monotonic = breaker.monotonic
         self._reads = OutcomeWindow(breaker.window_s)
         self._writes = OutcomeWindow(breaker.window_s)
@@ -63,7 +64,7 @@ class GuardedCache:
         :meth:`fresh` for ``key`` and found nothing, so it is not asked again. A backend
         that is not shared (memory) is the process's own: its read is the one probe."""
         breaker = self.breaker
-        if not held_probed and self._apart and breaker.state is _CLOSED:
+        if not held_probed and self.shared and breaker.state is _CLOSED:
             held = self.backend.fresh(key)
             if held is not None:
                 return Lookup(held, held.generations)
@@ -88,6 +89,23 @@ class GuardedCache:
         if self.breaker.state is not _CLOSED:
             return None
         return self.backend.fresh(key)
+
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup | None:
+        """The read of ``key`` from a backend that holds every entry in this process
+        (CacheBackend.read_held: a fresh entry, or the lookup), made now, only while
+        the circuit is closed; None otherwise, or when the backend's reads are
+        :meth:`get`'s (a shared one). Not counted: the caller that takes it as a request's read,
+        where :meth:`get` would have been called, says so with :meth:`read_taken`; a
+        fresh entry served is counted no more than :meth:`fresh`'s."""
+        if self.breaker.state is not _CLOSED:
+            return None
+        return self.backend.read_held(key)
+
+    def read_taken(self) -> None:
+        """A :meth:`read_held` taken as a request's read: counted as :meth:`get`
+        counts a read that passed."""
+        self.breaker.succeeded()
+        self._reads.add(self._monotonic(), False)
 
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> bool:
         """Store; False when the cache could not take it."""

@@ -64,6 +64,20 @@ class MemoryBackend(QuietBackend):
         current = self._current(key.route)
         return Lookup(self._unpurged(key.text, current), current)
 
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup:
+        """The entry under ``key`` while within its TTL, as :meth:`fresh` gives it;
+        otherwise what :meth:`get` returns. Marked recently used (see :meth:`_held`
+        for what is dropped)."""
+        current = self._current(key.route)
+        text = key.text
+        now = self._clock()
+        slot = self._held(text, current, now)
+        if slot is None:
+            return Lookup(None, current)
+        self._slots.move_to_end(text)
+        entry = slot.entry
+        return entry if entry.is_fresh(now) else Lookup(entry, current)
+
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         return self.fresh_text(key.text, self._current(key.route))
 

@@ -112,6 +112,9 @@ class TieredBackend:
     def fresh(self, key: CacheKey) -> CacheEntry | None:
         return self.near.get(key)
 
+    def read_held(self, key: CacheKey) -> CacheEntry | Lookup | None:
+        return None  # the shared backend's entries are read by get
+
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         await self._far.set(key, entry, lifetime_s)
         self.near.put(key, entry)

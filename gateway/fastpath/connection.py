@@ -7,17 +7,17 @@ request queued or being handled, no answer waiting for the socket to drain), eac
 whole request head that arrives is read by ``request_head.HeadReader`` and looked up
 through the records' port (``gateway.records.lookup``, the only part of the records
 the fast path sees): ``RecordLookup.resolve`` (the query remembered, or validated as
-the route's handler would; the key), then ``held`` (this process holds a fresh entry:
-the memory backend, the near cache) or ``look_up`` (read from the shared cache: Redis,
-behind the breaker, in a batch with the other reads of the same turn of the event
-loop; meanwhile what the caller sends next waits here). A hit is written with no
-request object, router or response object: the same reply a full read would give, in
-the representation the head's ``Accept-Encoding`` asks for, its headers those of
-``RecordLookup.hit_fields`` as bytes, counted and logged by ``Edge.record_hit``. A
-miss (absent, stale, the cache unusable) sends the request aiohttp's way with the
-miss kept here, and the server's handler runs the request's handler within it
-(``gateway.records.lookup.handing``): the handler serves it without validating,
-keying or reading the cache again.
+the route's handler would; the key), then ``held`` (what this process holds: the
+memory backend, whose one read a miss carries, the near cache) or ``look_up`` (read
+from the shared cache: Redis, behind the breaker, in a batch with the other reads of
+the same turn of the event loop; meanwhile what the caller sends next waits here).
+A hit is written with no request object, router or response object: the same reply a
+full read would give, in the representation the head's ``Accept-Encoding`` asks for,
+its headers those of ``RecordLookup.hit_fields`` as bytes, counted and logged by
+``Edge.record_hit``. A miss (absent, stale, the cache unusable) sends the request
+aiohttp's way with the miss kept here, and the server's handler runs the request's
+handler within it (``gateway.records.lookup.handing``): the handler serves it without
+validating, keying or reading the cache again.
 
 Every other head goes to aiohttp whole, in order; once one has, the whole heads behind
 it go to aiohttp too, so answers keep the order of requests. Each goes in a
@@ -562,13 +562,15 @@ class GatewayConnection(RequestHandler):
         if target is None:
             return None
         lookup = hits.lookup
-        hit = lookup.held(target.target)
-        if hit is not None:
-            return hits.hit_answer(target, hit, started)
-        if lookup.shares(target.target):
-            return target
-        # not held, and no shared cache to read: the handler serves the miss
-        self._miss = (_target_of(head), target.authorization, Miss(target.target, None))
+        held = lookup.held(target.target)
+        if isinstance(held, Hit):
+            return hits.hit_answer(target, held, started)
+        if held is None:
+            if lookup.shares(target.target):
+                return target
+            # nothing read, and no shared cache to read: the handler serves the miss
+            held = Miss(target.target, None)
+        self._miss = (_target_of(head), target.authorization, held)
         if target is self._last_target:
             # not a fresh hit now, or resolved under settings since reloaded: read again
             self._last_head, self._last_target = b"", None

@@ -44,6 +44,12 @@ class Coalescer(Generic[T]):
     def __contains__(self, flight: Hashable) -> bool:
         return flight in self._inflight
 
+    @property
+    def ended(self) -> int:
+        """How many flights have ended so far: a read made outside :meth:`reading`
+        that notes it knows, later, whether a fill ended since."""
+        return self._ended
+
     def flights(self) -> list[Hashable]:
         """The flights in progress (a few: fills last one upstream call)."""
         return list(self._inflight)

@@ -3,12 +3,13 @@ looked up in the cache, answered :class:`Hit` or :class:`Miss`.
 
 Both ways in use it alike. The fast path (``gateway.fastpath``) resolves a head it
 read to a :class:`Target` (:meth:`RecordLookup.resolve`: the route, the query
-validated or remembered, the token's fingerprint, the cache key), asks whether this
-process holds a fresh entry for it (:meth:`RecordLookup.held`, no I/O) and, when it
-does not, reads the shared cache once (:meth:`RecordLookup.look_up`). A hit is
-answered there. A miss is handed to the route's handler (``gateway.http.records``),
-which serves it with what the miss carries (the validated query, the key, the cache
-read made) instead of doing that work again.
+validated or remembered, the token's fingerprint, the cache key), asks what this
+process holds for it (:meth:`RecordLookup.held`, no I/O: a hit, or with the memory
+backend the miss carrying that one read) and, when that says nothing, reads the shared
+cache once (:meth:`RecordLookup.look_up`). A hit is answered there. A miss is handed
+to the route's handler (``gateway.http.records``), which serves it with what the miss
+carries (the validated query, the key, the cache read made) instead of doing that work
+again.
 
 How a miss reaches the handler: not on the request object. The fast path hands the
 request's head to aiohttp and keeps the miss on its own connection; when aiohttp
@@ -266,14 +267,20 @@ class RecordLookup:
             and target.max_limit == self.live.settings.limits.max_limit
         )
 
-    def held(self, target: Target) -> Hit | None:
-        """The hit on ``target`` when this process holds its fresh entry (no I/O) and
-        ``target`` still holds; None otherwise (a stored body that does not decompress
-        too: serving the miss fetches it again)."""
+    def held(self, target: Target) -> Hit | Miss | None:
+        """What this process holds for ``target``, read with no I/O while ``target``
+        still holds: its hit when the entry is fresh; the miss carrying that read when
+        the backend holds every entry in this process (the memory backend: nothing
+        else is worth reading); None otherwise (the shared cache may have it, or a
+        stored body that does not decompress: serving the miss fetches it again)."""
         if not self.holds(target):
             return None
-        entry = target.pipeline.fresh(target.key)
-        return None if entry is None else self._hit(target, entry)
+        found = target.pipeline.held(target.key)
+        if found is None:
+            return None
+        if isinstance(found, StoredRead):
+            return Miss(target, found)
+        return self._hit(target, found)
 
     def shares(self, target: Target) -> bool:
         """Whether ``target``'s entry may be in a cache this process shares, so that

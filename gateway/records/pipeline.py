@@ -104,13 +104,16 @@ class Reply(NamedTuple):
 
 
 class StoredRead(NamedTuple):
-    """One read of the cache for one request (``RecordPipeline.stored_fresh``): the
-    entry when it is a plain fresh hit, the key's text, and the lookup as read (None:
-    the cache could not be used)."""
+    """One read of the cache for one request (``RecordPipeline.stored_fresh``, or
+    ``RecordPipeline.held``): the entry when it is a plain fresh hit, the key's text,
+    the lookup as read (None: the cache could not be used), and for a read of this
+    process's own store, how many fills had ended when it was made (a fill that ends
+    after it makes it stale: ``read`` then reads again)."""
 
     fresh: CacheEntry | None
     key_text: str
     lookup: Lookup | None
+    fills_ended: int | None = None
 
 
 class RecordPipeline:
@@ -215,30 +218,43 @@ class RecordPipeline:
         """Whether answers are cached at all (not with ``cache.backend = "none"``)."""
         return self._cache is not None
 
-    def fresh(self, key: CacheKey) -> CacheEntry | None:
-        """The entry ``read`` would serve as a plain HIT for a request without cache
-        directives, when this process holds it (no I/O, no waiting); None when ``read``
-        must decide. Its reply at a moment is :func:`hit_reply` of its
-        :meth:`represent`."""
+    def held(self, key: CacheKey) -> CacheEntry | StoredRead | None:
+        """What this process holds for ``key``, read with no I/O and no waiting: the
+        entry ``read`` would serve as a plain HIT for a request without cache
+        directives (its reply at a moment is :func:`hit_reply` of its
+        :meth:`represent`). Otherwise, when the backend holds every entry in this
+        process (not shared), that one read as a :class:`StoredRead` (stale and
+        negative entries too), for ``read`` of the same request to take as its own
+        (``prior``), counted as ``read``'s own read would be; otherwise None: the
+        shared store is :meth:`stored_fresh`'s to read, or ``read`` decides."""
         cache = self._cache
         if cache is None or not self.policy.ttl_s.get(key.route):
             return None
-        entry = cache.fresh(key)
-        if entry is None or entry.status != 200:
-            return None
-        return entry
+        if cache.shared:
+            entry = cache.fresh(key)
+            return entry if entry is not None and entry.status == 200 else None
+        found = cache.read_held(key)
+        if found is None:
+            return None  # the circuit is not closed, or reads are get's: read decides
+        if isinstance(found, CacheEntry):  # fresh
+            if found.status == 200:
+                return found
+            # held, so no purge came after it: its generations are the current ones
+            found = Lookup(found, found.generations)
+        cache.read_taken()
+        return StoredRead(None, key.text, found, self._filler.flights.ended)
 
     @property
     def shares_entries(self) -> bool:
         """Whether entries this process does not hold may be in a cache it shares
-        (Redis): then :meth:`stored_fresh` is worth asking when :meth:`fresh` has
+        (Redis): then :meth:`stored_fresh` is worth asking when :meth:`held` has
         nothing. With the memory backend, what this process holds is all there is."""
         cache = self._cache
         return cache is not None and cache.backend.capabilities.shared
 
     async def stored_fresh(self, key: CacheKey) -> StoredRead:
         """What ``read`` would find for a request without cache directives, read from
-        the shared store once :meth:`fresh` found nothing held in this process (it is
+        the shared store once :meth:`held` found nothing held in this process (it is
         not asked again), through the breaker: its entry when it is a plain HIT; otherwise the
         lookup, for ``read`` of the same request to take as its own (``prior``), so
         that a request reads the cache once whichever way it is answered (twice would
@@ -248,7 +264,7 @@ class RecordPipeline:
             return StoredRead(None, key.text, None)
         self._reads += 1
         try:
-            # held (fresh) was asked first and had nothing: not asked again
+            # held was asked first and had nothing: not asked again
             lookup = await cache.get(key, held_probed=True)
         finally:
             self._read_ended()
@@ -366,23 +382,28 @@ class RecordPipeline:
     async def _look_up(
         self, key: CacheKey, prior: StoredRead | None
     ) -> tuple[Lookup | None, tuple[Hashable, Filled] | None]:
-        """This request's read of the cache (``prior``'s when it made one), and a fill
-        of the key that ended while it read."""
+        """This request's read of the cache (``prior``'s when it made one, unless it
+        read this process's own store and a fill has ended since), and a fill of the
+        key that ended while it read."""
         assert self._cache is not None
         flights = self._filler.flights
         ticket = flights.reading(key.text)
         try:
-            if prior is not None and prior.key_text == key.text:
-                lookup = prior.lookup
-            else:
-                with cache_read() as span:
+            with cache_read() as span:
+                if (
+                    prior is not None
+                    and prior.key_text == key.text
+                    and prior.fills_ended in (None, flights.ended)
+                ):
+                    lookup = prior.lookup  # made before this request's trace began
+                else:
                     lookup = await self._cache.get(key)
-                    span.set(
-                        CACHE_LOOKUP,
-                        "unavailable"
-                        if lookup is None
-                        else ("absent" if lookup.entry is None else "found"),
-                    )
+                span.set(
+                    CACHE_LOOKUP,
+                    "unavailable"
+                    if lookup is None
+                    else ("absent" if lookup.entry is None else "found"),
+                )
         finally:
             ended = flights.done_reading(key.text, ticket)
         return lookup, ended

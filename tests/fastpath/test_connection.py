@@ -661,7 +661,7 @@ async def test_a_fault_in_a_hit_from_the_bytes_still_answers_the_request_with_it
     def broken(*args: Any) -> Any:
         raise RuntimeError("a bug in the hit path")
 
-    monkeypatch.setattr(pipeline, "fresh", broken)
+    monkeypatch.setattr(pipeline, "held", broken)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(request_bytes(LIST, X_Request_ID="caller-id-8"))
     try:

@@ -167,20 +167,25 @@ def make_settings_live() -> LiveConfig:
 
 
 def count_cache_reads(backend: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """How often, from now on, the real ``backend`` is probed in process (``fresh``)
-    and read (``get``): spies around its own methods."""
-    counted = {"fresh": 0, "get": 0}
-    fresh, get = backend.fresh, backend.get
+    """How often, from now on, the real ``backend`` is probed in process (``fresh``,
+    ``read_held``) and read (``get``): spies around its own methods."""
+    counted = {"fresh": 0, "read_held": 0, "get": 0}
+    fresh, read_held, get = backend.fresh, backend.read_held, backend.get
 
     def counting_fresh(key: Any) -> Any:
         counted["fresh"] += 1
         return fresh(key)
+
+    def counting_read_held(key: Any) -> Any:
+        counted["read_held"] += 1
+        return read_held(key)
 
     async def counting_get(key: Any) -> Any:
         counted["get"] += 1
         return await get(key)
 
     monkeypatch.setattr(backend, "fresh", counting_fresh)
+    monkeypatch.setattr(backend, "read_held", counting_read_held)
     monkeypatch.setattr(backend, "get", counting_get)
     return counted
 
@@ -194,19 +199,16 @@ async def test_a_miss_probes_the_process_once_and_reads_the_store_once(
     monkeypatch: pytest.MonkeyPatch,
     backend: str,
     fast: bool,
-    request: pytest.FixtureRequest,
 ) -> None:
     """A miss, whichever way in: the entries this process holds (the memory backend,
     or the near cache in front of Redis) are looked in once, and Redis is read once
-    before the upstream is called (the fill's read after taking its lease aside)."""
+    before the upstream is called (the fill's read after taking its lease aside):
+    docs/architecture.md, "A request"."""
     cache: dict[str, Any] = {"backend": "memory"}
     if backend == "redis-near":
         cache = redis_cache(redis_url, near_cache=True)
     client = await gateway_factory(base_url(upstream), server={"fast_path": fast}, cache=cache)
     assert client.port is not None
-    if backend == "memory" and fast:
-        # not yet: the fast path's miss carries no read, so the handler reads again
-        request.applymarker(pytest.mark.xfail(strict=True, reason="memory probed twice"))
     guarded = client.app[UPSTREAMS].current.cache
     reads = count_cache_reads(guarded.backend, monkeypatch)
     calls = upstream_calls(upstream)
@@ -215,7 +217,7 @@ async def test_a_miss_probes_the_process_once_and_reads_the_store_once(
     assert upstream_calls(upstream) == calls + 1
     if backend == "memory":
         # the memory backend is the process's: its read is the one probe
-        assert reads["fresh"] + reads["get"] == 1
+        assert reads["fresh"] + reads["read_held"] + reads["get"] == 1
     else:
         assert reads["fresh"] == 1
         # Redis: this request's read, and the fill's check after taking the lease
@@ -223,3 +225,26 @@ async def test_a_miss_probes_the_process_once_and_reads_the_store_once(
     (hit,) = await exchange(client.port, request_bytes(PAGE))
     assert hit.headers["x-cache"] == "HIT"
     assert hit.body == miss.body
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "aiohttp"])
+async def test_a_memory_miss_is_counted_as_one_cache_read_whichever_way_in(
+    gateway_factory: GatewayFactory, upstream: TestServer, fast: bool
+) -> None:
+    """The one read a miss makes of the memory backend counts once among the reads
+    readiness reports and in the breaker's window, as the handler's own read counts;
+    a hit from the fast path's probe counts as none."""
+    client = await gateway_factory(
+        base_url(upstream), server={"fast_path": fast}, cache={"backend": "memory"}
+    )
+    assert client.port is not None
+    guarded = client.app[UPSTREAMS].current.cache
+    reads, window = guarded.outcomes().reads.ok, guarded.breaker.tally().ok
+    (miss,) = await exchange(client.port, request_bytes(PAGE))
+    assert miss.headers["x-cache"] == "MISS"
+    assert guarded.outcomes().reads.ok == reads + 1
+    assert guarded.breaker.tally().ok == window + 3  # the read, the lease, the store
+    counted = guarded.outcomes().reads.ok
+    (hit,) = await exchange(client.port, request_bytes(PAGE))
+    assert hit.headers["x-cache"] == "HIT"
+    assert guarded.outcomes().reads.ok == counted + (0 if fast else 1)

@@ -18,11 +18,16 @@ from gateway.demo import REQUEST_LOG, RequestLog, create_demo_app
 from gateway.errors import CacheUnavailable
 from gateway.http.binding import UPSTREAMS
 from gateway.ops.circuit import CircuitState
+from gateway.records.credentials import Credentials
+from gateway.records.pipeline import StoredRead
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import USERS
 
 from ..conftest import (
     AUTH,
     KEPT,
     REVOKED,
+    TOKEN,
     FakeClock,
     Gatekeeper,
     GatewayFactory,
@@ -541,6 +546,9 @@ class ReadsThatOutliveAFill(MemoryBackend):
         self.release: asyncio.Event | None = None
         self.reading = asyncio.Event()
 
+    def read_held(self, key: Any) -> Any:
+        return None  # a read on its way is get's
+
     async def get(self, key: Any) -> Any:
         lookup = await super().get(key)
         release, self.release = self.release, None
@@ -569,12 +577,40 @@ async def test_a_read_that_returns_after_a_fill_ended_makes_no_second_call(
     assert len(upstream_log) == 1
 
 
+async def test_a_held_read_made_before_a_fill_ended_is_not_taken(
+    gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
+) -> None:
+    """The fast path reads the memory backend when a head arrives; the handler runs
+    later. A fill of the key that ends in between leaves that read behind: the handler
+    reads again and serves the filled entry, with no second upstream call."""
+    client = await gateway_factory(base_url(upstream))
+    pipeline = client.app[UPSTREAMS].current.pipeline
+    query = parse_record_query(USERS, None, [], max_limit=100)
+    credentials = Credentials(authorization=AUTH["Authorization"], token=TOKEN)
+    key = pipeline.keyer.key(query, credentials)
+    before = pipeline.held(key)
+    assert isinstance(before, StoredRead)
+    assert before.lookup is not None
+    assert before.lookup.entry is None
+    filled = await pipeline.read(query, credentials, "the-fill", key=key)
+    assert filled.x_cache == "MISS"
+    assert len(upstream_log) == 1
+    late = await pipeline.read(query, credentials, "the-late", key=key, prior=before)
+    assert (late.x_cache, late.body) == ("HIT", filled.body)
+    assert len(upstream_log) == 1
+
+
 class ReadsThatFailOnDemand(MemoryBackend):
-    """A memory backend whose next read fails, as a Redis read that timed out."""
+    """A memory backend whose next read fails, as a Redis read that timed out: its
+    ``read_held`` answers None, so its reads are ``get``'s (docs/cache-backends.md,
+    "Adding a cache backend")."""
 
     def __init__(self, clock: Any) -> None:
         super().__init__(max_bytes=16 * 1024 * 1024, clock=clock)
         self.fail_next = False
+
+    def read_held(self, key: Any) -> Any:
+        return None  # a read that may fail is get's
 
     async def get(self, key: Any) -> Any:
         if self.fail_next:
