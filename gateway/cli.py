@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+import gateway.cache.registry  # noqa: F401  (declares the shipped cache backends to the settings)
 from gateway import __version__
 from gateway.config.settings import (
     Settings,

@@ -21,6 +21,7 @@ from gateway.cache.clock import Clock
 from gateway.cache.memory import MemoryBackend, NullBackend
 from gateway.cache.near import NearCache
 from gateway.cache.tiered import TieredBackend
+from gateway.config.backends import BACKENDS, BackendCatalogue, BackendKind
 from gateway.config.settings import CacheSettings
 
 # how a backend is made: the cache settings, the key prefix of its entries (one
@@ -36,14 +37,18 @@ class Registered:
 
 
 class BackendRegistry:
-    """Backends by name."""
+    """Backends by name. Each registered is declared to ``catalogue``, the backends the
+    settings take (``gateway.config.backends.BACKENDS`` unless another is given)."""
 
-    def __init__(self) -> None:
+    def __init__(self, catalogue: BackendCatalogue = BACKENDS) -> None:
         self._backends: dict[str, Registered] = {}
+        self._catalogue = catalogue
 
     def register(self, name: str, capabilities: Capabilities, factory: Factory) -> None:
-        """Register the backend ``cache.backend = name`` selects."""
+        """Register the backend ``cache.backend = name`` selects, and declare it to the
+        catalogue (the names the settings take, and which need ``cache.key_secret``)."""
         self._backends[name] = Registered(capabilities, factory)
+        self._catalogue.declare(name, BackendKind(shared=capabilities.shared))
 
     def _of(self, name: str) -> Registered:
         try:
@@ -96,7 +101,11 @@ def default_registry() -> BackendRegistry:
     """The backends this gateway ships: ``memory``, ``redis`` (Redis standalone,
     Sentinel or Cluster, with the near cache in front) and ``none``."""
     registry = BackendRegistry()
-    registry.register("memory", IN_PROCESS, _memory)
     registry.register("redis", PUBLISHING, _redis)
+    registry.register("memory", IN_PROCESS, _memory)
     registry.register("none", NOTHING, _nothing)
     return registry
+
+
+# the shipped backends declared to the settings as soon as the cache layer is imported
+default_registry()

@@ -35,6 +35,7 @@ from pydantic_settings import (
 )
 from yarl import URL
 
+from gateway.config.backends import BACKENDS
 from gateway.config.tls import upstream_ssl_context
 from gateway.config.tomlfile import read_toml
 from gateway.errors import ConfigError
@@ -254,7 +255,8 @@ RedisMode = Literal["standalone", "sentinel", "cluster"]
 
 
 class CacheSettings(_Section):
-    backend: Literal["redis", "memory", "none"] = "memory"
+    # one of the backends registered (gateway.config.backends)
+    backend: str = Field(default="memory", min_length=1, max_length=100)
     # standalone: one server at redis_url; sentinel: the primary the sentinels at
     # redis_nodes name for redis_sentinel_master; cluster: the cluster of redis_nodes
     redis_mode: RedisMode = "standalone"
@@ -369,11 +371,20 @@ class CacheSettings(_Section):
             raise ValueError("ttl_advice_min_s: must not be above ttl_advice_max_s")
         return self
 
+    @field_validator("backend")
+    @classmethod
+    def _registered_backend(cls, value: str) -> str:
+        refusal = BACKENDS.refusal(value)
+        if refusal is not None:
+            raise ValueError(refusal)
+        return value
+
     @model_validator(mode="after")
-    def _secret_for_redis(self) -> CacheSettings:
-        if self.backend == "redis" and self.key_secret is None:
+    def _secret_for_shared(self) -> CacheSettings:
+        kind = BACKENDS.kind(self.backend)
+        if kind is not None and kind.shared and self.key_secret is None:
             raise ValueError(
-                "key_secret: required when backend is redis"
+                f"key_secret: required when backend is {self.backend}"
                 " (set cache.key_secret or GATEWAY_CACHE__KEY_SECRET)"
             )
         return self

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from aiohttp.test_utils import TestServer
+from pydantic import ValidationError
+from pytest_aiohttp import AiohttpClient
 
 from gateway.cache.backend import IN_PROCESS, NOTHING, PUBLISHING, SHARED, CacheBackend
 from gateway.cache.clock import Clock
 from gateway.cache.memory import MemoryBackend, NullBackend
 from gateway.cache.registry import BackendRegistry, default_registry
 from gateway.cache.tiered import TieredBackend
+from gateway.config.backends import BACKENDS, BackendCatalogue
 from gateway.config.settings import CacheSettings
+from gateway.demo import REQUEST_LOG
+from gateway.http.app import create_app
+from gateway.http.binding import UPSTREAMS
 
-from ..conftest import FakeClock
+from ..conftest import AUTH, FakeClock, base_url, gateway_client, make_settings
 
 
 async def test_each_shipped_backend_declares_what_it_can_do(redis_url: str) -> None:
@@ -46,7 +55,8 @@ def test_a_backend_is_one_registration() -> None:
     def make(settings: CacheSettings, prefix: str, clock: Clock) -> CacheBackend:
         return MemoryBackend(max_bytes=1024, clock=clock)
 
-    registry = BackendRegistry()
+    # a catalogue of its own: the settings' is not told of this test's kind of memory
+    registry = BackendRegistry(BackendCatalogue())
     registry.register("memory", SHARED, make)
     backend = registry.create(CacheSettings(backend="memory"), prefix="p", clock=FakeClock())
     assert isinstance(backend, MemoryBackend)
@@ -55,7 +65,7 @@ def test_a_backend_is_one_registration() -> None:
 
 def test_an_unknown_backend_is_named() -> None:
     with pytest.raises(ValueError, match=r"cache\.backend: no backend 'memory'; known: "):
-        BackendRegistry().capabilities("memory")
+        BackendRegistry(BackendCatalogue()).capabilities("memory")
 
 
 def test_a_backend_that_claims_to_publish_invalidations_must_offer_them() -> None:
@@ -65,7 +75,69 @@ def test_a_backend_that_claims_to_publish_invalidations_must_offer_them() -> Non
     def make(settings: CacheSettings, prefix: str, clock: Clock) -> CacheBackend:
         return MemoryBackend(max_bytes=1024, clock=clock)
 
-    registry = BackendRegistry()
+    registry = BackendRegistry(BackendCatalogue())
     registry.register("memory", PUBLISHING, make)
     with pytest.raises(TypeError, match="memory: a near cache needs a backend that publishes"):
         registry.create(CacheSettings(backend="memory"), prefix="p", clock=FakeClock())
+
+
+class ScratchBackend(MemoryBackend):
+    """A backend of these tests' own, one module's worth: entries in this process."""
+
+    name = "scratch"
+
+
+def _scratch(settings: CacheSettings, prefix: str, clock: Clock) -> CacheBackend:
+    return ScratchBackend(max_bytes=1 << 20, clock=clock)
+
+
+@pytest.fixture
+def scratch_registry() -> Iterator[BackendRegistry]:
+    """The shipped backends and two of the tests' own, each one registration: the
+    settings take their names while they are registered."""
+    registry = default_registry()
+    registry.register("scratch", IN_PROCESS, _scratch)
+    registry.register("scratch-shared", SHARED, _scratch)
+    yield registry
+    BACKENDS.withdraw("scratch")
+    BACKENDS.withdraw("scratch-shared")
+
+
+async def test_a_registered_backend_is_taken_by_the_settings_and_serves(
+    scratch_registry: BackendRegistry, upstream: TestServer, aiohttp_client: AiohttpClient
+) -> None:
+    settings = make_settings(base_url(upstream), cache={"backend": "scratch"})
+    client = await gateway_client(aiohttp_client, create_app(settings, backends=scratch_registry))
+    calls = len(upstream.app[REQUEST_LOG])
+
+    first = await client.get("/users?limit=3", headers=AUTH)
+    second = await client.get("/users?limit=3", headers=AUTH)
+
+    assert (first.status, first.headers["X-Cache"]) == (200, "MISS")
+    assert (second.status, second.headers["X-Cache"]) == (200, "HIT")
+    assert await second.read() == await first.read()
+    assert len(upstream.app[REQUEST_LOG]) == calls + 1
+    assert isinstance(client.app[UPSTREAMS].current.cache.backend, ScratchBackend)
+
+
+def test_a_registered_shared_backend_needs_the_key_secret(
+    scratch_registry: BackendRegistry,
+) -> None:
+    """cache.key_secret is required by what a backend declares (shared between
+    processes), not by its name."""
+    with pytest.raises(
+        ValidationError, match="key_secret: required when backend is scratch-shared"
+    ):
+        CacheSettings(backend="scratch-shared")
+    assert CacheSettings(backend="scratch-shared", key_secret="k" * 32).backend == "scratch-shared"
+    assert CacheSettings(backend="scratch").key_secret is None
+
+
+def test_the_settings_refuse_a_backend_no_one_registered(
+    scratch_registry: BackendRegistry,
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        CacheSettings(backend="disk")
+    assert caught.value.errors()[0]["msg"] == (
+        "Value error, Input should be 'redis', 'memory', 'none', 'scratch' or 'scratch-shared'"
+    )
