@@ -13,9 +13,13 @@ That 400 is the edge's problem, as with the fast path (``gateway.http.rejections
 :class:`HeadCuts` reads each read first with aiohttp's public request parser, under
 the limits of aiohttp's handler, and feeds aiohttp only whole heads (the start of one
 waits for its end). In place of a head that parser refuses it feeds the edge's
-stand-in request, and nothing after it. Once a request may have a body or switch
-protocols, the rest of the connection goes to aiohttp as it comes (a head refused
-after that is aiohttp's own plain-text 400).
+stand-in request, and nothing after it. Bodies are read by that parser too (and
+dropped as they come, so that it holds no more than one read of them): a head refused
+after a request with a body is the edge's problem as well, when it comes in a later
+read than that body's end. Only a head refused in the same read as a body before it,
+or any head after a request that switches protocols, is aiohttp's own plain-text 400
+(the bytes ahead of it cannot be cut into whole requests without reading the body's
+framing twice).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import StreamReader, web
 from aiohttp.http import HttpProcessingError, HttpRequestParser, RawRequestMessage
 
 from gateway.fastpath.connection import FastPathServer
@@ -50,7 +54,7 @@ class HeadCuts(asyncio.Protocol):
     one head end at most (the usual case) goes whole, after one search. Any cut of
     the stream reads the same to the parser."""
 
-    __slots__ = ("_check", "_feed", "_handler", "_held", "_refusals", "_refused")
+    __slots__ = ("_bodies", "_check", "_feed", "_handler", "_held", "_refusals", "_refused")
 
     def __init__(self, handler: asyncio.Protocol, refusals: Refusals | None = None) -> None:
         self._handler = handler
@@ -59,6 +63,8 @@ class HeadCuts(asyncio.Protocol):
         self._check: HttpRequestParser | None = None
         self._held = b""  # the start of a head whose end has not arrived
         self._refused = False  # a head was refused: nothing more is read
+        # the bodies the checker is reading (dropped as they come)
+        self._bodies: list[StreamReader] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._handler.connection_made(transport)
@@ -87,16 +93,24 @@ class HeadCuts(asyncio.Protocol):
             if not self._refused:
                 self._cut(data)
             return
+        in_body = bool(self._bodies)
         try:
             # the checker has read what is held already: it is fed what is new only
             messages, upgraded, _ = check.feed_data(data)
         except HttpProcessingError:
-            self._refuse(self._held + data)
+            self._refused_in(data, in_body)
             return
         if self._held:
             data, self._held = self._held + data, b""
-        if upgraded or any(_may_have_a_body(message) for message, _ in messages):
+        if upgraded or any(message.upgrade for message, _ in messages):
             self._check = None  # aiohttp's alone from here on
+            self._cut(data)
+            return
+        self._bodies += (payload for _, payload in messages if not payload.is_eof())
+        if self._bodies:
+            self._drop_bodies()
+        if in_body or any(_may_have_a_body(message) for message, _ in messages):
+            # where its heads end is the bodies' framing: nothing is held back
             self._cut(data)
             return
         end = data.rfind(b"\r\n\r\n") + 4
@@ -108,6 +122,23 @@ class HeadCuts(asyncio.Protocol):
             self._cut(data[:end])
         else:
             self._cut(data)
+
+    def _drop_bodies(self) -> None:
+        """What the checker read of bodies, dropped (aiohttp's handler reads them)."""
+        for body in self._bodies:
+            body.read_nowait()
+        self._bodies = [body for body in self._bodies if not body.is_eof()]
+
+    def _refused_in(self, data: bytes, in_body: bool) -> None:
+        """The checker refused a head in ``data``: the edge's stand-in in its place
+        when ``data`` (after what is held) starts at a head, with no body ahead of
+        it; aiohttp's own answer otherwise (see the module's docstring)."""
+        if in_body:
+            self._check = None
+            self._bodies = []
+            self._cut(data)
+            return
+        self._refuse(self._held + data)
 
     def _refuse(self, data: bytes) -> None:
         """Feed aiohttp the requests of ``data`` (which starts one) ahead of the head
@@ -125,6 +156,10 @@ class HeadCuts(asyncio.Protocol):
                 messages, _, _ = check.feed_data(piece)
             except HttpProcessingError as exc:
                 self._feed(self._refusals.stand_in(exc))
+                return
+            if any(_may_have_a_body(message) for message, _ in messages):
+                # a body ahead of the refused head: its framing is aiohttp's to read
+                self._cut(pending + data[start:])
                 return
             if end < 4:
                 break
@@ -155,9 +190,9 @@ class HeadCuts(asyncio.Protocol):
 
 def _checker(handler: asyncio.Protocol) -> HttpRequestParser:
     """aiohttp's public request parser under the limits of its ``handler``. Its
-    protocol is :class:`_Unpaused`: the body in the read of a head that announces one
-    is the most it is fed of a body (the connection is aiohttp's alone after that
-    read), far below what it buffers before it would pause (``CHECKED_BODY_LIMIT``)."""
+    protocol is :class:`_Unpaused`: what it reads of a body is dropped after every
+    read of the socket, far below what it buffers before it would pause
+    (``CHECKED_BODY_LIMIT``)."""
     loop = asyncio.get_running_loop()
     protocol: Any = _Unpaused()
     return HttpRequestParser(

@@ -225,12 +225,11 @@ async def test_a_refused_head_gets_the_same_problem_with_the_fast_path_or_withou
 
 
 @WAYS
-async def test_a_refused_head_after_a_read_with_a_body_is_a_problem_only_with_the_fast_path(
+async def test_a_refused_head_after_a_read_with_a_body_is_the_edges_problem_both_ways(
     listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
 ) -> None:
     """A request with a body, answered, then a malformed head in a later read: the
-    fast path answers the problem; plain aiohttp has taken the connection over after
-    the body and answers its own plain-text 400 (README, "Errors")."""
+    edge's problem, with the fast path or without (README, "Errors")."""
     filter_parser_log(monkeypatch)
     port = await listening(fast_path)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -241,8 +240,35 @@ async def test_a_refused_head_after_a_read_with_a_body_is_a_problem_only_with_th
     (refused,), rest = await read_all(reader, 1)
     writer.close()
     assert refused.status_line == "HTTP/1.0 400 Bad Request"
-    content_type = refused.headers["content-type"].partition(";")[0]
-    assert content_type == ("application/problem+json" if fast_path else "text/plain")
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert orjson.loads(refused.body)["type"] == "urn:records-gateway:problem:malformed-request"
+    assert rest == b""
+
+
+@WAYS
+async def test_a_body_in_many_reads_then_a_refused_head_is_the_edges_problem_both_ways(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """A request whose 256 KiB body (with empty lines in it) comes in pieces, answered;
+    then a valid request and a malformed head in a later read: both answered in
+    order, the second the edge's problem."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    body = (b"x" * 1000 + b"\r\n\r\n") * 260
+    writer.write(request_bytes(LIST, X_Request_ID="r-big", Content_Length=str(len(body))))
+    for start in range(0, len(body), 50_000):
+        writer.write(body[start : start + 50_000])
+        await writer.drain()
+        await asyncio.sleep(0)
+    first = await read_answer(reader)
+    assert first.headers["x-request-id"] == "r-big"
+    writer.write(request_bytes(LIST, X_Request_ID="r-next") + MALFORMED)
+    (answered, refused), rest = await read_all(reader, 2)
+    writer.close()
+    assert answered.headers["x-request-id"] == "r-next"
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert orjson.loads(refused.body)["type"] == "urn:records-gateway:problem:malformed-request"
     assert rest == b""
 
 
