@@ -4,9 +4,10 @@ them: each is declared here when the cache layer registers it
 and one registration, and the settings check a name against what is registered.
 
 The settings ask two things: whether a name is registered, and whether its entries are
-shared between processes (then the keys need ``cache.key_secret``). Until a registry
-has registered anything (the cache layer not imported), no name is refused here; the
-registry refuses an unknown name when it makes the backend.
+shared between processes (then the keys need ``cache.key_secret``). Settings checked
+before any backend is registered (the cache layer not imported by the entry point) are
+a mistake of the program, not of the configuration: they raise RuntimeError rather
+than let a shared backend go without its key secret.
 """
 
 from __future__ import annotations
@@ -38,15 +39,24 @@ class BackendCatalogue:
 
     def kind(self, name: str) -> BackendKind | None:
         """The kind of the backend of that name; None when none is registered."""
+        self._require_some()
         return self._kinds.get(name)
+
+    def _require_some(self) -> None:
+        if not self._kinds:
+            raise RuntimeError(
+                "no cache backend is registered: import gateway.cache.registry before"
+                " settings are checked"
+            )
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._kinds)
 
     def refusal(self, name: str) -> str | None:
         """Why ``name`` is refused (it is not registered), worded as the settings word
-        a value outside a choice; None when it is registered or nothing is yet."""
-        if not self._kinds or name in self._kinds:
+        a value outside a choice; None when it is registered."""
+        self._require_some()
+        if name in self._kinds:
             return None
         quoted = [repr(known) for known in self._kinds]
         if len(quoted) == 1:

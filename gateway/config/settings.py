@@ -528,7 +528,7 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     upstream: UpstreamSettings = UpstreamSettings()
     limits: LimitsSettings = LimitsSettings()
-    cache: CacheSettings = CacheSettings()
+    cache: CacheSettings = Field(default_factory=CacheSettings)
     admin: AdminSettings = AdminSettings()
     log: LogSettings = LogSettings()
     health: HealthSettings = HealthSettings()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.comparison.diff import KINDS
+from gateway.config.backends import BACKENDS
 from gateway.http.admin import ADMIN_ROUTES
 from gateway.http.openapi_responses import EDGE_ERRORS, SCHEMAS, header_refs, response_refs
 from gateway.http.problems import PROBLEM_JSON
@@ -72,7 +73,11 @@ def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
                     "description": "The route purged, or `all`.",
                     "enum": ["all", *(route.name for route in routes)],
                 },
-                "backend": {"type": "string", "enum": ["memory", "redis"]},
+                "backend": {
+                    "type": "string",
+                    "description": "The cache backend, as `cache.backend` names it.",
+                    "enum": list(BACKENDS.names()),
+                },
                 "instances": {
                     "description": "With Redis: the instances told of the purge, and those"
                     " that confirmed dropping their near-cache copies.",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -141,3 +143,15 @@ def test_the_settings_refuse_a_backend_no_one_registered(
     assert caught.value.errors()[0]["msg"] == (
         "Value error, Input should be 'redis', 'memory', 'none', 'scratch' or 'scratch-shared'"
     )
+
+
+def test_settings_checked_before_any_backend_is_registered_fail_closed() -> None:
+    """An entry point that checks settings without importing the registry gets an
+    error, not a shared backend without its key secret (a fresh interpreter, so
+    that nothing is registered yet)."""
+    code = "from gateway.config.settings import CacheSettings\nCacheSettings(backend='redis')\n"
+    ran = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert ran.returncode == 1
+    assert "RuntimeError: no cache backend is registered" in ran.stderr

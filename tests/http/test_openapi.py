@@ -870,6 +870,24 @@ async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
     assert set(schemes) == {"bearer", "adminToken"}
 
 
+@pytest.mark.parametrize("backend", ["memory", "none"])
+async def test_a_purge_answers_with_a_backend_the_document_names(
+    gateway_factory: GatewayFactory, upstream: TestServer, backend: str
+) -> None:
+    """The purge names its backend among those the document lists (the registered
+    ones), whichever backend serves."""
+    gateway = await gateway_factory(
+        base_url(upstream), admin={"token": ADMIN}, cache={"backend": backend}
+    )
+    contract = Contract(await (await gateway.get("/openapi.json")).json())
+    answer = await gateway.delete(
+        "/admin/cache?route=users", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    assert answer.status == 200
+    body = await contract.check("/admin/cache", answer, "delete")
+    assert body["backend"] == backend
+
+
 async def test_a_shadow_report_with_differences_and_noise_matches_the_document(
     gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
 ) -> None:
