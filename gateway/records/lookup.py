@@ -68,6 +68,9 @@ TARGET_COST_BYTES = 400
 # a request whose four parts are longer than this together is resolved each time
 TARGET_PARTS_MAX = 4096
 
+# what a target is resolved from: path, query, Authorization, Accept-Encoding
+RequestParts = tuple[str, str, str, str | None]
+
 
 def query_pairs(query_string: str) -> list[tuple[str, str]]:
     """The decoded pairs of a raw query string, as aiohttp's ``request.query`` gives
@@ -145,7 +148,7 @@ class RecordLookup:
         self._headers_of = headers_of
         self.gzip_preferred = gzip_preferred
         self._memos = {route.name: QueryMemo() for route in routes}
-        self._targets: dict[tuple[str, str, str, str | None], Target] = {}
+        self._targets: dict[RequestParts, Target] = {}
         self._targets_bytes = 0
 
     @property
@@ -215,19 +218,13 @@ class RecordLookup:
         known = self._targets.get(parts)
         if known is not None and self.holds(known):
             return known
-        target = self._resolved(path, query_string, authorization, accept_encoding, fingerprints)
+        target = self._resolved(parts, fingerprints)
         if target is not None:
             self._remember(parts, target)
         return target
 
-    def _resolved(
-        self,
-        path: str,
-        query_string: str,
-        authorization: str,
-        accept_encoding: str | None,
-        fingerprints: FingerprintMemo,
-    ) -> Target | None:
+    def _resolved(self, parts: RequestParts, fingerprints: FingerprintMemo) -> Target | None:
+        path, query_string, authorization, accept_encoding = parts
         pipeline = self.caching_pipeline()
         if pipeline is None:
             return None
@@ -245,7 +242,7 @@ class RecordLookup:
         gzip = self.gzip_preferred(accept_encoding)
         return Target(query, key, fingerprint, pipeline, max_limit, gzip)
 
-    def _remember(self, parts: tuple[str, str, str, str | None], target: Target) -> None:
+    def _remember(self, parts: RequestParts, target: Target) -> None:
         size = sum(len(part) for part in parts if part is not None)
         if size > TARGET_PARTS_MAX:
             return
