@@ -14,12 +14,13 @@ That 400 is the edge's problem, as with the fast path (``gateway.http.rejections
 the limits of aiohttp's handler, and feeds aiohttp only whole heads (the start of one
 waits for its end). In place of a head that parser refuses it feeds the edge's
 stand-in request, and nothing after it. Bodies are read by that parser too (and
-dropped as they come, so that it holds no more than one read of them): a head refused
-after a request with a body is the edge's problem as well, when it comes in a later
-read than that body's end. Only a head refused in the same read as a body before it,
-or any head after a request that switches protocols, is aiohttp's own plain-text 400
-(the bytes ahead of it cannot be cut into whole requests without reading the body's
-framing twice).
+dropped as they come, never decompressed): a body with a length is fed to its end
+and no further, a chunked one up to each empty line (where it may end), so the head
+after a body starts a piece of its own and a refused one is the edge's problem too,
+in the read where the body ends or a later one. What stays aiohttp's own: the bytes
+of a body's framing the parser refuses (both ways in, aiohttp answers the request and
+fails its body's reader), any head after a request that switches protocols, and
+what follows a chunked body's ``PIECES_MAX`` pieces in one read.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ PIECES_MAX = 256
 # what the head checker's parser buffers of a body before it would pause its protocol
 # (it has none): far more than one read of the socket (the C parser takes an int)
 CHECKED_BODY_LIMIT = 1 << 30
+# what is left of a chunked body: up to an empty line, where it may end
+CHUNKED = -1
+# the most a connection holds of blank lines (and an HTTP/2 preface) that make no
+# request yet, before aiohttp is fed them; a head's start is held within the parser's
+# own limits
+HELD_BLANK_MAX = 8 * 1024
 # connections the kernel queues before the server accepts them (aiohttp's default)
 BACKLOG = 128
 
@@ -54,7 +61,16 @@ class HeadCuts(asyncio.Protocol):
     one head end at most (the usual case) goes whole, after one search. Any cut of
     the stream reads the same to the parser."""
 
-    __slots__ = ("_bodies", "_check", "_feed", "_handler", "_held", "_refusals", "_refused")
+    __slots__ = (
+        "_body",
+        "_body_left",
+        "_check",
+        "_feed",
+        "_handler",
+        "_held",
+        "_refusals",
+        "_refused",
+    )
 
     def __init__(self, handler: asyncio.Protocol, refusals: Refusals | None = None) -> None:
         self._handler = handler
@@ -63,8 +79,10 @@ class HeadCuts(asyncio.Protocol):
         self._check: HttpRequestParser | None = None
         self._held = b""  # the start of a head whose end has not arrived
         self._refused = False  # a head was refused: nothing more is read
-        # the bodies the checker is reading (dropped as they come)
-        self._bodies: list[StreamReader] = []
+        # the body the checker is reading (dropped as it comes), and what is left of
+        # it: its bytes to come (Content-Length), or CHUNKED
+        self._body: StreamReader | None = None
+        self._body_left = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._handler.connection_made(transport)
@@ -93,29 +111,30 @@ class HeadCuts(asyncio.Protocol):
             if not self._refused:
                 self._cut(data)
             return
-        in_body = bool(self._bodies)
-        try:
-            # the checker has read what is held already: it is fed what is new only
-            messages, upgraded, _ = check.feed_data(data)
-        except HttpProcessingError:
-            self._refused_in(data, in_body)
-            return
-        if self._held:
+        checked = len(self._held)  # the checker has read what is held already
+        if checked:
             data, self._held = self._held + data, b""
+        if self._body is not None:
+            data = self._through_body(check, data)
+            if not data or self._check is None:
+                return
+        try:
+            messages, upgraded, _ = check.feed_data(data[checked:])
+        except HttpProcessingError:
+            self._refuse(data)
+            return
         if upgraded or any(message.upgrade for message, _ in messages):
             self._check = None  # aiohttp's alone from here on
             self._cut(data)
             return
-        self._bodies += (payload for _, payload in messages if not payload.is_eof())
-        if self._bodies:
-            self._drop_bodies()
-        if in_body or any(_may_have_a_body(message) for message, _ in messages):
-            # where its heads end is the bodies' framing: nothing is held back
-            self._cut(data)
+        if any(_may_have_a_body(message) for message, _ in messages):
+            self._follow(messages[-1])
+            self._cut(data)  # where its heads end is the bodies' framing
             return
         end = data.rfind(b"\r\n\r\n") + 4
-        if not messages or end < 4:
-            # no request whole yet (the start of a head, or of an HTTP/2 preface)
+        if end < 4 or (not messages and len(data) <= HELD_BLANK_MAX):
+            # no request whole yet (the start of a head, blank lines ahead of one,
+            # an HTTP/2 preface): held, within the bounds of a head
             self._held = data
         elif end < len(data):
             self._held = data[end:]
@@ -123,47 +142,94 @@ class HeadCuts(asyncio.Protocol):
         else:
             self._cut(data)
 
-    def _drop_bodies(self) -> None:
-        """What the checker read of bodies, dropped (aiohttp's handler reads them)."""
-        for body in self._bodies:
-            body.read_nowait()
-        self._bodies = [body for body in self._bodies if not body.is_eof()]
+    def _follow(self, last: tuple[RawRequestMessage, StreamReader]) -> None:
+        """Note the body of the checker's ``last`` message, when it is still coming
+        (the messages before it have theirs whole), and drop what came of it."""
+        message, body = last
+        if not body.is_eof():
+            self._body = body
+            self._body_left = CHUNKED if message.chunked else _content_length(message)
+        self._drop_body()
 
-    def _refused_in(self, data: bytes, in_body: bool) -> None:
-        """The checker refused a head in ``data``: the edge's stand-in in its place
-        when ``data`` (after what is held) starts at a head, with no body ahead of
-        it; aiohttp's own answer otherwise (see the module's docstring)."""
-        if in_body:
-            self._check = None
-            self._bodies = []
-            self._cut(data)
+    def _drop_body(self) -> None:
+        """What the checker read of the body, dropped (aiohttp's handler reads it)."""
+        body = self._body
+        if body is None:
             return
-        self._refuse(self._held + data)
+        read = len(body.read_nowait())
+        if self._body_left != CHUNKED:
+            self._body_left -= read
+        if body.is_eof():
+            self._body = None
+
+    def _through_body(self, check: HttpRequestParser, data: bytes) -> bytes:
+        """Feed the checker and aiohttp the rest of the body ``data`` starts in; what
+        is after its end (which starts a head), or nothing. A body with a length ends
+        where it says; a chunked one at an empty line, so it is fed piece by piece
+        (at most ``PIECES_MAX`` pieces, the rest whole)."""
+        start, pieces, size = 0, PIECES_MAX, len(data)
+        while self._body is not None and start < size:
+            if self._body_left != CHUNKED:
+                end = min(start + self._body_left, size)
+            elif pieces:
+                end = data.find(b"\r\n\r\n", start) + 4
+                end = end if end > 3 else size
+                pieces -= 1
+            else:
+                # past the bound: the connection is aiohttp's alone from here on
+                self._check = self._body = None
+                self._cut(data[start:])
+                return b""
+            try:
+                check.feed_data(data[start:end])
+            except HttpProcessingError:
+                # in the body's own framing: aiohttp's to answer (its parser refuses
+                # the same bytes)
+                self._check = self._body = None
+                self._cut(data[start:])
+                return b""
+            self._feed(data[start:end])
+            self._drop_body()
+            start = end
+        return data[start:]
 
     def _refuse(self, data: bytes) -> None:
         """Feed aiohttp the requests of ``data`` (which starts one) ahead of the head
-        the parser refuses, then the stand-in of that refusal; nothing after it."""
+        the parser refuses, then the stand-in of that refusal; nothing after it. A
+        fresh parser reads ``data`` again, piece by piece: a head at a time, a body
+        with a length whole, a chunked one to each empty line (where it may end)."""
         assert self._refusals is not None
         self._check = None
         self._refused = True
         check = _checker(self._handler)
+        body: tuple[StreamReader, int] | None = None  # a body being read, its length
         start = 0
         pending = b""  # pieces the parser took that make no request yet
         while start < len(data):
-            end = data.find(b"\r\n\r\n", start) + 4
+            in_body = body is not None
+            if body is not None and body[1] != CHUNKED:
+                end = start + body[1]
+            else:
+                end = data.find(b"\r\n\r\n", start) + 4
             piece = data[start:end] if end > 3 else data[start:]
             try:
                 messages, _, _ = check.feed_data(piece)
             except HttpProcessingError as exc:
-                self._feed(self._refusals.stand_in(exc))
-                return
-            if any(_may_have_a_body(message) for message, _ in messages):
-                # a body ahead of the refused head: its framing is aiohttp's to read
-                self._cut(pending + data[start:])
+                if in_body:
+                    # in a body's framing: aiohttp's own answer, as the parser's
+                    self._refused = False
+                    self._cut(pending + data[start:])
+                else:
+                    self._feed(self._refusals.stand_in(exc))
                 return
             if end < 4:
                 break
-            if messages:
+            if body is not None and body[0].is_eof():
+                body = None
+            for message, payload in messages:
+                if not payload.is_eof():
+                    body = (payload, CHUNKED if message.chunked else _content_length(message))
+            if messages or in_body or body is not None:
                 self._feed(pending + piece)
                 pending = b""
             else:
@@ -199,6 +265,7 @@ def _checker(handler: asyncio.Protocol) -> HttpRequestParser:
         protocol,
         loop,
         CHECKED_BODY_LIMIT,
+        auto_decompress=False,
         max_line_size=getattr(handler, "max_line_size", 8190),
         max_headers=getattr(handler, "max_headers", 128),
         max_field_size=getattr(handler, "max_field_size", 8190),
@@ -215,6 +282,11 @@ class _Unpaused:
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         """Nothing to resume."""
+
+
+def _content_length(message: RawRequestMessage) -> int:
+    """The length of ``message``'s body, as its head gives it (the parser checked it)."""
+    return int(message.headers["Content-Length"])
 
 
 def _may_have_a_body(message: RawRequestMessage) -> bool:

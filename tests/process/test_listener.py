@@ -20,7 +20,8 @@ from gateway.demo import DemoServer
 from gateway.fastpath.connection import FastPathServer
 from gateway.fastpath.server import make_runner
 from gateway.http.app import create_app
-from gateway.process.listener import PIECES_MAX, HeadCuts, listen
+from gateway.http.rejections import Refusals
+from gateway.process.listener import HELD_BLANK_MAX, PIECES_MAX, HeadCuts, listen
 from gateway.process.worker import MAX_HEADER_BYTES
 
 from ..conftest import base_url, make_settings
@@ -109,6 +110,7 @@ async def test_requests_behind_one_with_a_body_are_answered_before_the_400(
         "HTTP/1.1 200 OK",
         "HTTP/1.0 400 Bad Request",
     ]
+    assert answers[2].headers["content-type"] == "application/problem+json"
     assert rest == b""
 
 
@@ -132,6 +134,9 @@ class Recorder(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.fed: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Nothing to do: it only records."""
 
     def data_received(self, data: bytes) -> None:
         self.fed.append(data)
@@ -158,6 +163,26 @@ def test_a_read_is_cut_after_each_empty_line_up_to_the_bound() -> None:
     HeadCuts(handler).data_received(flood)
     assert len(handler.fed) == PIECES_MAX + 1
     assert b"".join(handler.fed) == flood
+
+
+async def test_blank_lines_that_make_no_request_are_fed_on_not_held_without_bound() -> None:
+    """A caller sending nothing but empty lines, read after read, with the head
+    checker on: what the connection holds back from aiohttp stays within
+    ``HELD_BLANK_MAX`` (the rest is fed on), so its memory and the copying of what it
+    holds do not grow with what the caller sends."""
+    handler = Recorder()
+    cuts = HeadCuts(handler, Refusals())
+    cuts.connection_made(DummyTransport())
+    blank = b"\r\n\r\n" * 1024
+    for _ in range(64):
+        cuts.data_received(blank)
+    fed = sum(map(len, handler.fed))
+    assert len(blank) * 64 - fed <= HELD_BLANK_MAX
+    assert fed > 0
+
+
+class DummyTransport(asyncio.Transport):
+    """A transport that goes nowhere (the handler here records what it is fed)."""
 
 
 async def test_serve_without_the_fast_path_answers_a_pipeline_ahead_of_a_malformed_head(
@@ -325,3 +350,90 @@ async def test_a_head_split_across_reads_is_answered_and_a_refused_one_is_a_prob
     assert refused.status_line == "HTTP/1.0 400 Bad Request"
     assert refused.headers["content-type"] == "application/problem+json"
     assert rest == b""
+
+
+# request bodies ahead of a refused head: (the head and what its body starts with, the
+# rest of the body); the body holds empty lines, and a chunked one ends at one
+BODIES = {
+    "length": (
+        request_bytes(LIST, X_Request_ID="r-body", Content_Length="14") + b"ab\r\n\r\n",
+        b"cd\r\n\r\nef",
+    ),
+    "chunked": (
+        request_bytes(LIST, X_Request_ID="r-body", Transfer_Encoding="chunked") + b"4\r\nab\r\n",
+        b"\r\n6\r\ncd\r\n\r\n\r\n0\r\n\r\n",
+    ),
+    "chunked-trailer": (
+        request_bytes(LIST, X_Request_ID="r-body", Transfer_Encoding="chunked") + b"2\r\nab",
+        b"\r\n0\r\nX-Trailer: t\r\n\r\n",
+    ),
+}
+
+
+@WAYS
+@pytest.mark.parametrize("split", [False, True], ids=["one-read", "body-across-reads"])
+@pytest.mark.parametrize("body", list(BODIES))
+async def test_a_refused_head_in_the_read_of_a_body_is_the_edges_problem_both_ways(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool, split: bool, body: str
+) -> None:
+    """A request with a body (of a length, or chunked), a request,
+    then a malformed head, the last two in the read where the body ends: both requests
+    answered in order, then the edge's 400 problem, and the connection closed (README,
+    "Errors")."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    start, end = BODIES[body]
+    after = request_bytes(LIST, X_Request_ID="r-after") + MALFORMED
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    if split:
+        writer.write(start)
+        await writer.drain()
+        await asyncio.sleep(0.05)  # a read of its own: not asserted on, only arranged
+        writer.write(end + after)
+    else:
+        writer.write(start + end + after)
+    answers, rest = await read_all(reader, 3)
+    writer.close()
+    assert [a.headers.get("x-request-id") for a in answers[:2]] == ["r-body", "r-after"]
+    assert [a.status_line for a in answers] == [
+        "HTTP/1.1 200 OK",
+        "HTTP/1.1 200 OK",
+        "HTTP/1.0 400 Bad Request",
+    ]
+    assert answers[2].headers["content-type"] == "application/problem+json"
+    problem = orjson.loads(answers[2].body)
+    assert problem["type"] == "urn:records-gateway:problem:malformed-request"
+    assert rest == b""
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [b"zz\r\nab\r\n0\r\n\r\n", b"2\r\nabXY0\r\n\r\n", b"0\r\nBad Trailer\r\n\r\n"],
+    ids=["size", "chunk-end", "trailer"],
+)
+async def test_a_chunked_body_s_bad_framing_is_answered_alike_both_ways(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, framing: bytes
+) -> None:
+    """A request, then one whose chunked body the parser refuses, in one write: the
+    same answers both ways (aiohttp's: both requests answered, as neither handler
+    reads a body; the body's error is the body's reader's)."""
+    filter_parser_log(monkeypatch)
+    seen = {}
+    for fast_path in (False, True):
+        port = await listening(fast_path)
+        data = request_bytes(LIST, X_Request_ID="r-0")
+        data += request_bytes(LIST, X_Request_ID="r-1", Transfer_Encoding="chunked") + framing
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(data)
+        async with asyncio.timeout(10):  # guards against a hang only
+            answers = [await read_answer(reader) for _ in range(2)]
+        writer.close()
+        await writer.wait_closed()
+        seen[fast_path] = [
+            (a.status_line, a.headers["content-type"], a.headers["x-request-id"]) for a in answers
+        ]
+    assert seen[False] == seen[True]
+    assert seen[False] == [
+        ("HTTP/1.1 200 OK", "application/json", "r-0"),
+        ("HTTP/1.1 200 OK", "application/json", "r-1"),
+    ]
