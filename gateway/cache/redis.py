@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -36,6 +37,8 @@ from gateway.cache.fleet import Fleet
 from gateway.cache.keyspace import generation_key, lease_key, probe_key
 from gateway.cache.topology import REDIS_ERRORS, Commands
 from gateway.errors import CacheUnavailable
+
+log = logging.getLogger("gateway.cache")
 
 T = TypeVar("T")
 
@@ -256,5 +259,13 @@ class RedisBackend(QuietBackend):
         await self.get(probe)
 
     async def close(self) -> None:
+        """Close the batch and the client; a Redis that fails to close (a timeout, a
+        reset) is logged, not raised: what closes after the backend still closes."""
         await self._batch.close()
-        await self._client.aclose()
+        try:
+            await self._client.aclose()
+        except REDIS_ERRORS as exc:
+            log.warning(
+                "redis: the client did not close cleanly",
+                extra={"event": "redis_close_failed", "error": type(exc).__name__},
+            )

@@ -23,6 +23,7 @@ draining ones too, without waiting any longer for their reads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -83,16 +84,19 @@ class UpstreamBinding:
     async def close(self) -> None:
         """Close what is the binding's own, once: the pipeline (background refreshes
         cancelled), the fleet's announcements, the backend if it is its own, and the
-        connection pool."""
+        connection pool; each of them whatever the others raise (the first error is
+        raised once all are closed)."""
         if self.closed:
             return
         self.closed = True
-        await self.pipeline.close()
-        if self.fleet is not None:
-            await self.fleet.close()
-        if self.own_backend is not None:
-            await self.own_backend.close()
-        await self.link.close()
+        # each part is closed even when one before it fails (last pushed, first run)
+        async with contextlib.AsyncExitStack() as parts:
+            parts.push_async_callback(self.link.close)
+            if self.own_backend is not None:
+                parts.push_async_callback(self.own_backend.close)
+            if self.fleet is not None:
+                parts.push_async_callback(self.fleet.close)
+            parts.push_async_callback(self.pipeline.close)
 
 
 class Upstreams:

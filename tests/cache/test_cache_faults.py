@@ -16,7 +16,9 @@ from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 from redis.exceptions import OutOfMemoryError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.cache.redis import RedisBackend
 from gateway.demo import RequestLog
 from gateway.http.binding import UPSTREAMS
 from gateway.ops.circuit import CircuitState
@@ -278,3 +280,28 @@ async def test_a_cluster_node_used_as_a_standalone_server(
     assert (cache["status"], cache["source"], cache["circuit"]) == ("down", "traffic", "open")
     assert cache["reads"]["ok"] == 0
     assert cluster_error(cache["lastError"]), cache["lastError"]
+
+
+class ClosesLate(redis.Redis):
+    """A client whose connections do not close within their timeout (a loaded
+    machine, a Redis that stopped reading): its close raises redis-py's TimeoutError
+    once it has let go of them."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        raise RedisTimeoutError("Timed out closing connection after 0.1")
+
+
+async def test_a_redis_client_that_does_not_close_in_time_is_logged_not_raised(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing the Redis backend whose client times out while closing: the close
+    returns (what closes after it, the upstream's connection pool, still closes), and
+    the log says so."""
+    backend = RedisBackend(ClosesLate.from_url(redis_url), prefix="rg:test", timeout_s=1.0)
+    await backend.probe()
+    await backend.close()
+    events = [
+        (r.levelname, getattr(r, "event", None), getattr(r, "error", None)) for r in caplog.records
+    ]
+    assert ("WARNING", "redis_close_failed", "TimeoutError") in events

@@ -155,3 +155,38 @@ def test_settings_checked_before_any_backend_is_registered_fail_closed() -> None
     )
     assert ran.returncode == 1
     assert "RuntimeError: no cache backend is registered" in ran.stderr
+
+
+class ClosesBadly(ScratchBackend):
+    """A shared store of the tests' own that goes away while it is being closed."""
+
+    async def close(self) -> None:
+        await super().close()
+        raise ConnectionResetError("the store went away while closing")
+
+
+async def test_a_backend_that_fails_to_close_leaves_nothing_else_open(
+    upstream: TestServer, aiohttp_client: AiohttpClient
+) -> None:
+    """A shared backend (the binding's own) whose close fails: the binding's other
+    parts, its connection pool to the upstream among them, are closed all the same,
+    and the error is the one raised."""
+    registry = default_registry()
+    registry.register(
+        "closes-badly",
+        SHARED,
+        lambda settings, prefix, clock: ClosesBadly(max_bytes=1 << 20, clock=clock),
+    )
+    try:
+        settings = make_settings(
+            base_url(upstream), cache={"backend": "closes-badly", "key_secret": "k" * 32}
+        )
+        client = await gateway_client(aiohttp_client, create_app(settings, backends=registry))
+        assert (await client.get("/users?limit=3", headers=AUTH)).status == 200
+        binding = client.app[UPSTREAMS].current
+        assert binding.own_backend is not None
+        with pytest.raises(ConnectionResetError, match="went away while closing"):
+            await client.app[UPSTREAMS].close()
+        assert binding.link.closed
+    finally:
+        BACKENDS.withdraw("closes-badly")
