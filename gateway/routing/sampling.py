@@ -113,17 +113,23 @@ def _objects(records: Iterable[Record], at: tuple[str, ...]) -> Iterator[Record]
 
 
 @dataclass(frozen=True, slots=True)
-class Each:
-    """``param`` set to every value at ``at``, in sorted order; with ``within``, only
-    those of its values."""
+class OneParam:
+    """A sampler of one query parameter, ``param``."""
 
     param: str
-    at: tuple[str, ...]
-    within: tuple[str, ...] | None = None
-    paged: bool = True
 
     def names(self) -> tuple[str, ...]:
         return (self.param,)
+
+
+@dataclass(frozen=True, slots=True)
+class Each(OneParam):
+    """``param`` set to every value at ``at``, in sorted order; with ``within``, only
+    those of its values."""
+
+    at: tuple[str, ...]
+    within: tuple[str, ...] | None = None
+    paged: bool = True
 
     def pairs(self, seeds: Seeds) -> Iterator[Pairs]:
         values = set(texts(seeds.records, self.at))
@@ -134,16 +140,12 @@ class Each:
 
 
 @dataclass(frozen=True, slots=True)
-class Fixed:
+class Fixed(OneParam):
     """``param`` set to each of ``values``, whatever the data (each choice of a
     parameter, an id no record has)."""
 
-    param: str
     values: tuple[str, ...]
     paged: bool = True
-
-    def names(self) -> tuple[str, ...]:
-        return (self.param,)
 
     def pairs(self, seeds: Seeds) -> Iterator[Pairs]:
         for value in self.values:
@@ -151,15 +153,11 @@ class Fixed:
 
 
 @dataclass(frozen=True, slots=True)
-class Spread:
+class Spread(OneParam):
     """``param`` set to ``count`` values at ``at`` spread evenly over the records."""
 
-    param: str
     at: tuple[str, ...]
     count: int
-
-    def names(self) -> tuple[str, ...]:
-        return (self.param,)
 
     def pairs(self, seeds: Seeds) -> Iterator[Pairs]:
         values = list(texts(seeds.records, self.at))
@@ -169,16 +167,12 @@ class Spread:
 
 
 @dataclass(frozen=True, slots=True)
-class Word:
+class Word(OneParam):
     """``param`` set to the first word of four letters or more in the texts at ``at``
     (a word a text search finds)."""
 
-    param: str
     at: tuple[str, ...]
     paged: bool = True
-
-    def names(self) -> tuple[str, ...]:
-        return (self.param,)
 
     def pairs(self, seeds: Seeds) -> Iterator[Pairs]:
         for text in texts(seeds.records, self.at):

@@ -27,6 +27,7 @@ from gateway.process.worker import MAX_HEADER_BYTES
 from ..conftest import base_url, make_settings
 from ..http.test_wire import (
     LIST,
+    Answer,
     filter_parser_log,
     read_all,
     read_answer,
@@ -104,6 +105,12 @@ async def test_requests_behind_one_with_a_body_are_answered_before_the_400(
     data = request_bytes(LIST, X_Request_ID="r-body", Content_Length="8") + b"ab\r\n\r\ncd"
     data += request_bytes(LIST, X_Request_ID="r-after")
     answers, rest = await send_and_read_all(port, data + MALFORMED, 3)
+    assert_answered_then_refused(answers, rest)
+
+
+def assert_answered_then_refused(answers: list[Answer], rest: bytes) -> None:
+    """``r-body`` and ``r-after`` answered, in order, then the edge's 400 problem,
+    then the connection closed."""
     assert [a.headers.get("x-request-id") for a in answers[:2]] == ["r-body", "r-after"]
     assert [a.status_line for a in answers] == [
         "HTTP/1.1 200 OK",
@@ -111,6 +118,8 @@ async def test_requests_behind_one_with_a_body_are_answered_before_the_400(
         "HTTP/1.0 400 Bad Request",
     ]
     assert answers[2].headers["content-type"] == "application/problem+json"
+    problem = orjson.loads(answers[2].body)
+    assert problem["type"] == "urn:records-gateway:problem:malformed-request"
     assert rest == b""
 
 
@@ -394,16 +403,7 @@ async def test_a_refused_head_in_the_read_of_a_body_is_the_edges_problem_both_wa
         writer.write(start + end + after)
     answers, rest = await read_all(reader, 3)
     writer.close()
-    assert [a.headers.get("x-request-id") for a in answers[:2]] == ["r-body", "r-after"]
-    assert [a.status_line for a in answers] == [
-        "HTTP/1.1 200 OK",
-        "HTTP/1.1 200 OK",
-        "HTTP/1.0 400 Bad Request",
-    ]
-    assert answers[2].headers["content-type"] == "application/problem+json"
-    problem = orjson.loads(answers[2].body)
-    assert problem["type"] == "urn:records-gateway:problem:malformed-request"
-    assert rest == b""
+    assert_answered_then_refused(answers, rest)
 
 
 @pytest.mark.parametrize(
