@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test lint rules bench redis-server promtool lock clean lint-openapi openapi-examples
+.PHONY: run test test-aiohttp-latest lint rules bench redis-server promtool lock clean lint-openapi openapi-examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -131,6 +131,17 @@ lint-openapi: $(VENV)/.installed-run
 test: $(VENV)/.installed-test redis-server promtool lint rules
 	$(BIN)/pytest
 
+## test-aiohttp-latest: the suite against the newest aiohttp release the package index
+## has (the locks pin one release; pyproject.toml takes a range), in a venv of its own:
+## the locked install, then aiohttp upgraded alone. The fast path runs when its checks
+## pass (gateway/fastpath/internals.py) and steps aside with one warning otherwise
+LATEST_VENV := .venv-aiohttp-latest
+test-aiohttp-latest: redis-server promtool
+	$(MAKE) --no-print-directory VENV=$(LATEST_VENV) $(LATEST_VENV)/.installed-test
+	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade aiohttp
+	$(LATEST_VENV)/bin/python -c 'import aiohttp, gateway.fastpath.internals as i; print("aiohttp", aiohttp.__version__, "(the fast path was verified on", ", ".join(i.VERIFIED_ON) + ")")'
+	$(LATEST_VENV)/bin/pytest -p no:cacheprovider
+
 ## bench: load every configuration (wrk, and bench/loadgen.c for the mix) on loopback,
 ## write bench/results/ (bench/README.md); BENCH_ARGS passes options (e.g. --only mix)
 bench: $(VENV)/.installed-run redis-server
@@ -150,4 +161,4 @@ bench: $(VENV)/.installed-run redis-server
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(LATEST_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -51,4 +51,22 @@ def make_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
     if absent:
         _step_aside(absent)
         return web.AppRunner(app, **kwargs)
+    if not internals.verified(aiohttp.__version__):
+        _unverified()
     return FastPathRunner(app, **kwargs)
+
+
+@functools.cache
+def _unverified() -> None:
+    """Say once per process that the fast path runs on a release it was not verified on."""
+    log.warning(
+        "fast path on: aiohttp %s has every internal it relies on, but it was verified on %s only",
+        aiohttp.__version__,
+        ", ".join(internals.VERIFIED_ON),
+        extra={
+            "event": "fast_path",
+            "on": True,
+            "verified": False,
+            "aiohttp": aiohttp.__version__,
+        },
+    )

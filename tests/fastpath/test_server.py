@@ -8,9 +8,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.base_protocol import BaseProtocol
@@ -28,6 +31,7 @@ from gateway.http.app import create_app
 from ..conftest import TOKEN, base_url, make_settings
 from ..profiles import examples
 
+ROOT = Path(__file__).resolve().parent.parent.parent
 # about 60 KB in 100 header lines: the head bench/held_head.py sends a byte at a time
 HEAD_60K = HEAD
 
@@ -218,3 +222,43 @@ async def test_a_long_head_sent_a_byte_at_a_time_gets_the_answer_it_gets_whole(
         assert (b"problem+json" in refused) == fast_path
     finally:
         await runner.cleanup()
+
+
+def test_the_locked_aiohttp_is_one_the_fast_path_was_verified_on() -> None:
+    """Moving the lock to another aiohttp release means verifying the fast path on it
+    (``make test`` passing) and naming it in ``internals.VERIFIED_ON``."""
+    lock = (ROOT / "requirements" / "run.txt").read_text()
+    (pinned,) = re.findall(r"^aiohttp==(\S+)", lock, re.MULTILINE)
+    assert internals.verified(pinned), (pinned, internals.VERIFIED_ON)
+
+
+@pytest.fixture
+def unverified_release(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """aiohttp as a release the fast path was not verified on, with every internal the
+    check looks for (the installed release's)."""
+    monkeypatch.setattr(aiohttp, "__version__", "3.99.0")
+    server._unverified.cache_clear()
+    yield "3.99.0"
+    server._unverified.cache_clear()
+
+
+async def test_on_a_release_it_was_not_verified_on_the_fast_path_runs_and_says_so_once(
+    unverified_release: str, upstream: TestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.fastpath")
+    runners = [await serve(upstream) for _ in range(2)]
+    try:
+        assert all(isinstance(runner.server, FastPathServer) for runner, _ in runners)
+        warnings = [r for r in caplog.records if r.name == "gateway.fastpath"]
+        assert len(warnings) == 1, "once per process"
+        assert warnings[0].levelname == "WARNING"
+        message = warnings[0].getMessage()
+        assert f"aiohttp {unverified_release} has every internal" in message
+        assert "verified on 3.14.5" in message
+        request = f"GET /users?limit=3 HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+        _, port = runners[0]
+        assert b"X-Cache: MISS" in await raw(port, request.encode())
+        assert b"X-Cache: HIT" in await raw(port, request.encode())
+    finally:
+        for runner, _ in runners:
+            await runner.cleanup()
