@@ -12,21 +12,45 @@
  * no length, bytes after the body, a head over 16 KiB) stops the run with a message on
  * stderr and exit status 2.
  *
+ * The shape of the traffic (all off by default; each draw below comes from the
+ * connection's own stream, so a run is the same sequence of requests every time):
+ *   --pooled               each request draws its token uniformly among all the tokens,
+ *                          then a key of that token by weight (a pooled client's
+ *                          connection carrying many callers);
+ *   --gzip-share F         each request carries Accept-Encoding: gzip with probability F
+ *                          (both forms of every request are built once, at start);
+ *   --conditional-share F  each thread remembers the ETag of the last 200 answer of each
+ *                          (token, key, gzip or not), up to 256 bytes; a request of a
+ *                          variant whose ETag is known carries If-None-Match with
+ *                          probability F (a 200 without an ETag forgets it);
+ *   --close                each request carries Connection: close and goes on a
+ *                          connection of its own; its latency runs from connect();
+ *   --rate R               open loop at R requests/s over all connections: connection i
+ *                          of C sends its k-th request at t0 + (i / C + k) * C / R (t0:
+ *                          when the threads start), at once if that time has passed when
+ *                          its last answer completes, never two at a time; a timerfd per
+ *                          thread wakes it otherwise. Latency runs from the intended
+ *                          time (coordinated omission accounted, as wrk2 does).
+ *
  * A warm-up phase (--warmup seconds, not counted) is followed by the measured phase
  * (--duration seconds). A request counts when its answer completes in the measured
- * phase; its latency runs from the write of its first byte to the read of its last
- * byte, kept in a log-linear histogram (128 linear buckets per power of two of
- * nanoseconds: at most 0.4 % off). The CPU time (utime, stime from /proc/PID/stat) of
+ * phase (so do its gzip and conditional flags); its latency runs from the write of its
+ * first byte (or as above) to the read of its last byte, kept in a log-linear histogram
+ * (128 linear buckets per power of two of nanoseconds: at most 0.4 % off). A connect
+ * counts in the phase it is made. The CPU time (utime, stime from /proc/PID/stat) of
  * every --cpu-pid is read when the measured phase starts and when it ends, and the
  * client's own (getrusage), so that CPU per request is over the same window; a process
  * gone by the end (nginx's cache loader exits a minute after start) is reported as
  * "exited", its CPU unknown.
  *
- * The report is one JSON object on stdout. Usage:
+ * The report is one JSON object on stdout; it states the shape it ran ("shape") and,
+ * open loop, the offered and achieved rates and the largest lag of a send behind its
+ * intended time ("rate"; null in a closed loop). Usage:
  *
  *   loadgen --port PORT --keys FILE [--host 127.0.0.1] [--threads 2] [--connections 48]
  *           [--warmup 2] [--duration 5] [--seed 1] [--header "Name: value"]...
- *           [--cpu-pid PID]...
+ *           [--cpu-pid PID]... [--pooled] [--gzip-share F] [--conditional-share F]
+ *           [--close] [--rate R]
  *
  * The keys file, written by bench/mix.py: "token <Authorization value>" starts a token's
  * keys; each following "<weight> <target>" line is one of its keys (a positive weight and
@@ -51,6 +75,8 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,14 +91,30 @@
 #define MAX_EXPONENT 40 /* 2^40 ns, about 18 minutes: anything longer is clamped */
 #define BUCKETS (SUB_COUNT + (MAX_EXPONENT - SUB_BITS) * SUB_COUNT)
 #define REQUEST_TIMEOUT_NS (10ull * 1000000000ull)
+#define ETAG_MAX 256 /* a longer ETag is not remembered */
+#define IF_NONE_MATCH "If-None-Match: "
+/* the remembered line: "If-None-Match: <etag>\r\n\r\n", the end of the request */
+#define CONDITION_MAX (sizeof IF_NONE_MATCH - 1 + ETAG_MAX + 4)
 
 enum phase { WARMUP = 0, MEASURE = 1, STOP = 2 };
-enum state { CONNECTING, WRITING, HEAD, BODY };
+/* IDLE: no request on the wire (open loop: waiting for its intended time; --close:
+ * between connections) */
+enum state { CONNECTING, WRITING, HEAD, BODY, IDLE };
 
 struct request {
-    char *bytes; /* the whole request: line, Host, Authorization, extra headers */
-    size_t len;
+    /* the whole request: line, Host, Authorization, extra headers, Connection: close with
+     * --close; [1] adds Accept-Encoding: gzip (built only with --gzip-share) */
+    char *bytes[2];
+    size_t len[2];
     const char *target;
+    size_t index; /* over the keys of all tokens: where its ETags are remembered */
+    size_t token;
+};
+
+/* the ETag of the last 200 answer of one (token, key, gzip or not), as the line sent */
+struct condition {
+    size_t len; /* 0: none known */
+    char line[CONDITION_MAX];
 };
 
 struct token {
@@ -90,11 +132,15 @@ struct tally {
     uint64_t bytes;      /* heads and bodies */
     uint64_t body_bytes; /* Content-Length of the answers */
     uint64_t gzip;       /* answers with Content-Encoding: gzip */
+    uint64_t gzip_requests;        /* answered requests sent with Accept-Encoding: gzip */
+    uint64_t conditional_requests; /* answered requests sent with If-None-Match */
+    uint64_t connects;             /* connect() calls made */
+    uint64_t behind_max_ns;        /* open loop: the largest lag of a send behind its time */
     uint64_t x_cache_hit;
     uint64_t x_cache_miss;
     uint64_t x_cache_other;
     uint64_t x_cache_none;
-    uint64_t reconnects; /* the server closed a kept-alive connection (Connection: close) */
+    uint64_t reconnects; /* the server closed a kept-alive connection (not counted: --close) */
     uint64_t retries;    /* closed before any byte of the answer: sent again */
     uint64_t read_errors;
     uint64_t connect_errors;
@@ -107,14 +153,22 @@ struct tally {
 struct thread;
 
 struct conn {
-    int fd;
+    int fd; /* -1: none (--close, between requests) */
     int index;
-    int token;
+    int token; /* without --pooled, the token of every request */
     enum state state;
-    const struct request *request;
+    const struct request *request; /* NULL: none chosen yet */
+    int gzip;                      /* the request is sent in its gzip form */
+    int waiting;                   /* open loop: chosen, its intended time not come yet */
     size_t written;
-    uint64_t started_ns;
+    uint64_t started_ns; /* where its latency runs from */
+    uint64_t sent_ns;    /* the last write of it began (its timeout runs from there) */
+    uint64_t intended_ns;
+    uint64_t sent_count; /* open loop: requests issued so far (k) */
+    double offset_ns;    /* open loop: i / C * C / R, in ns */
     uint64_t rng;
+    size_t condition_len; /* > 0: the request ends with this If-None-Match line */
+    char condition[CONDITION_MAX];
     size_t head_len;
     uint64_t body_left;
     int close_after;
@@ -131,6 +185,9 @@ struct thread {
     struct tally measured;
     uint64_t *by_token; /* measured requests of each token */
     char *chunk;
+    struct condition *conditions; /* 2 per key (identity, gzip); with --conditional-share */
+    int timer;                    /* open loop: a timerfd at the earliest intended time */
+    uint64_t armed_ns;            /* when the timer is set to fire; 0: not armed */
 };
 
 static struct {
@@ -146,10 +203,18 @@ static struct {
     int header_count;
     int pids[MAX_PIDS];
     int pid_count;
-} opt = {"127.0.0.1", 0, NULL, 2, 48, 2.0, 5.0, 1, {0}, 0, {0}, 0};
+    int pooled;
+    double gzip_share;
+    double conditional_share;
+    int close;
+    double rate; /* requests/s over all connections; 0: closed loop */
+} opt = {"127.0.0.1", 0, NULL, 2, 48, 2.0, 5.0, 1, {0}, 0, {0}, 0, 0, 0.0, 0.0, 0, 0.0};
 
 static struct token *tokens;
 static size_t token_count;
+static size_t key_count;
+static uint64_t t0_ns; /* when the threads start: the open loop's schedule begins there */
+static double interval_ns; /* open loop: C / R, in ns */
 static struct sockaddr_in address;
 static _Atomic int phase = WARMUP;
 
@@ -177,10 +242,13 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-static const struct request *draw(struct conn *c) {
-    const struct token *t = &tokens[c->token];
+/* a number in [0, 1) from the connection's stream */
+static double unit(struct conn *c) { return (double)(splitmix64(&c->rng) >> 11) * 0x1.0p-53; }
+
+static const struct request *draw(struct conn *c, size_t token) {
+    const struct token *t = &tokens[token];
     double total = t->cumulative[t->count - 1];
-    double point = (double)(splitmix64(&c->rng) >> 11) * 0x1.0p-53 * total;
+    double point = unit(c) * total;
     size_t low = 0, high = t->count - 1; /* the first cumulative weight above point */
     while (low < high) {
         size_t middle = low + (high - low) / 2;
@@ -215,20 +283,24 @@ static void add_key(struct token *t, double weight, const char *target, size_t l
         t->cumulative = realloc(t->cumulative, t->capacity * sizeof *t->cumulative);
         if (!t->requests || !t->cumulative) fatal("out of memory");
     }
-    size_t extra = 0;
-    for (int i = 0; i < opt.header_count; i++) extra += strlen(opt.headers[i]) + 2;
-    size_t size = strlen(target) + strlen(t->authorization) + strlen(opt.host) + extra + 96;
-    char *bytes = malloc(size);
-    if (!bytes) fatal("out of memory");
-    int len = snprintf(bytes, size, "GET %s HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: %s\r\n",
-                       target, opt.host, opt.port, t->authorization);
-    for (int i = 0; i < opt.header_count; i++)
-        len += snprintf(bytes + len, size - (size_t)len, "%s\r\n", opt.headers[i]);
-    len += snprintf(bytes + len, size - (size_t)len, "\r\n");
     struct request *r = &t->requests[t->count];
-    r->bytes = bytes;
-    r->len = (size_t)len;
-    r->target = strdup(target);
+    *r = (struct request){.target = strdup(target), .index = key_count++, .token = token_count - 1};
+    for (int gzip = 0; gzip < (opt.gzip_share > 0 ? 2 : 1); gzip++) {
+        size_t extra = 0;
+        for (int i = 0; i < opt.header_count; i++) extra += strlen(opt.headers[i]) + 2;
+        size_t size = strlen(target) + strlen(t->authorization) + strlen(opt.host) + extra + 160;
+        char *bytes = malloc(size);
+        if (!bytes) fatal("out of memory");
+        int len = snprintf(bytes, size, "GET %s HTTP/1.1\r\nHost: %s:%d\r\nAuthorization: %s\r\n",
+                           target, opt.host, opt.port, t->authorization);
+        for (int i = 0; i < opt.header_count; i++)
+            len += snprintf(bytes + len, size - (size_t)len, "%s\r\n", opt.headers[i]);
+        if (gzip) len += snprintf(bytes + len, size - (size_t)len, "Accept-Encoding: gzip\r\n");
+        if (opt.close) len += snprintf(bytes + len, size - (size_t)len, "Connection: close\r\n");
+        len += snprintf(bytes + len, size - (size_t)len, "\r\n");
+        r->bytes[gzip] = bytes;
+        r->len[gzip] = (size_t)len;
+    }
     t->cumulative[t->count] = (t->count ? t->cumulative[t->count - 1] : 0.0) + weight;
     t->count++;
 }
@@ -302,12 +374,18 @@ static void watch(struct conn *c, uint32_t events, int op) {
         fatal("epoll_ctl: %s", strerror(errno));
 }
 
+static struct tally *tally_of(struct thread *t) {
+    return atomic_load_explicit(&phase, memory_order_relaxed) == MEASURE ? &t->measured : &t->warm;
+}
+
 static void start_connect(struct conn *c) {
     c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c->fd < 0) fatal("socket: %s", strerror(errno));
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->state = CONNECTING;
+    tally_of(c->thread)->connects++;
+    if (opt.close && opt.rate <= 0) c->started_ns = now_ns(); /* connection set-up counts */
     if (connect(c->fd, (struct sockaddr *)&address, sizeof address) != 0 && errno != EINPROGRESS)
         fatal("connect to %s:%d: %s", opt.host, opt.port, strerror(errno));
     watch(c, EPOLLOUT, EPOLL_CTL_ADD);
@@ -318,14 +396,24 @@ static void reconnect(struct conn *c) {
     start_connect(c);
 }
 
-static struct tally *tally_of(struct thread *t) {
-    return atomic_load_explicit(&phase, memory_order_relaxed) == MEASURE ? &t->measured : &t->warm;
-}
-
-/* Write what is left of the current request; returns 0 once all is written. */
+/* Write what is left of the current request (and its If-None-Match line); returns 0 once
+ * all is written. */
 static int write_rest(struct conn *c) {
-    while (c->written < c->request->len) {
-        ssize_t n = write(c->fd, c->request->bytes + c->written, c->request->len - c->written);
+    const char *bytes = c->request->bytes[c->gzip];
+    /* a conditional request ends with its own line: the request's final "\r\n" gives way */
+    size_t first = c->request->len[c->gzip] - (c->condition_len ? 2 : 0);
+    size_t total = first + c->condition_len;
+    while (c->written < total) {
+        struct iovec parts[2];
+        int count = 0;
+        if (c->written < first) {
+            parts[count++] = (struct iovec){(void *)(bytes + c->written), first - c->written};
+            if (c->condition_len) parts[count++] = (struct iovec){c->condition, c->condition_len};
+        } else {
+            size_t done = c->written - first;
+            parts[count++] = (struct iovec){c->condition + done, c->condition_len - done};
+        }
+        ssize_t n = writev(c->fd, parts, count);
         if (n < 0) {
             if (errno == EAGAIN) return 1;
             if (errno == EINTR) continue;
@@ -336,8 +424,6 @@ static int write_rest(struct conn *c) {
     return 0;
 }
 
-static void send_request(struct conn *c, const struct request *request);
-
 static void retry_after_close(struct conn *c, int partial) {
     /* the server closed a kept-alive connection (or reset it): before any byte of the
      * answer, the request is sent again on a new connection; after some, it is an error */
@@ -346,17 +432,15 @@ static void retry_after_close(struct conn *c, int partial) {
         t->read_errors++;
     else
         t->retries++;
-    const struct request *request = c->request;
-    reconnect(c);
-    c->request = request; /* written once connected */
+    reconnect(c); /* c->request is written once connected */
 }
 
-static void send_request(struct conn *c, const struct request *request) {
-    c->request = request;
+static void send_request(struct conn *c) {
     c->written = 0;
     c->head_len = 0;
     c->state = WRITING;
-    c->started_ns = now_ns();
+    c->sent_ns = now_ns();
+    if (!opt.close && opt.rate <= 0) c->started_ns = c->sent_ns;
     int left = write_rest(c);
     if (left < 0) {
         retry_after_close(c, 0);
@@ -365,6 +449,82 @@ static void send_request(struct conn *c, const struct request *request) {
     } else {
         c->state = HEAD;
     }
+}
+
+/* Choose the next request: its token (--pooled), key, form (--gzip-share) and condition
+ * (--conditional-share), each drawn only when its option is on. */
+static void choose(struct conn *c) {
+    size_t token = (size_t)c->token;
+    if (opt.pooled)
+        token = (size_t)(((unsigned __int128)splitmix64(&c->rng) * token_count) >> 64);
+    c->request = draw(c, token);
+    c->gzip = opt.gzip_share > 0 && unit(c) < opt.gzip_share;
+    c->condition_len = 0;
+    if (opt.conditional_share > 0) {
+        const struct condition *known = &c->thread->conditions[c->request->index * 2 + c->gzip];
+        if (known->len && unit(c) < opt.conditional_share) {
+            memcpy(c->condition, known->line, known->len); /* the memory may change meanwhile */
+            c->condition_len = known->len;
+        }
+    }
+}
+
+static void arm(struct thread *th, uint64_t at_ns) {
+    if (th->armed_ns && th->armed_ns <= at_ns) return;
+    th->armed_ns = at_ns;
+    struct itimerspec when = {.it_value = {(time_t)(at_ns / 1000000000ull),
+                                           (long)(at_ns % 1000000000ull)}};
+    if (timerfd_settime(th->timer, TFD_TIMER_ABSTIME, &when, NULL) != 0)
+        fatal("timerfd_settime: %s", strerror(errno));
+}
+
+/* Put the chosen request on the wire: now, on its own connection with --close, or once
+ * the connection being opened is up. */
+static void dispatch(struct conn *c, uint64_t now) {
+    c->waiting = 0;
+    if (opt.rate > 0) {
+        struct tally *t = tally_of(c->thread);
+        uint64_t behind = now > c->intended_ns ? now - c->intended_ns : 0;
+        if (behind > t->behind_max_ns) t->behind_max_ns = behind;
+    }
+    if (c->fd < 0)
+        start_connect(c);
+    else if (c->state != CONNECTING)
+        send_request(c);
+}
+
+static void next_request(struct conn *c) {
+    choose(c);
+    uint64_t now = opt.rate > 0 ? now_ns() : 0;
+    if (opt.rate > 0) {
+        c->intended_ns = t0_ns + (uint64_t)(c->offset_ns + (double)c->sent_count * interval_ns);
+        c->sent_count++;
+        c->started_ns = c->intended_ns;
+        if (now < c->intended_ns) {
+            c->waiting = 1;
+            if (c->state != CONNECTING) c->state = IDLE;
+            arm(c->thread, c->intended_ns);
+            return;
+        }
+    }
+    dispatch(c, now);
+}
+
+static void on_timer(struct thread *th) {
+    uint64_t expirations;
+    if (read(th->timer, &expirations, sizeof expirations) < 0 && errno != EAGAIN)
+        fatal("timerfd read: %s", strerror(errno));
+    th->armed_ns = 0;
+    uint64_t now = now_ns(), next = 0;
+    for (int i = 0; i < th->count; i++) {
+        struct conn *c = &th->conns[i];
+        if (!c->waiting) continue;
+        if (c->intended_ns <= now)
+            dispatch(c, now);
+        else if (next == 0 || c->intended_ns < next)
+            next = c->intended_ns;
+    }
+    if (next) arm(th, next);
 }
 
 static int header_is(const char *line, size_t len, const char *name, const char **value) {
@@ -384,6 +544,17 @@ static int value_has(const char *value, const char *end, const char *word) {
     return 0;
 }
 
+/* The If-None-Match line of an ETag, or nothing: none, empty or over ETAG_MAX bytes. */
+static void remember(struct condition *known, const char *etag, size_t len) {
+    known->len = 0;
+    if (!etag || len == 0 || len > ETAG_MAX) return;
+    size_t prefix = sizeof IF_NONE_MATCH - 1;
+    memcpy(known->line, IF_NONE_MATCH, prefix);
+    memcpy(known->line + prefix, etag, len);
+    memcpy(known->line + prefix + len, "\r\n\r\n", 4);
+    known->len = prefix + len + 4;
+}
+
 /* Parse the head of an answer: status, Content-Length and the headers counted. */
 static void parse_head(struct conn *c, size_t head_size, struct tally *t) {
     const char *head = c->head, *end = c->head + head_size - 2;
@@ -397,6 +568,8 @@ static void parse_head(struct conn *c, size_t head_size, struct tally *t) {
         t->other_status++;
     int64_t length = -1;
     int x_cache = 0;
+    const char *etag = NULL;
+    size_t etag_len = 0;
     c->close_after = strncmp(head, "HTTP/1.0", 8) == 0;
     const char *line = (const char *)memchr(head, '\n', head_size) + 1;
     while (line < end) {
@@ -418,6 +591,11 @@ static void parse_head(struct conn *c, size_t head_size, struct tally *t) {
         } else if (header_is(line, len, "Connection", &value)) {
             if (value_has(value, eol, "close")) c->close_after = 1;
             if (value_has(value, eol, "keep-alive")) c->close_after = 0;
+        } else if (header_is(line, len, "ETag", &value)) {
+            etag = value;
+            etag_len = (size_t)(eol - value);
+            while (etag_len > 0 && (etag[etag_len - 1] == ' ' || etag[etag_len - 1] == '\t'))
+                etag_len--;
         } else if (header_is(line, len, "X-Cache", &value)) {
             x_cache = 1;
             if (strncasecmp(value, "HIT", 3) == 0)
@@ -430,6 +608,8 @@ static void parse_head(struct conn *c, size_t head_size, struct tally *t) {
         line = eol + 2;
     }
     if (!x_cache) t->x_cache_none++;
+    if (status == 200 && opt.conditional_share > 0) /* what the variant is now */
+        remember(&c->thread->conditions[c->request->index * 2 + c->gzip], etag, etag_len);
     if (length < 0) {
         if (status == 204 || status == 304 || (status >= 100 && status < 200))
             length = 0;
@@ -445,15 +625,17 @@ static void complete(struct conn *c, uint64_t now) {
     struct thread *th = c->thread;
     struct tally *t = tally_of(th);
     t->requests++;
+    t->gzip_requests += (uint64_t)c->gzip;
+    t->conditional_requests += c->condition_len > 0;
     record(t, now - c->started_ns);
-    if (t == &th->measured) th->by_token[c->token]++;
-    if (c->close_after) {
-        tally_of(th)->reconnects++;
-        reconnect(c);
-        c->request = draw(c);
-        return;
+    if (t == &th->measured) th->by_token[c->request->token]++;
+    if (opt.close || c->close_after) {
+        if (!opt.close) t->reconnects++;
+        close(c->fd); /* also takes it out of the epoll set */
+        c->fd = -1;
+        c->state = IDLE;
     }
-    send_request(c, draw(c));
+    next_request(c);
 }
 
 /* The bytes just read on a connection waiting for (part of) an answer. */
@@ -511,7 +693,11 @@ static void on_event(struct conn *c, uint32_t events) {
             return;
         }
         watch(c, EPOLLIN, EPOLL_CTL_MOD);
-        send_request(c, c->request ? c->request : draw(c));
+        c->state = IDLE; /* up, nothing on the wire yet */
+        if (!c->request)
+            next_request(c);
+        else if (!c->waiting)
+            send_request(c);
         return;
     }
     if (c->state == WRITING && (events & EPOLLOUT)) {
@@ -532,12 +718,19 @@ static void on_event(struct conn *c, uint32_t events) {
             int fd = c->fd;
             on_bytes(c, th->chunk, (size_t)n);
             /* a short read drained the socket, and after an answer the next request went
-             * out (or the connection was replaced): epoll says when there is more */
-            if ((size_t)n < READ_CHUNK || c->fd != fd || c->head_len == 0) return;
+             * out (or the connection was replaced, or waits): epoll says when there is more */
+            if ((size_t)n < READ_CHUNK || c->fd != fd || c->head_len == 0 ||
+                c->state == CONNECTING || c->state == IDLE)
+                return;
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) return;
+        if (c->state == IDLE) { /* closed while its next request waits for its time */
+            tally_of(th)->reconnects++;
+            reconnect(c);
+            return;
+        }
         /* closed (0) or reset: before any byte of the answer it is sent again */
         int partial = c->state == BODY || c->head_len > 0;
         retry_after_close(c, partial);
@@ -548,7 +741,13 @@ static void on_event(struct conn *c, uint32_t events) {
 static void *run_thread(void *arg) {
     struct thread *th = arg;
     struct epoll_event events[256];
-    for (int i = 0; i < th->count; i++) start_connect(&th->conns[i]);
+    for (int i = 0; i < th->count; i++) {
+        struct conn *c = &th->conns[i];
+        if (opt.close) /* a connection per request, opened when it is sent */
+            next_request(c);
+        else
+            start_connect(c);
+    }
     uint64_t last_check = now_ns();
     while (atomic_load_explicit(&phase, memory_order_relaxed) != STOP) {
         int ready = epoll_wait(th->epoll, events, 256, 100);
@@ -556,17 +755,21 @@ static void *run_thread(void *arg) {
             if (errno == EINTR) continue;
             fatal("epoll_wait: %s", strerror(errno));
         }
-        for (int i = 0; i < ready; i++) on_event(events[i].data.ptr, events[i].events);
+        for (int i = 0; i < ready; i++) {
+            if (events[i].data.ptr == th)
+                on_timer(th);
+            else
+                on_event(events[i].data.ptr, events[i].events);
+        }
         uint64_t now = now_ns();
         if (now - last_check > 1000000000ull) { /* a request unanswered for 10 s: again */
             last_check = now;
             for (int i = 0; i < th->count; i++) {
                 struct conn *c = &th->conns[i];
-                if (c->state != CONNECTING && now - c->started_ns > REQUEST_TIMEOUT_NS) {
+                if (c->state != CONNECTING && c->state != IDLE &&
+                    now - c->sent_ns > REQUEST_TIMEOUT_NS) {
                     tally_of(th)->timeouts++;
-                    const struct request *request = c->request;
-                    reconnect(c);
-                    c->request = request;
+                    reconnect(c); /* c->request is written again once connected */
                 }
             }
         }
@@ -623,6 +826,10 @@ static void merge(struct tally *into, const struct tally *from) {
     into->bytes += from->bytes;
     into->body_bytes += from->body_bytes;
     into->gzip += from->gzip;
+    into->gzip_requests += from->gzip_requests;
+    into->conditional_requests += from->conditional_requests;
+    into->connects += from->connects;
+    if (from->behind_max_ns > into->behind_max_ns) into->behind_max_ns = from->behind_max_ns;
     into->x_cache_hit += from->x_cache_hit;
     into->x_cache_miss += from->x_cache_miss;
     into->x_cache_other += from->x_cache_other;
@@ -670,6 +877,9 @@ static void print_tally(const char *name, const struct tally *t) {
     printf("    \"x_cache\": {\"HIT\": %llu, \"MISS\": %llu, \"other\": %llu, \"none\": %llu},\n",
            (unsigned long long)t->x_cache_hit, (unsigned long long)t->x_cache_miss,
            (unsigned long long)t->x_cache_other, (unsigned long long)t->x_cache_none);
+    printf("    \"gzip_requests\": %llu, \"conditional_requests\": %llu, \"connects\": %llu,\n",
+           (unsigned long long)t->gzip_requests, (unsigned long long)t->conditional_requests,
+           (unsigned long long)t->connects);
     printf("    \"reconnects\": %llu, \"retries\": %llu, \"read_errors\": %llu, "
            "\"connect_errors\": %llu, \"timeouts\": %llu}",
            (unsigned long long)t->reconnects, (unsigned long long)t->retries,
@@ -680,14 +890,32 @@ static void print_tally(const char *name, const struct tally *t) {
 static void usage(void) {
     fputs("usage: loadgen --port PORT --keys FILE [--host 127.0.0.1] [--threads 2] "
           "[--connections 48] [--warmup 2] [--duration 5] [--seed 1] "
-          "[--header 'Name: value']... [--cpu-pid PID]...\n",
+          "[--header 'Name: value']... [--cpu-pid PID]... [--pooled] [--gzip-share F] "
+          "[--conditional-share F] [--close] [--rate R]\n",
           stderr);
     exit(2);
+}
+
+/* a number in [low, high] (high: infinity for none) or the usage */
+static double number_in(const char *name, const char *value, double low, double high) {
+    char *end;
+    double number = strtod(value, &end);
+    if (end == value || *end != '\0' || !isfinite(number) || number < low || number > high)
+        fatal("%s wants a number in [%g, %g]: %s", name, low, high, value);
+    return number;
 }
 
 static void parse_args(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *name = argv[i];
+        if (strcmp(name, "--pooled") == 0) {
+            opt.pooled = 1;
+            continue;
+        }
+        if (strcmp(name, "--close") == 0) {
+            opt.close = 1;
+            continue;
+        }
         if (i + 1 >= argc) usage();
         const char *value = argv[++i];
         if (strcmp(name, "--host") == 0)
@@ -710,6 +938,12 @@ static void parse_args(int argc, char **argv) {
             opt.headers[opt.header_count++] = value;
         else if (strcmp(name, "--cpu-pid") == 0 && opt.pid_count < MAX_PIDS)
             opt.pids[opt.pid_count++] = atoi(value);
+        else if (strcmp(name, "--gzip-share") == 0)
+            opt.gzip_share = number_in(name, value, 0, 1);
+        else if (strcmp(name, "--conditional-share") == 0)
+            opt.conditional_share = number_in(name, value, 0, 1);
+        else if (strcmp(name, "--rate") == 0)
+            opt.rate = number_in(name, value, 0, INFINITY);
         else
             usage();
     }
@@ -742,17 +976,32 @@ int main(int argc, char **argv) {
         th->chunk = malloc(READ_CHUNK);
         th->epoll = epoll_create1(EPOLL_CLOEXEC);
         if (!th->conns || !th->by_token || !th->chunk || th->epoll < 0) fatal("out of resources");
+        if (opt.conditional_share > 0) {
+            th->conditions = calloc(key_count * 2, sizeof *th->conditions);
+            if (!th->conditions) fatal("out of memory");
+        }
+        if (opt.rate > 0) {
+            th->timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+            struct epoll_event event = {.events = EPOLLIN, .data.ptr = th};
+            if (th->timer < 0 || epoll_ctl(th->epoll, EPOLL_CTL_ADD, th->timer, &event) != 0)
+                fatal("timerfd: %s", strerror(errno));
+        }
         for (int i = 0; i < th->count; i++) {
             struct conn *c = &th->conns[i];
+            c->fd = -1;
+            c->state = IDLE;
             c->index = first + i;
             c->token = (int)((size_t)c->index % token_count);
             c->thread = th;
             c->rng = opt.seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)c->index + 1);
             splitmix64(&c->rng);
-            c->started_ns = now_ns();
+            c->started_ns = c->sent_ns = now_ns();
+            if (opt.rate > 0) c->offset_ns = c->index * 1e9 / opt.rate;
         }
     }
+    if (opt.rate > 0) interval_ns = opt.connections * 1e9 / opt.rate;
     uint64_t started = now_ns();
+    t0_ns = started;
     for (int k = 0; k < opt.threads; k++)
         if (pthread_create(&threads[k].id, NULL, run_thread, &threads[k]) != 0)
             fatal("pthread_create failed");
@@ -795,6 +1044,16 @@ int main(int argc, char **argv) {
     printf("  \"warmup_s\": %.3f, \"duration_s\": %.6f, \"elapsed_s\": %.3f,\n", opt.warmup_s,
            seconds, (double)(measure_end - started) / 1e9);
     printf("  \"requests_per_s\": %.1f,\n", measured.requests / seconds);
+    printf("  \"shape\": {\"pooled\": %s, \"gzip_share\": %g, \"conditional_share\": %g, "
+           "\"close\": %s},\n",
+           opt.pooled ? "true" : "false", opt.gzip_share, opt.conditional_share,
+           opt.close ? "true" : "false");
+    if (opt.rate > 0)
+        printf("  \"rate\": {\"offered_per_s\": %g, \"achieved_per_s\": %.1f, "
+               "\"behind_max_ms\": %.4f},\n",
+               opt.rate, measured.requests / seconds, measured.behind_max_ns / 1e6);
+    else
+        printf("  \"rate\": null,\n");
     printf("  \"latency_ms\": {\"p50\": %.4f, \"p99\": %.4f, \"p999\": %.4f, \"mean\": %.4f, "
            "\"max\": %.4f},\n",
            percentile_ms(&measured, 0.50), percentile_ms(&measured, 0.99),

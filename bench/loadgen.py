@@ -37,15 +37,47 @@ def compile_client(folder: Path) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class LoadSettings:
+    """One run's load; the shape options are the client's (bench/loadgen.c's header):
+    ``pooled`` draws each request's token, ``gzip_share`` and ``conditional_share`` are
+    the shares of requests sent with ``Accept-Encoding: gzip`` and ``If-None-Match``,
+    ``close`` sends each request on a connection of its own, ``rate`` (requests/s over
+    all connections, 0 for a closed loop) runs an open loop."""
+
     threads: int = 2
     connections: int = 48
     duration_s: float = 5.0
     warmup_s: float = 2.0
     seed: int = 1
+    pooled: bool = False
+    gzip_share: float = 0.0
+    conditional_share: float = 0.0
+    close: bool = False
+    rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("gzip_share", "conditional_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise BenchError(f"{name} must be within [0, 1]: {getattr(self, name)!r}")
+        if not self.rate >= 0.0:
+            raise BenchError(f"rate must be 0 (closed loop) or positive: {self.rate!r}")
+
+    def options(self) -> list[str]:
+        """The client's shape options, none when every one is off."""
+        shape = ["--pooled"] if self.pooled else []
+        if self.gzip_share:
+            shape += ["--gzip-share", f"{self.gzip_share:g}"]
+        if self.conditional_share:
+            shape += ["--conditional-share", f"{self.conditional_share:g}"]
+        if self.close:
+            shape.append("--close")
+        if self.rate:
+            shape += ["--rate", f"{self.rate:g}"]
+        return shape
 
     def shown(self) -> str:
+        shape = "".join(f" {option}" for option in self.options())
         return (
-            f"loadgen -t {self.threads} -c {self.connections} -d {self.duration_s:g}s "
+            f"loadgen -t {self.threads} -c {self.connections} -d {self.duration_s:g}s{shape} "
             f"(after {self.warmup_s:g} s of warm-up)"
         )
 
@@ -85,6 +117,13 @@ class LoadResult:
     servers: tuple[ProcessCpu, ...] = field(default=())
     by_token: tuple[int, ...] = field(default=())
     warmup_statuses: dict[str, int] = field(default_factory=dict)
+    gzip_requests: int = 0  # measured requests sent with Accept-Encoding: gzip
+    conditional_requests: int = 0  # measured requests sent with If-None-Match
+    connects: int = 0  # connections opened in the measured phase
+    offered_per_s: float = 0.0  # the open loop's rate; 0.0 in a closed loop
+    achieved_per_s: float = 0.0  # measured requests per second
+    behind_max_ms: float = 0.0  # open loop: the largest lag of a send behind its time
+    shape: dict[str, object] = field(default_factory=dict)  # the shape the client ran
 
     @property
     def non_200(self) -> int:
@@ -140,6 +179,12 @@ def parse(report: str) -> LoadResult:
     by_token = data.get("requests_by_token")
     if not isinstance(servers, list) or not isinstance(by_token, list):
         raise BenchError("the load client's report has no server_cpu or requests_by_token")
+    shape = data.get("shape")
+    if not isinstance(shape, dict):
+        raise BenchError("the load client's report has no 'shape'")
+    if "rate" not in data or not isinstance(data["rate"], dict | None):
+        raise BenchError("the load client's report has no 'rate' (an object, or null)")
+    rate: Mapping[str, Any] | None = data["rate"]
     return LoadResult(
         requests_per_s=_number(data, "requests_per_s"),
         p50_ms=_number(latency, "p50"),
@@ -168,6 +213,15 @@ def parse(report: str) -> LoadResult:
         ),
         by_token=tuple(int(count) for count in by_token),
         warmup_statuses=_counts(data["warmup"], "statuses"),
+        gzip_requests=int(_number(measured, "gzip_requests")),
+        conditional_requests=int(_number(measured, "conditional_requests")),
+        connects=int(_number(measured, "connects")),
+        offered_per_s=_number(rate, "offered_per_s") if rate is not None else 0.0,
+        achieved_per_s=(
+            _number(rate, "achieved_per_s") if rate is not None else _number(data, "requests_per_s")
+        ),
+        behind_max_ms=_number(rate, "behind_max_ms") if rate is not None else 0.0,
+        shape=dict(shape),
     )
 
 
@@ -185,7 +239,7 @@ def run(
     command = [str(binary), "--host", host, "--port", port, "--keys", str(keys_file),
                "--threads", str(settings.threads), "--connections", str(settings.connections),
                "--warmup", f"{settings.warmup_s:g}", "--duration", f"{settings.duration_s:g}",
-               "--seed", str(settings.seed)]  # fmt: skip
+               "--seed", str(settings.seed), *settings.options()]  # fmt: skip
     for header in headers:
         command += ["--header", header]
     for pid in cpu_pids:
