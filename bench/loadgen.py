@@ -65,13 +65,13 @@ class LoadSettings:
         """The client's shape options, none when every one is off."""
         shape = ["--pooled"] if self.pooled else []
         if self.gzip_share:
-            shape += ["--gzip-share", f"{self.gzip_share:g}"]
+            shape += ["--gzip-share", f"{self.gzip_share:.10g}"]
         if self.conditional_share:
-            shape += ["--conditional-share", f"{self.conditional_share:g}"]
+            shape += ["--conditional-share", f"{self.conditional_share:.10g}"]
         if self.close:
             shape.append("--close")
         if self.rate:
-            shape += ["--rate", f"{self.rate:g}"]
+            shape += ["--rate", f"{self.rate:.10g}"]
         return shape
 
     def shown(self) -> str:

@@ -554,3 +554,10 @@ def test_settings_out_of_range_are_refused(changes: dict[str, float]) -> None:
 def test_a_report_that_is_not_json_is_refused() -> None:
     with pytest.raises(BenchError, match="not JSON"):
         loadgen.parse("loadgen: something went wrong")
+
+
+def test_settings_give_the_client_their_figures_whole() -> None:
+    settings = loadgen.LoadSettings(gzip_share=0.125, conditional_share=0.05, rate=123_456.7)
+    assert settings.options() == [
+        "--gzip-share", "0.125", "--conditional-share", "0.05", "--rate", "123456.7"
+    ]  # fmt: skip
