@@ -1044,12 +1044,12 @@ int main(int argc, char **argv) {
     printf("  \"warmup_s\": %.3f, \"duration_s\": %.6f, \"elapsed_s\": %.3f,\n", opt.warmup_s,
            seconds, (double)(measure_end - started) / 1e9);
     printf("  \"requests_per_s\": %.1f,\n", measured.requests / seconds);
-    printf("  \"shape\": {\"pooled\": %s, \"gzip_share\": %g, \"conditional_share\": %g, "
+    printf("  \"shape\": {\"pooled\": %s, \"gzip_share\": %.10g, \"conditional_share\": %.10g, "
            "\"close\": %s},\n",
            opt.pooled ? "true" : "false", opt.gzip_share, opt.conditional_share,
            opt.close ? "true" : "false");
     if (opt.rate > 0)
-        printf("  \"rate\": {\"offered_per_s\": %g, \"achieved_per_s\": %.1f, "
+        printf("  \"rate\": {\"offered_per_s\": %.10g, \"achieved_per_s\": %.1f, "
                "\"behind_max_ms\": %.4f},\n",
                opt.rate, measured.requests / seconds, measured.behind_max_ns / 1e6);
     else

@@ -561,3 +561,19 @@ def test_settings_give_the_client_their_figures_whole() -> None:
     assert settings.options() == [
         "--gzip-share", "0.125", "--conditional-share", "0.05", "--rate", "123456.7"
     ]  # fmt: skip
+
+
+async def test_the_report_gives_the_offered_rate_and_shares_whole(
+    aiohttp_server: AiohttpServer, client_binary: Path, tmp_path: Path
+) -> None:
+    server = await aiohttp_server(Recorder().app())
+    keys = keys_file(tmp_path, ["alpha"], [(1, "/small")])
+    code, out, err = await run_client(
+        client_binary, server.port, keys,
+        "--threads", "1", "--connections", "2", "--warmup", "0", "--duration", "0.2",
+        "--rate", "1234567.5", "--gzip-share", "0.1234567",
+    )  # fmt: skip
+    assert code == 0, err
+    result = loadgen.parse(out)
+    assert result.offered_per_s == 1234567.5
+    assert result.shape["gzip_share"] == 0.1234567
