@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test test-aiohttp-latest lint rules bench redis-server promtool lock clean lint-openapi openapi-examples
+.PHONY: run test test-aiohttp-latest lint rules bench redis-server promtool wrk lock clean lint-openapi openapi-examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,18 @@ redis-server:
 		echo "redis-server is missing: install it (e.g. apt-get install redis-server) and retry" >&2; exit 1; \
 	fi
 
+## wrk: make sure wrk exists (the matrix's second load client is tested with it); as root,
+## Debian's package
+wrk:
+	@if command -v wrk >/dev/null 2>&1; then \
+		echo "wrk: $$(command -v wrk)"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's wrk"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null; \
+	else \
+		echo "wrk is missing: install it (e.g. apt-get install wrk) and retry" >&2; exit 1; \
+	fi
+
 ## promtool: make sure promtool exists. As root, Debian's prometheus package gives it: only
 ## promtool is taken out of the package (installing the package would start a Prometheus
 ## on port 9090, the reference upstream's, wherever no policy-rc.d forbids it)
@@ -128,7 +140,7 @@ lint-openapi: $(VENV)/.installed-run
 
 ## test: lint and the alerting rules, then the whole suite against real sockets, a real
 ## redis-server and promtool
-test: $(VENV)/.installed-test redis-server promtool lint rules
+test: $(VENV)/.installed-test redis-server promtool wrk lint rules
 	$(BIN)/pytest
 
 ## test-aiohttp-latest: the suite against the newest aiohttp release the package index
@@ -136,7 +148,7 @@ test: $(VENV)/.installed-test redis-server promtool lint rules
 ## the locked install, then aiohttp upgraded alone. The fast path runs when its checks
 ## pass (gateway/fastpath/internals.py) and steps aside with one warning otherwise
 LATEST_VENV := .venv-aiohttp-latest
-test-aiohttp-latest: redis-server promtool
+test-aiohttp-latest: redis-server promtool wrk
 	$(MAKE) --no-print-directory VENV=$(LATEST_VENV) $(LATEST_VENV)/.installed-test
 	$(LATEST_VENV)/bin/python -m pip install --quiet --upgrade aiohttp
 	$(LATEST_VENV)/bin/python -c 'import aiohttp, gateway.fastpath.internals as i; print("aiohttp", aiohttp.__version__, "(the fast path was verified on", ", ".join(i.VERIFIED_ON) + ")")'

@@ -231,8 +231,9 @@ def every_key(seed: int = SEED) -> tuple[Key, ...]:
     )
 
 
-def write_keys(path: Path, chosen: Sequence[Key]) -> None:
-    """The keys file of bench/loadgen.c: a ``token`` line, then ``weight target`` lines."""
+def write_keys(path: Path, chosen: Sequence[Key], *, flat: bool = False) -> None:
+    """The keys file of bench/loadgen.c: a ``token`` line, then ``weight target`` lines
+    (``flat``: every key at weight 1, no hot set)."""
     lines = [f"# records-gateway bench mix: {len(chosen)} keys (bench/mix.py)"]
     current = None
     for key in chosen:
@@ -241,5 +242,5 @@ def write_keys(path: Path, chosen: Sequence[Key]) -> None:
                 raise ValueError("keys must come token by token, in token order")
             current = key.token_index
             lines.append(f"token {key.authorization}")
-        lines.append(f"{key.weight!r} {key.target}")
+        lines.append(f"{1.0 if flat else key.weight!r} {key.target}")
     path.write_text("\n".join(lines) + "\n")

@@ -100,6 +100,8 @@ def targets(data: Mapping[str, Any]) -> list[Target]:
             found += baseline_targets(data["configs"], data["single_key_baseline"])
     if "mix" in data:
         found += mix_targets(data["mix"]["rows"])
+    if "matrix" in data:
+        found += matrix_targets(data["matrix"])
     return found
 
 
@@ -247,6 +249,151 @@ def mix_targets(rows: Mapping[str, Any]) -> list[Target]:
     return found
 
 
+def matrix_targets(matrix: Mapping[str, Any]) -> list[Target]:
+    """Issue 32's targets on the matrix's medians: requests/s against nginx and Varnish
+    in every shape, CPU per hit across shapes, the open loop at half nginx's rate, the
+    connection-per-request shape, the public path against the floor, and the two load
+    clients' agreement on nginx."""
+    cells = matrix["cells"]
+    found: list[Target] = []
+    keep_alive = [shape for shape in cells if shape != "g-connection-per-request"]
+    for server in ("gateway", "gateway-redis"):
+        worst = min(
+            keep_alive,
+            key=lambda shape: min(
+                cells[shape][server]["x_nginx"], cells[shape][server]["x_varnish"]
+            ),
+        )
+        cell = cells[worst][server]
+        found.append(
+            Target(
+                f"matrix {server}",
+                ">= 0.60 x nginx and >= 0.60 x Varnish requests/s in every shape but g",
+                f"worst {worst}: {cell['x_nginx']:.2f} x nginx, {cell['x_varnish']:.2f} x Varnish",
+                all(
+                    cells[s][server]["x_nginx"] >= 0.6 and cells[s][server]["x_varnish"] >= 0.6
+                    for s in keep_alive
+                ),
+            )
+        )
+        costs = {shape: cells[shape][server]["cpu_us"]["total"] for shape in keep_alive}
+        high, low = max(costs, key=costs.__getitem__), min(costs, key=costs.__getitem__)
+        spread = costs[high] / costs[low] if costs[low] else 0.0
+        found.append(
+            Target(
+                f"matrix {server} CPU",
+                "CPU per hit in the worst shape <= 1.25 x the best shape's (g aside)",
+                f"{high} {costs[high]:.1f} µs vs {low} {costs[low]:.1f} µs ({spread:.2f} x)",
+                spread <= 1.25,
+            )
+        )
+        per_request = cells["g-connection-per-request"][server]["x_nginx"]
+        found.append(
+            Target(
+                f"matrix {server} g",
+                ">= 0.80 x nginx requests/s with a connection per request",
+                f"{per_request:.2f} x nginx",
+                per_request >= 0.8,
+            )
+        )
+        half = matrix["open_loop"]["0.50"]
+        ours, nginx = half[server], half["nginx"]
+        found.append(
+            Target(
+                f"matrix {server} half rate",
+                "keeps up at half nginx's requests/s (pooled), p99 <= 2 x nginx's, p99.9 <= 3 x",
+                f"{ours['achieved_per_s']:,.0f} of {ours['offered_per_s']:,} req/s; p99 "
+                f"{ours['p99_ms']:.2f} vs {nginx['p99_ms']:.2f} ms, p99.9 {ours['p999_ms']:.2f} vs "
+                f"{nginx['p999_ms']:.2f} ms",
+                ours["kept_up"]
+                and ours["p99_ms"] <= 2 * nginx["p99_ms"]
+                and ours["p999_ms"] <= 3 * nginx["p999_ms"],
+            )
+        )
+    ratios = {
+        shape: (
+            cells[shape]["gateway-plain"]["cpu_us"]["total"]
+            / cells[shape]["floor"]["cpu_us"]["total"]
+        )
+        for shape in keep_alive
+        if cells[shape]["floor"]["cpu_us"]["total"]
+    }
+    worst = max(ratios, key=ratios.__getitem__) if ratios else "-"
+    found.append(
+        Target(
+            "matrix gateway-plain",
+            "CPU per hit <= 1.25 x the bare aiohttp floor's, in every shape but g",
+            f"worst {worst}: {ratios.get(worst, 0):.2f} x" if ratios else "no floor figures",
+            bool(ratios) and max(ratios.values()) <= 1.25,
+        )
+    )
+    check = matrix["client_check"]
+    found.append(
+        Target(
+            "matrix load clients",
+            "the bench's load client and wrk agree within 10 % on nginx (pooled)",
+            f"{check['loadgen_requests_per_s']:,.0f} vs {check['wrk_requests_per_s']:,.0f} req/s "
+            f"({check['ratio']:.2f})",
+            0.9 <= check["ratio"] <= 1.1,
+        )
+    )
+    return found
+
+
+def _matrix(matrix: Mapping[str, Any]) -> list[str]:
+    """The matrix part: one table per shape, the open loop, the clients' check."""
+    s, cells = matrix["settings"], matrix["cells"]
+    lines = [
+        "",
+        f"**The matrix.** Load: `{s['load']}`, {s['rounds']} interleaved rounds, medians; "
+        "each shape (bench/matrix.py) against each server. CPU is per request, in µs, of "
+        "the server's processes over the measured phase, user + system (the system part is "
+        "the kernel's send and receive); Redis's apart.",
+    ]
+    for shape, servers in cells.items():
+        lines += [
+            "",
+            f"*{shape}*",
+            "",
+            "| server | requests/s | p50 ms | p99 ms | p99.9 ms | x nginx | x Varnish | x floor "
+            "| CPU µs/req (user + system) | non-200 |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for server, cell in servers.items():
+            cpu = cell["cpu_us"]
+            other = {k: v for k, v in cell["statuses"].items() if k != "200"}
+            lines.append(
+                f"| {server} | {_n(cell['requests_per_s'])} | {cell['p50_ms']:.2f} "
+                f"| {cell['p99_ms']:.2f} | {cell['p999_ms']:.2f} | {cell['x_nginx']:.2f} "
+                f"| {cell['x_varnish']:.2f} | {cell['x_floor']:.2f} "
+                f"| {cpu['user']:.1f} + {cpu['system']:.1f} = {cpu['total']:.1f} "
+                f"| {', '.join(f'{k}: {v:,}' for k, v in other.items()) or '-'} |"
+            )
+    for share, servers in matrix["open_loop"].items():
+        offered = next(iter(servers.values()))["offered_per_s"]
+        lines += [
+            "",
+            f"*Open loop, pooled, {float(share):.0%} of nginx's requests/s ({offered:,} "
+            "offered; latency from each request's intended send time)*",
+            "",
+            "| server | achieved req/s | kept up | p50 ms | p99 ms | p99.9 ms |",
+            "|---|---:|---|---:|---:|---:|",
+        ]
+        for server, row in servers.items():
+            lines.append(
+                f"| {server} | {_n(row['achieved_per_s'])} | {'yes' if row['kept_up'] else 'no'} "
+                f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['p999_ms']:.2f} |"
+            )
+    check = matrix["client_check"]
+    lines += [
+        "",
+        f"The pooled shape on nginx by the bench's load client: "
+        f"{_n(check['loadgen_requests_per_s'])} requests/s; by wrk (bench/mix.lua): "
+        f"{_n(check['wrk_requests_per_s'])} ({check['ratio']:.2f}).",
+    ]
+    return lines
+
+
 def baseline_for(path: Path, python: str) -> dict[str, Any] | None:
     """The baseline measured on the same Python minor version, if one was recorded."""
     try:
@@ -392,6 +539,8 @@ def markdown_body(data: Mapping[str, Any]) -> str:
         lines += _single_key(data)
     if "mix" in data:
         lines += _mix(data["mix"])
+    if "matrix" in data:
+        lines += _matrix(data["matrix"])
     lines += ["", "| target | wanted | measured | result |", "|---|---|---|---|"]
     for target in data["targets"]:
         result = "PASS" if target["pass"] else "**FAIL**"

@@ -11,7 +11,7 @@ runs only) and prints it. Everything it started is stopped on the way out, Ctrl-
 included. bench/README.md explains how to read it.
 
     .venv/bin/python bench/run.py [--rounds 3] [--duration 5] [--warmup 2] [--soak 40]
-                                  [--only all|single|mix] [--profile ROW ...]
+                                  [--only all|single|mix|matrix] [--profile ROW ...]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import matrix
 import mix
 import mixrun
 import normalise
@@ -136,8 +137,9 @@ def cache_results(gateway: Gateway) -> dict[str, float]:
 
 
 def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
-    """The single-key part, then the mix, as ``--only`` asks; both share the reference
-    upstream (which accepts the single key's token and the mix's), Redis and nginx."""
+    """The single-key part, the mix, then the matrix, as ``--only`` asks; all share the
+    reference upstream (which accepts the single key's token and the mix's), Redis and
+    nginx."""
     say = _printer()
     _, upstream = start_upstream(stack, UPSTREAM_LATENCY_MS, [TOKEN, *mix.tokens()])
     say(f"reference upstream {upstream} ({UPSTREAM_LATENCY_MS:g} ms latency)")
@@ -146,16 +148,16 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
     nginx_proc, nginx = start_nginx(stack, upstream)
     say(f"nginx {nginx} (proxy_cache)")
     data: dict[str, Any] = {}
-    if args.only != "mix":
+    if args.only in ("all", "single"):
         data.update(single_key(stack, args, notes, say, upstream, redis_url, nginx))
-    if args.only != "single":
+    settings = LoadSettings(
+        threads=args.threads,
+        connections=args.mix_connections,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+    )
+    if args.only in ("all", "mix"):
         say("the mix: every row on the same workload (bench/README.md, the mix)")
-        settings = LoadSettings(
-            threads=args.threads,
-            connections=args.mix_connections,
-            duration_s=args.duration,
-            warmup_s=args.warmup,
-        )
         single = wrk.WrkSettings(args.threads, args.connections, args.duration)
         data["mix"] = mixrun.run_part(
             stack,
@@ -165,6 +167,18 @@ def bench(stack: Stack, args: argparse.Namespace, notes: list[str]) -> dict[str,
             HIT_PATH,
             settings,
             single,
+            args.rounds,
+            say,
+            notes,
+        )
+    if args.only in ("all", "matrix"):
+        say("the matrix: traffic shapes x servers (bench/matrix.py)")
+        data["matrix"] = matrix.run_part(
+            stack,
+            upstream,
+            (redis_proc, redis_url),
+            (nginx_proc, nginx),
+            settings,
             args.rounds,
             say,
             notes,
@@ -425,9 +439,10 @@ def main() -> int:
     parser.add_argument("--soak", type=float, default=40.0, help="seconds of the memory soak")
     parser.add_argument(
         "--only",
-        choices=("all", "single", "mix"),
+        choices=("all", "single", "mix", "matrix"),
         default="all",
-        help="run one part: the single-key rows (with their probes) or the mix",
+        help="run one part: the single-key rows (with their probes), the mix, or the "
+        "matrix of traffic shapes",
     )
     parser.add_argument(
         "--mix-connections",
@@ -444,7 +459,7 @@ def main() -> int:
         help=f"store this run's single-key ratios as {BASELINE.name} for its Python version",
     )
     args = parser.parse_args()
-    if args.record_baseline and args.only == "mix":
+    if args.record_baseline and args.only not in ("all", "single"):
         parser.error("--record-baseline needs the single-key rows")
 
     missing = _missing_tools(args.only)
