@@ -52,6 +52,18 @@ def gzip_etag(etag: str) -> str:
     return etag[:-1] + '-gzip"'
 
 
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110 weak comparison of ``If-None-Match`` against our strong ETag."""
+    if not etag:
+        return False
+    if if_none_match.strip() == "*":
+        return True
+    opaque = etag.removeprefix("W/")
+    return any(
+        candidate.strip().removeprefix("W/") == opaque for candidate in if_none_match.split(",")
+    )
+
+
 class Representation(NamedTuple):
     """What one caller is sent of an entry: the bytes, their ETag, and their content
     coding (``GZIP``, or ``IDENTITY`` for none)."""

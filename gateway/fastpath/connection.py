@@ -67,6 +67,7 @@ from gateway.records.lookup import (
     RecordLookup,
     Representation,
     Target,
+    etag_matches,
     handing,
     hit_seconds,
 )
@@ -84,6 +85,9 @@ LOOKUP_REST_MAX = 16 * 1024
 # at the start of a header line (a query or another field's value may hold the words)
 _BODY_FIELDS = (b"\r\ncontent-length:", b"\r\ntransfer-encoding:", b"\r\nupgrade:")
 _OK = b"HTTP/1.1 200 OK\r\n"
+_NOT_MODIFIED = b"HTTP/1.1 304 Not Modified"
+# the fields of a 200 that describe its body, which a 304 does not carry
+_ENTITY_FIELDS = frozenset((b"content-type", b"content-encoding", b"content-length"))
 _SERVER = f"Server: {SERVER_SOFTWARE}\r\n".encode("latin-1")
 _NO_TARGET = URL.build(path="", encoded=True)
 
@@ -96,6 +100,7 @@ class HitTarget(NamedTuple):
     request_id: str | None  # the caller's X-Request-ID
     traceparent: str | None  # the caller's, read only when the hit is logged or traced
     authorization: str  # the header a miss handed on is matched by
+    if_none_match: str | None  # the caller's: a hit whose ETag it names is a 304
 
 
 # the fields of a hit's reply that change with the entry's age, in the order
@@ -175,6 +180,26 @@ def _keep(made: dict[Any, bytes], key: Any, value: bytes, size: int) -> None:
     made[key] = value
 
 
+class NotModifiedHeads:
+    """The head of a hit's 304 up to ``Date``, made from its 200's (``WireHeads``): the
+    same fields less those of the body it does not have (``Content-Type``,
+    ``Content-Encoding``, ``Content-Length``), as the handler's 304 has them. At most
+    ``size`` are kept, the oldest forgotten first."""
+
+    def __init__(self, size: int = 8192) -> None:
+        self._size = size
+        self._made: dict[bytes, bytes] = {}
+
+    def __call__(self, ok: bytes) -> bytes:
+        made = self._made.get(ok)
+        if made is None:
+            lines = ok.split(b"\r\n")[1:-1]
+            kept = [line for line in lines if line.split(b":", 1)[0].lower() not in _ENTITY_FIELDS]
+            made = b"\r\n".join((_NOT_MODIFIED, *kept, b""))
+            _keep(self._made, ok, made, self._size)
+        return made
+
+
 class DateField:
     """The ``Date`` header field of now, made once a second (RFC 9110 IMF-fixdate)."""
 
@@ -200,6 +225,7 @@ class Hits:
         self.lookup = lookup
         self.fingerprints = ConnectionFingerprints()
         self.heads = WireHeads(lookup.hit_fields)
+        self.not_modified = NotModifiedHeads()
         self.date = DateField()
 
     def resolve(self, head: bytes, memo: ConnectionMemo, reader: HeadReader) -> HitTarget | None:
@@ -214,22 +240,24 @@ class Hits:
         )
         if target is None:
             return None
-        return HitTarget(target, read.request_id, read.traceparent, read.authorization)
+        return HitTarget(
+            target, read.request_id, read.traceparent, read.authorization, read.if_none_match
+        )
 
     def hit_answer(self, target: HitTarget, hit: Hit, started: float) -> tuple[bytes, bytes]:
         """The answer (head and body) to the request ``target`` came from, a fresh hit
-        (``hit``, looked up since ``started``), counted and logged."""
+        (``hit``, looked up since ``started``), counted and logged: its 200, or a 304
+        when the request's ``If-None-Match`` names the representation's ETag."""
         edge = self.edge
         request_id = edge.request_id(target.request_id)
-        head = b"".join(
-            (
-                self.heads(hit.entry, target.target.pipeline.clock(), hit.representation),
-                self.date(),
-                b"X-Request-ID: ",
-                request_id.encode(),
-                b"\r\n\r\n",
-            )
-        )
+        fields = self.heads(hit.entry, target.target.pipeline.clock(), hit.representation)
+        representation = hit.representation
+        status, body = 200, representation.body
+        if target.if_none_match is not None and etag_matches(
+            target.if_none_match, representation.etag
+        ):
+            status, body, fields = 304, b"", self.not_modified(fields)
+        head = b"".join((fields, self.date(), b"X-Request-ID: ", request_id.encode(), b"\r\n\r\n"))
         route = target.target.query.route
         edge.record_hit(
             route.name,
@@ -238,8 +266,9 @@ class Hits:
             request_id,
             target.target.fingerprint,
             target.traceparent,
+            status,
         )
-        return head, hit.representation.body
+        return head, body
 
 
 class GatewayConnection(RequestHandler):

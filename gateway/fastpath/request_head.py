@@ -20,14 +20,15 @@ aiohttp's own parser unchanged:
 - exactly one ``Host`` (aiohttp refuses an HTTP/1.1 request without one), and no
   header name twice (aiohttp refuses some twice: ``Host``, ``User-Agent`` and more);
 - no header that changes how a hit is answered or framed: ``Cache-Control``,
-  ``Pragma``, ``If-None-Match``, ``Expect``, ``Content-Length``,
+  ``Pragma``, ``Expect``, ``Content-Length``,
   ``Transfer-Encoding``, ``Upgrade``, ``TE``, ``Sec-WebSocket-Key1``,
   ``Proxy-Connection`` (aiohttp reads it as ``Connection``), and ``Connection`` other
   than ``keep-alive``.
 
 For what it reads, the path and query are what aiohttp's request gives as
 ``rel_url.raw_path`` and ``rel_url.raw_query_string`` (the path as sent: without an
-escape, what aiohttp's router matches), and the four headers what ``headers.get``
+escape, what aiohttp's router matches), and the five headers (``If-None-Match``
+among them, which makes a hit a 304 when it names the ETag) what ``headers.get``
 gives (tests/fastpath/test_request_head.py holds the two to agreeing on random heads).
 """
 
@@ -58,6 +59,7 @@ _AUTHORIZATION = b"authorization"
 _X_REQUEST_ID = b"x-request-id"
 _ACCEPT_ENCODING = b"accept-encoding"
 _TRACEPARENT = b"traceparent"
+_IF_NONE_MATCH = b"if-none-match"
 _CONNECTION = b"connection"
 _HOST = b"host"
 # headers after which a hit is not simply the entry's 200, or the message not simply
@@ -66,7 +68,6 @@ _DECLINED = frozenset(
     (
         b"cache-control",
         b"pragma",
-        b"if-none-match",
         b"expect",
         b"content-length",
         b"transfer-encoding",
@@ -79,7 +80,7 @@ _DECLINED = frozenset(
 
 
 class RequestHead(NamedTuple):
-    """What a hit needs of a plain GET: the path, the raw query string, and the four
+    """What a hit needs of a plain GET: the path, the raw query string, and the five
     headers it reads (None when absent)."""
 
     path: str
@@ -88,6 +89,7 @@ class RequestHead(NamedTuple):
     request_id: str | None
     accept_encoding: str | None = None
     traceparent: str | None = None
+    if_none_match: str | None = None
 
 
 def may_become_head(start: bytes, line_max: int = LINE_MAX, fields_max: int = FIELDS_MAX) -> bool:
@@ -134,6 +136,7 @@ def read_head(
     request_id: bytes | None = None
     accept_encoding: bytes | None = None
     traceparent: bytes | None = None
+    if_none_match: bytes | None = None
     seen: set[bytes] = set()
     for line in lines[:-1]:
         name, _, value = line.partition(b":")
@@ -149,6 +152,8 @@ def read_head(
             accept_encoding = value.strip(_OWS)
         elif name == _TRACEPARENT:
             traceparent = value.strip(_OWS)
+        elif name == _IF_NONE_MATCH:
+            if_none_match = value.strip(_OWS)
         elif name == _CONNECTION and value.strip(_OWS).lower() != b"keep-alive":
             return None
     if _HOST not in seen:
@@ -160,6 +165,7 @@ def read_head(
         request_id.decode("ascii") if request_id is not None else None,
         accept_encoding.decode("ascii") if accept_encoding is not None else None,
         traceparent.decode("ascii") if traceparent is not None else None,
+        if_none_match.decode("ascii") if if_none_match is not None else None,
     )
 
 
@@ -183,7 +189,8 @@ class HeadReader:
         self._line_max = line_max
         self._fields_max = fields_max
         self._fields = b""
-        self._read: tuple[str | None, str | None, str | None, str | None] = (
+        self._read: tuple[str | None, str | None, str | None, str | None, str | None] = (
+            None,
             None,
             None,
             None,
@@ -219,6 +226,7 @@ class HeadReader:
                 read.request_id,
                 read.accept_encoding,
                 read.traceparent,
+                read.if_none_match,
             )
         return read
 

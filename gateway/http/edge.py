@@ -283,22 +283,24 @@ class Edge:
         request_id: str,
         token_fingerprint: str,
         traceparent: str | None,
+        status: int = 200,
     ) -> None:
-        """Count and log a hit answered without aiohttp (the fast path), with the
-        spans the route's handler would have made: the request's and its cache
-        read's, both begun at ``started`` and ended now."""
+        """Count and log a hit answered without aiohttp (the fast path; ``status``: 200,
+        or 304 for a conditional request), with the spans the route's handler would
+        have made: the request's and its cache read's, both begun at ``started`` and
+        ended now."""
         trace = None
         if self.tracer.recording:
             caller = None if traceparent is None else parse_traceparent(traceparent)
             span = self.tracer.request("GET", template, caller, request_id, started)
             with span.child(CACHE_READ, started) as cache_read:
                 cache_read.set(CACHE_LOOKUP, "found")
-            span.end(200, "hit")
+            span.end(status, "hit")
             trace = RequestTrace(span, token_fingerprint=token_fingerprint)
         self.record_answer(
             "GET",
             route,
-            200,
+            status,
             "hit",
             started,
             request_id,

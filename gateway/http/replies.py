@@ -15,6 +15,7 @@ from __future__ import annotations
 from aiohttp import hdrs, web
 from multidict import CIMultiDict
 
+from gateway.cache.coding import etag_matches
 from gateway.cache.entry import IDENTITY
 from gateway.records.pipeline import Reply
 
@@ -38,18 +39,6 @@ def reply_headers(reply: Reply) -> CIMultiDict[str]:
     if reply.etag:
         headers["ETag"] = reply.etag
     return headers
-
-
-def etag_matches(if_none_match: str, etag: str) -> bool:
-    """RFC 9110 weak comparison of ``If-None-Match`` against our strong ETag."""
-    if not etag:
-        return False
-    if if_none_match.strip() == "*":
-        return True
-    opaque = etag.removeprefix("W/")
-    return any(
-        candidate.strip().removeprefix("W/") == opaque for candidate in if_none_match.split(",")
-    )
 
 
 def reply_response(request: web.Request, reply: Reply) -> web.Response:

@@ -33,7 +33,7 @@ from urllib.parse import unquote
 
 from yarl import URL
 
-from gateway.cache.coding import Representation
+from gateway.cache.coding import Representation, etag_matches
 from gateway.cache.entry import CacheCorrupt, CacheEntry, CacheKey
 from gateway.config.live import LiveConfig
 from gateway.errors import RequestError
@@ -53,6 +53,7 @@ __all__ = [
     "RecordLookup",
     "Representation",
     "Target",
+    "etag_matches",
     "handing",
     "hit_seconds",
     "query_pairs",

@@ -53,6 +53,7 @@ from ..conftest import (
     base_url,
     make_settings,
 )
+from ..ops.test_metrics import Scrape
 from ..profiles import examples
 
 ADMIN = "admin-token-0123456789abcdef"
@@ -383,6 +384,49 @@ async def test_a_hit_named_by_if_none_match_is_a_304_with_the_200_s_fields(
     assert again.status_line == "HTTP/1.1 200 OK"
     assert (again.body, again.headers["etag"]) == (ok.body, etag)
     assert upstream_calls(upstream) == calls
+
+
+async def test_conditional_hits_are_answered_alike_and_from_the_bytes_with_the_fast_path(
+    served: tuple[web.Application, int],
+    monkeypatch: pytest.MonkeyPatch,
+    upstream: TestServer,
+    fast_path: bool,
+) -> None:
+    """Pooled callers' HTTP caches send ``If-None-Match``: an ETag list naming the
+    entry's and ``*`` are 304s, another ETag the 200; with the fast path all three are
+    answered from the bytes (no full read), and the 304s are counted and logged as
+    304 hits either way (README, "Caching")."""
+    app, port = served
+    (ok,) = await exchange(port, request_bytes(LIST))
+    etag = ok.headers["etag"]
+    full_reads = count_full_reads(app, monkeypatch)
+    calls = upstream_calls(upstream)
+    named, star, other = await exchange(
+        port,
+        request_bytes(LIST, If_None_Match=f'"other", W/{etag}', X_Request_ID="c-1"),
+        request_bytes(LIST, If_None_Match="*", X_Request_ID="c-2"),
+        request_bytes(LIST, If_None_Match='"other"', X_Request_ID="c-3"),
+    )
+    assert [a.status_line for a in (named, star, other)] == [
+        "HTTP/1.1 304 Not Modified",
+        "HTTP/1.1 304 Not Modified",
+        "HTTP/1.1 200 OK",
+    ]
+    assert [a.headers["x-request-id"] for a in (named, star, other)] == ["c-1", "c-2", "c-3"]
+    assert named.body == star.body == b""
+    assert named.comparable() == star.comparable()
+    assert other.comparable() == ok.comparable()
+    assert other.body == ok.body
+    assert full_reads == [0 if fast_path else 3]
+    assert upstream_calls(upstream) == calls
+    client_metrics = await _metrics(port)
+    counted = client_metrics.series("gateway_requests_total", "route")
+    assert counted[frozenset({("status", "304"), ("cache", "hit")})] == 2
+
+
+async def _metrics(port: int) -> Scrape:
+    (answer,) = await exchange(port, b"GET /metrics HTTP/1.1\r\nHost: gw\r\n\r\n")
+    return Scrape(answer.body.decode())
 
 
 async def test_a_hit_asked_with_expect_100_continue_gets_aiohttp_s_100_first(
