@@ -85,6 +85,9 @@ LOOKUP_REST_MAX = 16 * 1024
 # at the start of a header line (a query or another field's value may hold the words)
 _BODY_FIELDS = (b"\r\ncontent-length:", b"\r\ntransfer-encoding:", b"\r\nupgrade:")
 _OK = b"HTTP/1.1 200 OK\r\n"
+# how the head of an answer that closes its connection ends (the last field is ours:
+# no caller's value holds a CR)
+_CLOSING = b"\r\nConnection: close\r\n\r\n"
 _NOT_MODIFIED = b"HTTP/1.1 304 Not Modified"
 # the fields of a 200 that describe its body, which a 304 does not carry
 _ENTITY_FIELDS = frozenset((b"content-type", b"content-encoding", b"content-length"))
@@ -101,6 +104,7 @@ class HitTarget(NamedTuple):
     traceparent: str | None  # the caller's, read only when the hit is logged or traced
     authorization: str  # the header a miss handed on is matched by
     if_none_match: str | None  # the caller's: a hit whose ETag it names is a 304
+    close: bool  # Connection: close: the connection closes after the answer
 
 
 # the fields of a hit's reply that change with the entry's age, in the order
@@ -241,7 +245,12 @@ class Hits:
         if target is None:
             return None
         return HitTarget(
-            target, read.request_id, read.traceparent, read.authorization, read.if_none_match
+            target,
+            read.request_id,
+            read.traceparent,
+            read.authorization,
+            read.if_none_match,
+            read.close,
         )
 
     def hit_answer(self, target: HitTarget, hit: Hit, started: float) -> tuple[bytes, bytes]:
@@ -257,7 +266,8 @@ class Hits:
             target.if_none_match, representation.etag
         ):
             status, body, fields = 304, b"", self.not_modified(fields)
-        head = b"".join((fields, self.date(), b"X-Request-ID: ", request_id.encode(), b"\r\n\r\n"))
+        end = _CLOSING if target.close else b"\r\n\r\n"
+        head = b"".join((fields, self.date(), b"X-Request-ID: ", request_id.encode(), end))
         route = target.target.query.route
         edge.record_hit(
             route.name,
@@ -397,6 +407,8 @@ class GatewayConnection(RequestHandler):
                 answer = None
             if answer is not None:
                 self._send_answer(answer)
+                if self.transport is None:
+                    return  # closed after it, as its caller asked
             elif self._buffer_paused and len(self._messages) >= self._max_msg_queue_size:
                 # aiohttp holds as many requests as it queues, and stopped reading the
                 # socket: the rest waits here until it drains (data_received(b""))
@@ -479,6 +491,8 @@ class GatewayConnection(RequestHandler):
                 log.exception("fast path: a hit failed; aiohttp answers the request")
         if answer is not None:
             self._send_answer(answer)
+            if self.transport is None:
+                return  # closed after it, as its caller asked
         else:
             if isinstance(found, Miss):  # the handler serves it with this read
                 self._miss = (_target_of(head), target.authorization, found)
@@ -636,6 +650,11 @@ class GatewayConnection(RequestHandler):
         sent; the connection's idle time starts again, as after any answer."""
         assert self.transport is not None
         self.transport.writelines(answer)
+        if answer[0].endswith(_CLOSING):
+            # the caller asked for it (Connection: close): what it sent after is dropped,
+            # as aiohttp drops it
+            self.force_close()
+            return
         self._keep_alive()
 
     def _keep_alive(self) -> None:

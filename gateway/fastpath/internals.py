@@ -57,6 +57,8 @@ CONNECTION_METHODS = {
     # when its queue of requests drains, it calls data_received(b"") from here: what
     # hands the connection's held heads on (connection.GatewayConnection._backlog)
     "_resume_reading_if_drained": ("self",),
+    # closes the connection after an answer its caller asked to be the last
+    "force_close": ("self",),
 }
 # what the runner and the server the fast path makes rely on
 RUNNER_METHODS = ("_make_server",)

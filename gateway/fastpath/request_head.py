@@ -23,7 +23,8 @@ aiohttp's own parser unchanged:
   ``Pragma``, ``Expect``, ``Content-Length``,
   ``Transfer-Encoding``, ``Upgrade``, ``TE``, ``Sec-WebSocket-Key1``,
   ``Proxy-Connection`` (aiohttp reads it as ``Connection``), and ``Connection`` other
-  than ``keep-alive``.
+  than ``keep-alive`` or ``close`` (a caller that opens a connection per request; the
+  answer then says ``Connection: close`` and the connection closes after it).
 
 For what it reads, the path and query are what aiohttp's request gives as
 ``rel_url.raw_path`` and ``rel_url.raw_query_string`` (the path as sent: without an
@@ -90,6 +91,7 @@ class RequestHead(NamedTuple):
     accept_encoding: str | None = None
     traceparent: str | None = None
     if_none_match: str | None = None
+    close: bool = False  # Connection: close
 
 
 def may_become_head(start: bytes, line_max: int = LINE_MAX, fields_max: int = FIELDS_MAX) -> bool:
@@ -137,6 +139,7 @@ def read_head(
     accept_encoding: bytes | None = None
     traceparent: bytes | None = None
     if_none_match: bytes | None = None
+    close = False
     seen: set[bytes] = set()
     for line in lines[:-1]:
         name, _, value = line.partition(b":")
@@ -154,8 +157,12 @@ def read_head(
             traceparent = value.strip(_OWS)
         elif name == _IF_NONE_MATCH:
             if_none_match = value.strip(_OWS)
-        elif name == _CONNECTION and value.strip(_OWS).lower() != b"keep-alive":
-            return None
+        elif name == _CONNECTION:
+            option = value.strip(_OWS).lower()
+            if option == b"close":
+                close = True
+            elif option != b"keep-alive":
+                return None
     if _HOST not in seen:
         return None
     return RequestHead(
@@ -166,6 +173,7 @@ def read_head(
         accept_encoding.decode("ascii") if accept_encoding is not None else None,
         traceparent.decode("ascii") if traceparent is not None else None,
         if_none_match.decode("ascii") if if_none_match is not None else None,
+        close,
     )
 
 
@@ -189,12 +197,13 @@ class HeadReader:
         self._line_max = line_max
         self._fields_max = fields_max
         self._fields = b""
-        self._read: tuple[str | None, str | None, str | None, str | None, str | None] = (
+        self._read: tuple[str | None, str | None, str | None, str | None, str | None, bool] = (
             None,
             None,
             None,
             None,
             None,
+            False,
         )
 
     def read(self, head: bytes) -> RequestHead | None:
@@ -227,6 +236,7 @@ class HeadReader:
                 read.accept_encoding,
                 read.traceparent,
                 read.if_none_match,
+                read.close,
             )
         return read
 

@@ -56,6 +56,10 @@ def test_a_plain_get_is_read() -> None:
     assert read_head(head_of("Host: gw", request_line="GET /users? HTTP/1.1")) == RequestHead(
         "/users", "", None, None
     )
+    # a caller that closes the connection after its answer
+    assert read_head(head_of("Host: gw", "Connection: Close")) == RequestHead(
+        "/expenses", "limit=10", None, None, close=True
+    )
     # the ETags a conditional request names, as sent (a 304 is the hit's to decide)
     assert read_head(head_of("Host: gw", 'If-None-Match:  W/"a", "b" ')) == RequestHead(
         "/expenses", "limit=10", None, None, None, None, 'W/"a", "b"'
@@ -88,7 +92,7 @@ def test_a_plain_get_is_read() -> None:
         head_of("Host: gw", "Content-Length: 0"),
         head_of("Host: gw", "Transfer-Encoding: chunked"),
         head_of("Host: gw", "Upgrade: websocket", "Connection: upgrade"),
-        head_of("Host: gw", "Connection: close"),
+        head_of("Host: gw", "Connection: close, upgrade"),
         head_of("Host: gw", "TE: trailers"),
         head_of("Host: gw", "Proxy-Connection: close"),  # aiohttp reads it as Connection
         head_of("Host: gw", "Authorization : Bearer t"),  # space before the colon
@@ -217,6 +221,7 @@ async def aiohttp_reads(head: bytes) -> RequestHead | None:
         message.headers.get("Accept-Encoding"),
         message.headers.get("traceparent"),
         message.headers.get("If-None-Match"),
+        message.should_close,
     )
 
 

@@ -336,6 +336,29 @@ async def test_a_hit_the_bytes_would_not_fit_is_aiohttp_s_own_answer(
     assert len(answer.body) == int(answer.headers["content-length"]) > 0
 
 
+async def test_a_hit_asked_with_connection_close_is_answered_alike_then_the_connection_closes(
+    served: tuple[web.Application, int],
+    monkeypatch: pytest.MonkeyPatch,
+    upstream: TestServer,
+    fast_path: bool,
+) -> None:
+    """A caller that opens a connection per request (``Connection: close``): its hit,
+    with the fields of a kept-alive hit's answer and ``Connection: close``, from the
+    bytes with the fast path; then the connection closes."""
+    app, port = served
+    (kept,) = await exchange(port, request_bytes(LIST))
+    full_reads = count_full_reads(app, monkeypatch)
+    calls = upstream_calls(upstream)
+    data = request_bytes(LIST, Connection="close")
+    (answer,), rest = await send_and_read_all(port, data, 1)
+    assert rest == b"", "closed after the answer"
+    assert answer.status_line == "HTTP/1.1 200 OK"
+    assert answer.body == kept.body
+    assert answer.comparable() == sorted([*kept.comparable(), ("connection", "close")])
+    assert full_reads == [0 if fast_path else 1]
+    assert upstream_calls(upstream) == calls
+
+
 @pytest.mark.parametrize("path", [LIST, ACCOUNT])
 async def test_a_head_on_a_hit_has_the_fields_and_no_body(
     served: tuple[web.Application, int], upstream: TestServer, path: str

@@ -437,3 +437,20 @@ async def test_a_chunked_body_s_bad_framing_is_answered_alike_both_ways(
         ("HTTP/1.1 200 OK", "application/json", "r-0"),
         ("HTTP/1.1 200 OK", "application/json", "r-1"),
     ]
+
+
+@WAYS
+async def test_a_request_asking_to_close_is_the_last_answered_on_its_connection(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
+) -> None:
+    """``Connection: close``, then another request in the same write: the first is
+    answered (saying ``Connection: close``), then the connection closes; nothing is
+    answered behind it, with the fast path or without."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    data = request_bytes(LIST, X_Request_ID="r-close", Connection="close")
+    data += request_bytes(LIST, X_Request_ID="r-behind")
+    (answer,), rest = await send_and_read_all(port, data, 1)
+    assert answer.status_line == "HTTP/1.1 200 OK"
+    assert (answer.headers["x-request-id"], answer.headers["connection"]) == ("r-close", "close")
+    assert rest == b"", "nothing answered behind it"
