@@ -1,10 +1,11 @@
 """The public path's floor: a bare aiohttp app on uvloop replaying an origin's answers.
 
 The matrix (bench/matrix.py) measures the gateway with ``server.fast_path = false``
-(public aiohttp only) against this: the least aiohttp itself needs to answer the same
-traffic with the same bytes. It fronts ``--origin`` (in the bench, a warm gateway, so
-the bytes are the gateway's own) and keys each request on its Authorization, its
-target as sent and whether it accepts gzip. The first request of a key fetches the
+(public aiohttp only) against this: the least an aiohttp application (one route, no
+middleware) needs to answer the same traffic with the same bytes. It fronts
+``--origin`` (in the bench, a warm gateway, so the bytes are the gateway's own) and
+keys each request on its Authorization, its target as sent and whether it accepts
+gzip. The first request of a key fetches the
 origin once (concurrent first requests share that fetch); every later one is a dict
 lookup and one ``web.Response`` of the stored status, headers and body, or a 304 when
 its ``If-None-Match`` names the stored ETag. No parsing, validation, logging or
@@ -71,6 +72,7 @@ class Replay:
         self._session: ClientSession | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.Response:
+        """The stored answer to ``request`` (fetched first when its key is new)."""
         headers = request.headers
         gzip = "gzip" in headers.get("Accept-Encoding", "")
         key = (headers.get("Authorization", ""), request.raw_path, gzip)
@@ -119,10 +121,16 @@ class Replay:
             await self._session.close()
 
 
+def replay_app(replay: Replay) -> web.Application:
+    """The floor as an aiohttp application: one route, every GET, no middleware."""
+    app = web.Application()
+    app.router.add_get("/{target:.*}", replay.handle)
+    return app
+
+
 async def serve(host: str, port: int, origin: str) -> None:
     replay = Replay(origin)
-    server = web.Server(replay.handle, access_log=None)
-    runner = web.ServerRunner(server)
+    runner = web.AppRunner(replay_app(replay), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()

@@ -11,10 +11,10 @@ import gzip
 
 import aiohttp
 from aiohttp import web
-from aiohttp.test_utils import RawTestServer
+from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
-from pytest_aiohttp import AiohttpRawServer, AiohttpServer
-from replay_floor import Replay
+from pytest_aiohttp import AiohttpServer
+from replay_floor import Replay, replay_app
 
 BODY = b'{"data": [1, 2, 3]}'
 
@@ -46,18 +46,16 @@ class Origin:
         return app
 
 
-async def floor_of(
-    aiohttp_server: AiohttpServer, aiohttp_raw_server: AiohttpRawServer
-) -> tuple[Origin, RawTestServer, Replay]:
+async def floor_of(aiohttp_server: AiohttpServer) -> tuple[Origin, TestServer, Replay]:
     origin = Origin()
     upstream = await aiohttp_server(origin.app())
     replay = Replay(str(upstream.make_url("")).rstrip("/"))
-    server = await aiohttp_raw_server(replay.handle)
+    server = await aiohttp_server(replay_app(replay))
     return origin, server, replay
 
 
 async def get(
-    server: RawTestServer, target: str, **headers: str
+    server: TestServer, target: str, **headers: str
 ) -> tuple[int, CIMultiDict[str], bytes]:
     """GET ``target`` with ``headers`` (``If_None_Match`` for ``If-None-Match``)."""
     async with aiohttp.ClientSession(auto_decompress=False) as session:
@@ -68,9 +66,9 @@ async def get(
 
 
 async def test_the_origins_bytes_come_back_once_fetched_per_key(
-    aiohttp_server: AiohttpServer, aiohttp_raw_server: AiohttpRawServer
+    aiohttp_server: AiohttpServer,
 ) -> None:
-    origin, floor, replay = await floor_of(aiohttp_server, aiohttp_raw_server)
+    origin, floor, replay = await floor_of(aiohttp_server)
     try:
         for token in ("Bearer a", "Bearer b"):
             for target in ("/users?limit=3", "/clients"):
@@ -100,10 +98,8 @@ async def test_the_origins_bytes_come_back_once_fetched_per_key(
         await replay.close()
 
 
-async def test_concurrent_first_requests_share_one_fetch(
-    aiohttp_server: AiohttpServer, aiohttp_raw_server: AiohttpRawServer
-) -> None:
-    origin, floor, replay = await floor_of(aiohttp_server, aiohttp_raw_server)
+async def test_concurrent_first_requests_share_one_fetch(aiohttp_server: AiohttpServer) -> None:
+    origin, floor, replay = await floor_of(aiohttp_server)
     origin.gate.clear()
     try:
         waiting = [
@@ -121,9 +117,9 @@ async def test_concurrent_first_requests_share_one_fetch(
 
 
 async def test_a_matching_if_none_match_is_a_304_without_a_body(
-    aiohttp_server: AiohttpServer, aiohttp_raw_server: AiohttpRawServer
+    aiohttp_server: AiohttpServer,
 ) -> None:
-    _, floor, replay = await floor_of(aiohttp_server, aiohttp_raw_server)
+    _, floor, replay = await floor_of(aiohttp_server)
     try:
         _, headers, _ = await get(floor, "/users", Authorization="Bearer a")
         etag = headers["ETag"]
