@@ -8,6 +8,7 @@ exits 0 whatever they say.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -484,12 +485,22 @@ def machine() -> dict[str, object]:
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "kernel": platform.release(),
+        "aiohttp": _module_version("aiohttp"),
+        "uvloop": _module_version("uvloop"),
         "wrk": _version(["wrk", "-v"], r"wrk (\S+)"),
         "nginx": _version(["nginx", "-v"], r"nginx/(\S+)"),
         "redis": _version(["redis-server", "--version"], r"v=(\S+)"),
         "varnish": _version(["varnishd", "-V"], r"varnish-(\S+)"),
         "gcc": _version(["gcc", "--version"], r"\) (\S+)"),
     }
+
+
+def _module_version(name: str) -> str:
+    """The installed version of the Python package ``name`` the gateway runs on."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
 def _version(command: list[str], pattern: str) -> str:
@@ -527,7 +538,9 @@ def markdown_body(data: Mapping[str, Any]) -> str:
     """The tables and notes of one run, without a title (shared by latest.md and README)."""
     m = data["machine"]
     tools = ", ".join(
-        f"{tool} {m[tool]}" for tool in ("wrk", "nginx", "redis", "varnish", "gcc") if tool in m
+        f"{tool} {m[tool]}"
+        for tool in ("aiohttp", "uvloop", "wrk", "nginx", "redis", "varnish", "gcc")
+        if tool in m
     )
     lines = [
         f"Run on {data['date']} in {_duration(data['elapsed_s'])}: {m['arch']}, {m['cpu']}, "

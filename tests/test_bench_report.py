@@ -6,11 +6,13 @@ here)."""
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any
 
 import pytest
 from probes import MIB, CoalesceResult, InvalidationResult, SoakResult
 from report import Summary, Target, targets
+from report import machine as machine_of_this_run
 
 MAX_BYTES = 16 * MIB
 
@@ -167,3 +169,9 @@ def test_the_soak_bound_is_the_cache_bound_plus_60_mib() -> None:
     assert not verdict.passed
     assert verdict.wanted == "RSS <= memory_max_bytes + 60 MiB = 76 MiB"
     assert verdict.measured == "peak RSS 76.1 MiB"
+
+
+def test_the_machine_names_the_aiohttp_and_uvloop_the_gateway_ran_on() -> None:
+    machine = machine_of_this_run()
+    assert machine["aiohttp"] == importlib.metadata.version("aiohttp")
+    assert machine["uvloop"] == importlib.metadata.version("uvloop")
