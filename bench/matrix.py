@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,15 +41,13 @@ import wrkmix
 from loadgen import LoadResult, LoadSettings
 from mixrun import GZIP, WHOLE_MIX_BYTES, MixStack, Peer
 from servers import (
-    BENCH,
     BenchError,
     Proc,
     Stack,
-    free_port,
     gateway_config,
     group_members,
     start_gateway,
-    wait_for,
+    start_script,
 )
 
 
@@ -145,35 +142,29 @@ def warm_both(m: MixStack, peer: Peer, say: Callable[[str], None], notes: list[s
 
 
 def start_floor(stack: Stack, origin: str) -> Peer:
-    port = free_port()
-    argv = [sys.executable, str(BENCH / "replay_floor.py"), "--host", "127.0.0.1",
-            "--port", str(port), "--origin", origin]  # fmt: skip
-    proc = stack.spawn("matrix-floor", argv)
-    url = f"http://127.0.0.1:{port}"
-    wait_for(proc, "its port open", lambda: True if _open(port) else None)
+    proc, url = start_script(stack, "matrix-floor", "replay_floor.py", "--origin", origin)
     return Peer("floor", url, proc, (proc.pid,))
 
 
-def _open(port: int) -> bool:
-    import socket
-
-    with socket.socket() as probe:
-        probe.settimeout(0.2)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
 def run_cell(
-    m: MixStack, peer: Peer, keys_file: Path, settings: LoadSettings, redis: bool
+    m: MixStack,
+    peers: Mapping[str, Peer],
+    files: Mapping[str, Path],
+    server: str,
+    shape: Shape,
+    base: LoadSettings,
+    rate: float = 0.0,
 ) -> LoadResult:
-    """One run of the load client against ``peer``, reading the CPU of its processes
-    (and of Redis for the Redis column)."""
-    pids = sorted(group_members(peer.proc.pid)) if peer.name != "floor" else [peer.proc.pid]
+    """One run of the load client in ``shape`` (at ``rate``, or closed loop) against
+    ``server``, reading the CPU of its processes (and of Redis for the Redis column)."""
+    peer = peers[server]
+    redis = [m.redis_pid] if server == "gateway-redis" else []
     return loadgen.run(
         m.client,
         peer.url,
-        keys_file,
-        settings,
-        cpu_pids=[*pids, *([m.redis_pid] if redis else [])],
+        files[shape.keys],
+        shape.settings(base, rate=rate),
+        cpu_pids=[*sorted(group_members(peer.proc.pid)), *redis],
     )
 
 
@@ -193,13 +184,7 @@ def closed_loop(
         order = list(SERVERS[index % len(SERVERS) :] + SERVERS[: index % len(SERVERS)])
         for shape_name, shape in SHAPES.items():
             for server in order:
-                result = run_cell(
-                    m,
-                    peers[server],
-                    files[shape.keys],
-                    shape.settings(base),
-                    server == "gateway-redis",
-                )
+                result = run_cell(m, peers, files, server, shape, base)
                 results[shape_name][server].append(result)
                 say(
                     f"round {index + 1}/{rounds} {shape_name:<24} {server:<13} "
@@ -224,13 +209,7 @@ def open_loop(
         rate = round(share * nginx_max)
         by_server: dict[str, Any] = {}
         for server in SERVERS:
-            result = run_cell(
-                m,
-                peers[server],
-                files[shape.keys],
-                shape.settings(base, rate=rate),
-                server == "gateway-redis",
-            )
+            result = run_cell(m, peers, files, server, shape, base, rate)
             kept_up = result.achieved_per_s >= 0.97 * rate
             by_server[server] = {
                 "offered_per_s": rate,

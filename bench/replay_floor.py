@@ -25,6 +25,8 @@ import uvloop
 from aiohttp import ClientSession, ClientTimeout, web
 from multidict import CIMultiDict
 
+from gateway.cache.coding import etag_matches
+
 # the origin's answer headers a replay carries (Date, Server, Content-Length and the
 # connection's own are aiohttp's to write; Age would be stale)
 REPLAYED = ("Content-Type", "Content-Encoding", "ETag", "Cache-Control", "Vary", "X-Cache",
@@ -40,26 +42,13 @@ class Stored:
     status: int
     headers: Mapping[str, str]
     body: bytes
-    etag: str | None
+    etag: str  # "" when the origin gave none
+    not_modified: Mapping[str, str]  # the headers of its 304
 
     def response(self, if_none_match: str | None) -> web.Response:
-        if (
-            if_none_match is not None
-            and self.etag is not None
-            and _matches(if_none_match, self.etag)
-        ):
-            kept = {name: value for name, value in self.headers.items() if name in NOT_MODIFIED}
-            return web.Response(status=304, headers=kept)
+        if if_none_match is not None and etag_matches(if_none_match, self.etag):
+            return web.Response(status=304, headers=self.not_modified)
         return web.Response(status=self.status, headers=self.headers, body=self.body)
-
-
-def _matches(if_none_match: str, etag: str) -> bool:
-    """Whether ``If-None-Match`` names ``etag`` (weak comparison, or ``*``)."""
-    wanted = etag.removeprefix("W/")
-    return any(
-        tag.strip() == "*" or tag.strip().removeprefix("W/") == wanted
-        for tag in if_none_match.split(",")
-    )
 
 
 class Replay:
@@ -114,7 +103,9 @@ class Replay:
             kept = CIMultiDict(
                 (name, answer.headers[name]) for name in REPLAYED if name in answer.headers
             )
-            return Stored(answer.status, dict(kept), body, answer.headers.get("ETag"))
+            headers = dict(kept)
+            not_modified = {name: kept[name] for name in NOT_MODIFIED if name in kept}
+            return Stored(answer.status, headers, body, kept.get("ETag", ""), not_modified)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -134,7 +125,8 @@ async def serve(host: str, port: int, origin: str) -> None:
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
-    print(f"replay floor: listening on http://{host}:{port}, replaying {origin}", flush=True)
+    bound = runner.addresses[0][1]
+    print(f"replay floor: listening on http://{host}:{bound} (replaying {origin})", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
@@ -145,7 +137,7 @@ async def serve(host: str, port: int, origin: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--origin", required=True)
     args = parser.parse_args()
     uvloop.run(serve(args.host, args.port, args.origin))

@@ -258,17 +258,20 @@ def start_upstream(
     return proc, url.rstrip("/")
 
 
-def start_floor(stack: Stack, size: int) -> tuple[Proc, str]:
-    argv = [sys.executable, str(BENCH / "floor.py"), "--size", str(size), "--port", "0"]
-    proc = stack.spawn("floor", argv)
+def start_script(stack: Stack, name: str, script: str, *args: str) -> tuple[Proc, str]:
+    """``python bench/<script> <args> --port 0``; ready once it prints the URL it
+    listens on (``listening on http://...``)."""
+    proc = stack.spawn(name, [sys.executable, str(BENCH / script), *args, "--port", "0"])
     return proc, wait_for(proc, "listening line", _line_match(proc, _LISTENING))
+
+
+def start_floor(stack: Stack, size: int) -> tuple[Proc, str]:
+    return start_script(stack, "floor", "floor.py", "--size", str(size))
 
 
 def start_miss_floor(stack: Stack, upstream: str) -> tuple[Proc, str]:
     """bench/miss_floor.py in front of ``upstream``, on a free port."""
-    argv = [sys.executable, str(BENCH / "miss_floor.py"), "--upstream", upstream, "--port", "0"]
-    proc = stack.spawn("miss-floor", argv)
-    return proc, wait_for(proc, "listening line", _line_match(proc, _LISTENING))
+    return start_script(stack, "miss-floor", "miss_floor.py", "--upstream", upstream)
 
 
 def start_redis(stack: Stack) -> tuple[Proc, str]:

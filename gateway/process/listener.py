@@ -170,10 +170,9 @@ class HeadCuts(asyncio.Protocol):
         start, pieces, size = 0, PIECES_MAX, len(data)
         while self._body is not None and start < size:
             if self._body_left != CHUNKED:
-                end = min(start + self._body_left, size)
+                end = _piece_end(data, start, self._body_left)
             elif pieces:
-                end = data.find(b"\r\n\r\n", start) + 4
-                end = end if end > 3 else size
+                end = _piece_end(data, start, None)
                 pieces -= 1
             else:
                 # past the bound: the connection is aiohttp's alone from here on
@@ -207,11 +206,8 @@ class HeadCuts(asyncio.Protocol):
         pending = b""  # pieces the parser took that make no request yet
         while start < len(data):
             in_body = body is not None
-            if body is not None and body[1] != CHUNKED:
-                end = start + body[1]
-            else:
-                end = data.find(b"\r\n\r\n", start) + 4
-            piece = data[start:end] if end > 3 else data[start:]
+            end = _piece_end(data, start, body[1] if body is not None else None)
+            piece = data[start:end]
             try:
                 messages, _, _ = check.feed_data(piece)
             except HttpProcessingError as exc:
@@ -222,8 +218,6 @@ class HeadCuts(asyncio.Protocol):
                 else:
                     self._feed(self._refusals.stand_in(exc))
                 return
-            if end < 4:
-                break
             if body is not None and body[0].is_eof():
                 body = None
             for message, payload in messages:
@@ -282,6 +276,16 @@ class _Unpaused:
 
     def resume_reading(self, resume_parser: bool = True) -> None:
         """Nothing to resume."""
+
+
+def _piece_end(data: bytes, start: int, length: int | None) -> int:
+    """Where the piece of ``data`` from ``start`` ends: after ``length`` bytes (the rest
+    of a body with a length), or after the next empty line (a head, or a chunked body's
+    part: ``length`` None or ``CHUNKED``); the end of ``data`` when that is past it."""
+    if length is not None and length != CHUNKED:
+        return min(start + length, len(data))
+    end = data.find(b"\r\n\r\n", start) + 4
+    return end if end > 3 else len(data)
 
 
 def _content_length(message: RawRequestMessage) -> int:
