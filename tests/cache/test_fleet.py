@@ -130,7 +130,7 @@ def lease_of_users(client: Client) -> str:
 async def test_a_lease_that_is_never_filled_costs_at_most_the_upstream_timeout(
     gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
 ) -> None:
-    (client,) = await fleet(gateway_factory, upstream, redis_url, n=1, upstream={"timeout_s": 0.5})
+    (client,) = await fleet(gateway_factory, upstream, redis_url, n=1, upstream={"timeout_s": 1.0})
     store = redis.Redis.from_url(redis_url)
     # a holder that died: its lease stays for 60 s, longer than the upstream timeout
     await store.set(lease_of_users(client), b"dead-instance", px=60_000)

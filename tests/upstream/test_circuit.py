@@ -108,7 +108,7 @@ async def test_a_hanging_upstream_opens_the_circuit_and_stale_entries_come_back_
         url,
         clock,
         cache=cache(),
-        upstream={"timeout_s": 0.5, "breaker_failures": 2, "breaker_reset_s": 600},
+        upstream={"timeout_s": 1.0, "breaker_failures": 2, "breaker_reset_s": 600},
     )
     pages = await cached_pages(client, 12)
     fresh = {path: (await get(client, path))[2] for path in pages}
