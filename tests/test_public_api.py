@@ -1,7 +1,10 @@
 """Public APIs only: outside gateway/fastpath/, no module of the gateway uses a private
 name (a leading underscore) of another package, nor subclasses aiohttp's internal
-server classes. The fast path may, because it must; it checks at start that what it
-uses is there (tests/fastpath/test_server.py)."""
+server classes. aiohttp's runners (``web.AppRunner``) may be subclassed through their
+documented interface only (``setup``, ``server``, ``shutdown``, ``cleanup``): a
+subclass that defines a private name (``_make_server``) is found. The fast path may,
+because it must; it checks at start that what it uses is there
+(tests/fastpath/test_server.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ QUARANTINE = PACKAGE / "fastpath"
 # tuple's own methods
 DOCUMENTED = frozenset({"_exit", "_replace", "_asdict", "_fields", "_make"})
 # aiohttp's server internals: no subclass of these outside the fast path
-INTERNAL_CLASSES = frozenset({"RequestHandler", "Server", "BaseRunner", "AppRunner", "BaseSite"})
+INTERNAL_CLASSES = frozenset({"RequestHandler", "Server", "BaseSite"})
+# aiohttp's runners: subclassed through their public members only
+RUNNERS = frozenset({"BaseRunner", "AppRunner"})
 
 
 def _private(name: str) -> bool:
@@ -124,8 +129,17 @@ class _Finder(ast.NodeVisitor):
             else:
                 name = getattr(base, "id", "")
                 origin = self.foreign.get(name, "")
-            if name in INTERNAL_CLASSES and origin.startswith("aiohttp"):
+            if not origin.startswith("aiohttp"):
+                continue
+            if name in INTERNAL_CLASSES:
                 self.found.append(f"line {node.lineno}: class {node.name}({name})")
+            elif name in RUNNERS:
+                self.found += [
+                    f"line {member.lineno}: class {node.name}({name}) defines {member.name}"
+                    for member in node.body
+                    if isinstance(member, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and _private(member.name)
+                ]
         self.generic_visit(node)
 
 
@@ -157,6 +171,7 @@ def test_no_module_outside_the_fast_path_uses_a_private_name_of_another_package(
         "import asyncio\nasyncio.get_running_loop()._ready\n",
         "from aiohttp.web_protocol import RequestHandler\nclass C(RequestHandler):\n    pass\n",
         "from aiohttp import web\nclass S(web.Server):\n    pass\n",
+        "from aiohttp import web\nclass R(web.AppRunner):\n    async def _make_server(self): ...\n",
         "def f(protocol):\n    return getattr(protocol, '_waiter', None)\n",
         "from aiohttp.web_protocol import RequestHandler\n",
         "from prometheus_client.utils import floatToGoString\n",
@@ -165,6 +180,11 @@ def test_no_module_outside_the_fast_path_uses_a_private_name_of_another_package(
 )
 def test_the_check_finds_each_kind_of_private_use(source: str) -> None:
     assert private_uses(source) != []
+
+
+def test_a_runner_subclassed_through_its_public_members_is_no_private_use() -> None:
+    source = "from aiohttp import web\nclass R(web.AppRunner):\n    async def setup(self): ...\n"
+    assert private_uses(source) == []
 
 
 def test_the_fast_path_is_where_the_internals_are() -> None:

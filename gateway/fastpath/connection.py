@@ -48,7 +48,7 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from email.utils import formatdate
 from typing import Any, NamedTuple
 
@@ -60,6 +60,8 @@ from yarl import URL
 from gateway.fastpath.fingerprints import ConnectionFingerprints, ConnectionMemo
 from gateway.fastpath.request_head import HeadReader, PendingHead
 from gateway.http.edge import Edge
+from gateway.http.hits import FieldParts, Fields, Handler, keep
+from gateway.http.runner import handler
 from gateway.records.lookup import (
     CacheEntry,
     Hit,
@@ -69,7 +71,6 @@ from gateway.records.lookup import (
     Target,
     etag_matches,
     handing,
-    hit_seconds,
 )
 
 log = logging.getLogger("gateway.http")
@@ -107,81 +108,28 @@ class HitTarget(NamedTuple):
     close: bool  # Connection: close: the connection closes after the answer
 
 
-# the fields of a hit's reply that change with the entry's age, in the order
-# the lookup's hit_fields gives them (next to each other)
-_TIMED = ("Cache-Status", "Age", "Cache-Control")
-
-
-class WireHeads:
+class WireHeads(FieldParts[bytes]):
     """The status line and header fields of hit replies as bytes, up to ``Date``: those
-    of ``RecordLookup.hit_fields(hit, now)``, made once and kept in
-    three parts, so that a head is three lookups and a join however many entries are
-    hit and however rarely:
-
-    - the fields before the timed ones, which depend on the representation's coding
-      only (the status line, ``Content-Type``, ``Content-Encoding``, ``X-Cache``);
-    - the timed fields (``Cache-Status``, ``Age``, ``Cache-Control``), which depend on
-      the whole seconds of the entry's age and freshness left only;
-    - the fields after them, which depend on the representation's ETag (which names its
-      coding too) and length (``Vary``, ``ETag``, ``Content-Length``, ``Server``).
-
-    Each part is made from the reply of the first hit that needs it; at most ``size``
-    of each of the last two are kept, the oldest forgotten first (bytes only: no entry
-    is held here)."""
-
-    def __init__(
-        self,
-        fields_of: Callable[[CacheEntry, float, Representation], list[tuple[str, str]]],
-        size: int = 8192,
-    ) -> None:
-        self._fields_of = fields_of
-        self._size = size
-        self._before: dict[str, bytes] = {}
-        self._timed: dict[tuple[int, int], bytes] = {}
-        self._after: dict[tuple[str, int], bytes] = {}
-
-    def __len__(self) -> int:
-        """The parts kept of the last two kinds (those bounded by ``size``)."""
-        return len(self._timed) + len(self._after)
+    of ``RecordLookup.hit_fields(hit, now)``, made once and kept in the three parts of
+    ``gateway.http.hits.FieldParts`` (the status line with the first, ``Content-Length``
+    and ``Server`` with the last), so that a head is three lookups and a join however
+    many entries are hit and however rarely."""
 
     def __call__(self, entry: CacheEntry, now: float, representation: Representation) -> bytes:
-        seconds = hit_seconds(entry, now)
-        timed = self._timed.get(seconds)
-        after = self._after.get((representation.etag, len(representation.body)))
-        before = self._before.get(representation.coding)
-        if timed is None or after is None or before is None:
-            before, timed, after = self._made(entry, now, representation, seconds)
-        return b"".join((before, timed, after))
+        return b"".join(self.parts(entry, now, representation, None))
 
-    def _made(
-        self,
-        entry: CacheEntry,
-        now: float,
-        representation: Representation,
-        seconds: tuple[int, int],
+    def made(
+        self, parts: tuple[Fields, Fields, Fields], representation: Representation, variant: Any
     ) -> tuple[bytes, bytes, bytes]:
-        items = self._fields_of(entry, now, representation)
-        fields = [f"{name}: {value}\r\n" for name, value in items]
-        names = [name for name, _ in items]
-        first = names.index(_TIMED[0])
-        last = first + len(_TIMED)
-        if tuple(names[first:last]) != _TIMED:
-            raise RuntimeError(f"the timed fields of a hit are not together: {names}")
-        before = _OK + "".join(fields[:first]).encode("latin-1")
-        timed = "".join(fields[first:last]).encode("latin-1")
+        before, timed, after = (
+            "".join(f"{name}: {value}\r\n" for name, value in part) for part in parts
+        )
         length = f"Content-Length: {len(representation.body)}\r\n"
-        after = "".join((*fields[last:], length)).encode("latin-1") + _SERVER
-        self._before[representation.coding] = before
-        _keep(self._timed, seconds, timed, self._size)
-        _keep(self._after, (representation.etag, len(representation.body)), after, self._size)
-        return before, timed, after
-
-
-def _keep(made: dict[Any, bytes], key: Any, value: bytes, size: int) -> None:
-    """``made[key] = value``, the oldest forgotten first past ``size``."""
-    if key not in made and len(made) >= size:
-        del made[next(iter(made))]
-    made[key] = value
+        return (
+            _OK + before.encode("latin-1"),
+            timed.encode("latin-1"),
+            (after + length).encode("latin-1") + _SERVER,
+        )
 
 
 class NotModifiedHeads:
@@ -200,7 +148,7 @@ class NotModifiedHeads:
             lines = ok.split(b"\r\n")[1:-1]
             kept = [line for line in lines if line.split(b":", 1)[0].lower() not in _ENTITY_FIELDS]
             made = b"\r\n".join((_NOT_MODIFIED, *kept, b""))
-            _keep(self._made, ok, made, self._size)
+            keep(self._made, ok, made, self._size)
         return made
 
 
@@ -695,49 +643,51 @@ class FastPathServer(web.Server):
     ``edge`` is the application's, with its lookup port and its answer to a request
     with no path set."""
 
-    def __init__(self, made: web.Server, edge: Edge) -> None:
-        lookup, pathless = edge.lookup, edge.pathless
-        if lookup is None or pathless is None:
-            raise RuntimeError("the fast path needs the edge's lookup and pathless handler")
-        # the handler, request factory and options of the server aiohttp made for the app
+    def __init__(self, made: web.Server, edge: Edge, options: Mapping[str, Any]) -> None:
+        lookup = edge.lookup
+        if lookup is None:
+            raise RuntimeError("the fast path needs the edge's lookup port")
+        # aiohttp's handler of the application, behind the gateway's public server's
+        # (hits and targets without a path), with the request factory and the options
+        # of aiohttp's server of the application (gateway.http.runner)
         super().__init__(
-            _handling(pathless, made.request_handler),
+            _handling(made.request_handler, handler(made.request_handler, edge)),
             request_factory=_with_a_url(made.request_factory),
-            handler_cancellation=made.handler_cancellation,
-            **made._kwargs,
+            **options,
         )
         self.hits = Hits(edge, lookup)
+        # what the server's connections take of the options (web.Server keeps its own)
+        server_own = inspect.signature(web.Server).parameters
+        self.options = {name: value for name, value in options.items() if name not in server_own}
+        self.loop = asyncio.get_running_loop()
         # aiohttp's own Server drops an option its connections do not take (and warns);
         # here a wrong option fails the runner's setup, not every connection
-        inspect.signature(RequestHandler).bind(self, loop=self._loop, **self._kwargs)
+        inspect.signature(RequestHandler).bind(self, loop=self.loop, **self.options)
 
     def __call__(self) -> RequestHandler:
-        return GatewayConnection(self, self.hits, loop=self._loop, **self._kwargs)
+        return GatewayConnection(self, self.hits, loop=self.loop, **self.options)
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         self.hits.fingerprints.forget(handler)
         super().connection_lost(handler, exc)
 
 
-def _handling(
-    pathless: Callable[[web.Request], Awaitable[web.StreamResponse]],
-    handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
-) -> Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]:
-    """``handler`` (the application's), run within the miss its connection handed on
-    with the request, if any; a request with no path at all is answered by
-    ``pathless`` as the router would have, had it offered the request there."""
+def _handling(application: Handler, gateway: Handler) -> Handler:
+    """The handler of a request aiohttp made of a head its connection handed on: within
+    the miss the connection looked up for it, ``application`` (aiohttp's handler of
+    the application: the lookup is made); otherwise ``gateway`` (the gateway's public
+    server's handler, ``gateway.http.runner``: hits the fast path did not read, and
+    targets without a path)."""
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        if not request.rel_url.path_safe and isinstance(request, web.Request):
-            return await pathless(request)
         connection = request.protocol
         if request.method != "GET" or not isinstance(connection, GatewayConnection):
-            return await handler(request)
+            return await gateway(request)
         miss = connection.take_miss(request)
         if miss is None:
-            return await handler(request)
+            return await gateway(request)
         with handing(miss):
-            return await handler(request)
+            return await application(request)
 
     return handle
 

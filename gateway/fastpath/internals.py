@@ -60,15 +60,8 @@ CONNECTION_METHODS = {
     # closes the connection after an answer its caller asked to be the last
     "force_close": ("self",),
 }
-# what the runner and the server the fast path makes rely on
-RUNNER_METHODS = ("_make_server",)
-SERVER_ATTRIBUTES = (
-    "_kwargs",
-    "_loop",
-    "request_handler",
-    "request_factory",
-    "handler_cancellation",
-)
+# what the server the fast path makes relies on of aiohttp's server of the application
+SERVER_ATTRIBUTES = ("request_handler", "request_factory")
 # what the fast path reads and replaces of a message of aiohttp's HTTP parser
 MESSAGE_ATTRIBUTES = ("path", "url", "_replace")
 # the server's constructor options the fast path passes, and the method it overrides
@@ -90,12 +83,11 @@ def _slots(cls: type) -> set[str]:
 
 def missing(
     connection: type = RequestHandler,
-    runner: type = web.AppRunner,
     server: type = web.Server,
     message: type = RawRequestMessage,
     protocol: ModuleType = web_protocol,
 ) -> list[str]:
-    """What of the internals above ``connection``, ``runner``, ``server``, ``message``
+    """What of the internals above ``connection``, ``server``, ``message``
     and the module of connection handlers, ``protocol``, lack, by name (empty when
     everything is there with the expected shape)."""
     absent: list[str] = [
@@ -118,7 +110,6 @@ def missing(
         inspect.signature(connection).bind(None, loop=None)
     except TypeError:
         absent.append(f"{connection.__name__}(manager, *, loop, **options)")
-    absent += [f"{runner.__name__}.{name}" for name in RUNNER_METHODS if not hasattr(runner, name)]
     absent += _server_shape(server)
     return absent
 

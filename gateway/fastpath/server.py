@@ -1,5 +1,6 @@
 """The runner the gateway is served by: with the fast path when ``server.fast_path`` is
-on and aiohttp has every internal it relies on, plain ``web.AppRunner`` otherwise."""
+on and aiohttp has every internal it relies on, the gateway's public runner
+(``gateway.http.runner``) otherwise."""
 
 from __future__ import annotations
 
@@ -13,20 +14,20 @@ from aiohttp import web
 from gateway.fastpath import internals
 from gateway.fastpath.connection import FastPathServer
 from gateway.http.edge import EDGE
+from gateway.http.runner import GatewayRunner
 
 log = logging.getLogger("gateway.fastpath")
 
 
-class FastPathRunner(web.AppRunner):
-    """``web.AppRunner`` serving the application through a :class:`FastPathServer`."""
+class FastPathRunner(GatewayRunner):
+    """The gateway's runner serving through a :class:`FastPathServer`."""
 
-    async def _make_server(self) -> web.Server:
-        made = await super()._make_server()  # the application started and frozen
+    def serve(self, made: web.Server) -> web.Server:
         absent = internals.server_missing(made)
         if absent:
             _step_aside(absent)
-            return made
-        return FastPathServer(made, self.app[EDGE])
+            return super().serve(made)
+        return FastPathServer(made, self.app[EDGE], self.options)
 
 
 @functools.cache
@@ -43,14 +44,14 @@ def _step_aside(absent: tuple[str, ...] | list[str]) -> None:
     )
 
 
-def make_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
+def make_runner(app: web.Application, **kwargs: Any) -> GatewayRunner:
     """The runner of the gateway's ``app`` (``kwargs`` are ``web.AppRunner``'s)."""
     if not app[EDGE].live.settings.server.fast_path:
-        return web.AppRunner(app, **kwargs)
+        return GatewayRunner(app, **kwargs)
     absent = _missing()
     if absent:
         _step_aside(absent)
-        return web.AppRunner(app, **kwargs)
+        return GatewayRunner(app, **kwargs)
     if not internals.verified(aiohttp.__version__):
         _unverified()
     return FastPathRunner(app, **kwargs)

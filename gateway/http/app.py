@@ -54,7 +54,7 @@ from gateway.http.service import (
     openapi_json,
     readyz,
 )
-from gateway.http.unrouted import UNROUTED, Unrouted, pathless_middleware
+from gateway.http.unrouted import UNROUTED, Unrouted
 from gateway.normalise.normaliser import CoercionCounts, Normaliser
 from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.health import Readiness
@@ -163,10 +163,6 @@ def _add_all_routes(app: web.Application, edge: Edge, live: LiveConfig, routes: 
     app.router.register_resource(unrouted)
     app[UNROUTED] = unrouted
     edge.pathless = unrouted.respond
-    if not settings.server.fast_path:
-        # the fast path answers targets without a path itself; plain aiohttp needs this
-        # middleware for them (and every request then passes through it)
-        app.middlewares.append(pathless_middleware(unrouted))
 
 
 async def _siblings_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -30,6 +30,9 @@ from __future__ import annotations
 import functools
 import re
 
+from aiohttp import hdrs
+from multidict import CIMultiDictProxy
+
 # list members read, at most; the rest of a longer field is ignored
 MOST_MEMBERS = 32
 # the longest field value whose result is memoised, and how many are
@@ -79,3 +82,12 @@ def _gzip_preferred(accept_encoding: str) -> bool:
 
 
 _memoised = functools.lru_cache(maxsize=MEMO_SIZE)(_gzip_preferred)
+
+
+def accept_encoding(headers: CIMultiDictProxy[str]) -> str | None:
+    """The request's ``Accept-Encoding``, its fields joined as one list (None: none; of
+    more fields than a list's members are read, the first)."""
+    values = headers.getall(hdrs.ACCEPT_ENCODING, None)
+    if values is None:
+        return None
+    return values[0] if len(values) == 1 else ", ".join(values[:MOST_MEMBERS])

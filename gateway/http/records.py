@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from aiohttp import hdrs, web
-from multidict import CIMultiDictProxy
+from aiohttp import web
 
 from gateway.config.live import LiveConfig
 from gateway.http.edge import REQUEST_ID, Edge
-from gateway.http.negotiation import MOST_MEMBERS, gzip_preferred
+from gateway.http.negotiation import accept_encoding, gzip_preferred
 from gateway.http.replies import reply_headers, reply_response
 from gateway.ops.trace import current_trace
 from gateway.records.credentials import parse_authorization
@@ -28,15 +27,6 @@ from gateway.routing.routes import Route, RouteTable
 from gateway.routing.standard import ROUTES
 
 RouteHandler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def accept_encoding(headers: CIMultiDictProxy[str]) -> str | None:
-    """The request's ``Accept-Encoding``, its fields joined as one list (None: none; of
-    more fields than a list's members are read, the first)."""
-    values = headers.getall(hdrs.ACCEPT_ENCODING, None)
-    if values is None:
-        return None
-    return values[0] if len(values) == 1 else ", ".join(values[:MOST_MEMBERS])
 
 
 def client_directives(cache_control: str | None, pragma: str | None) -> Directives:

@@ -9,10 +9,9 @@ path (a line feed in it, ``*``, an absolute-form target without a slash), with t
 edge's expect handler and 404 problem.
 
 A target with no path at all (``CONNECT host:443``, ``GET x:``) is offered to no
-resource. The fast path answers such a request itself before aiohttp's application
-sees it (:meth:`Unrouted.respond`); as plain aiohttp (``server.fast_path = false``),
-:func:`pathless_middleware` answers it with the same problem, after aiohttp's own
-``Expect`` handler.
+resource. The gateway's server answers such a request (:meth:`Unrouted.respond`) before
+aiohttp's application sees it (``gateway.http.runner``), with or without the fast
+path.
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from __future__ import annotations
 import time
 
 from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler as AiohttpHandler
-from aiohttp.typedefs import Middleware
 
 from gateway.http.edge import EXPECT, Edge, not_found
 from gateway.http.rejections import REFUSED_METHOD
@@ -63,17 +60,3 @@ class Unrouted(web.PlainResource):
 
 
 UNROUTED = web.AppKey("unrouted", Unrouted)
-
-
-def pathless_middleware(unrouted: Unrouted) -> Middleware:
-    """The middleware of a gateway served as plain aiohttp: a request aiohttp's router
-    matched to nothing (a target without a path) gets the edge's 404 problem. Every
-    other request is passed on at once."""
-
-    @web.middleware
-    async def pathless(request: web.Request, handler: AiohttpHandler) -> web.StreamResponse:
-        if request.match_info.http_exception is None:
-            return await handler(request)
-        return await unrouted.handler(request)
-
-    return pathless

@@ -26,6 +26,7 @@ Rendering and content negotiation are the HTTP edge's: they are given to the por
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import NamedTuple, Protocol
@@ -68,6 +69,13 @@ TARGETS_MAX_BYTES = 8 * 1024 * 1024
 TARGET_COST_BYTES = 400
 # a request whose four parts are longer than this together is resolved each time
 TARGET_PARTS_MAX = 4096
+
+# a path resolve takes: unreserved characters and escapes other than of a dot, with no
+# dot segment and no empty one (the fast path reads no other; aiohttp's router may
+# decode or join what this leaves out, which the route's handler checks itself)
+_PLAIN_PATH = re.compile(
+    r"(?:/(?:[A-Za-z0-9_~-]|%(?!2[Ee])[0-9A-Fa-f]{2})(?:[A-Za-z0-9_~.-]|%(?!2[Ee])[0-9A-Fa-f]{2})*)+"
+)
 
 # what a target is resolved from: path, query, Authorization, Accept-Encoding
 RequestParts = tuple[str, str, str, str | None]
@@ -227,7 +235,7 @@ class RecordLookup:
     def _resolved(self, parts: RequestParts, fingerprints: FingerprintMemo) -> Target | None:
         path, query_string, authorization, accept_encoding = parts
         pipeline = self.caching_pipeline()
-        if pipeline is None:
+        if pipeline is None or _PLAIN_PATH.fullmatch(path) is None:
             return None
         max_limit = self.live.settings.limits.max_limit
         query = self.query(path, query_string, max_limit)

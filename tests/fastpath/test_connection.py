@@ -31,6 +31,7 @@ from gateway.fastpath.connection import FastPathServer, WireHeads
 from gateway.fastpath.server import FastPathRunner, make_runner
 from gateway.http.app import create_app
 from gateway.http.binding import UPSTREAMS
+from gateway.http.hits import FAULT
 from gateway.http.records import RECORDS
 from gateway.http.replies import reply_headers
 from gateway.http.service import METRICS
@@ -78,7 +79,9 @@ async def test_a_hit_from_the_bytes_carries_what_a_gateway_without_the_fast_path
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two gateways on one clock, one with the fast path and one without, each with
-    the same entry stored: the same hit, field for field, and the same body."""
+    the same entry stored: the same hit, field for field, and the same body, from the
+    bytes, from the gateway's server (without the fast path) and by the full way (the
+    route's handler)."""
     fast, fast_port = await served_fast(aiohttp_client, base_url(upstream), clock)
     plain_settings = make_settings(base_url(upstream), server={"fast_path": False})
     plain = await gateway_client(aiohttp_client, create_app(plain_settings, clock=clock))
@@ -92,10 +95,13 @@ async def test_a_hit_from_the_bytes_carries_what_a_gateway_without_the_fast_path
     plain_reads = count_full_reads(plain.app, monkeypatch)
     (from_bytes,) = await exchange(fast_port, request_bytes(LIST))
     (from_aiohttp,) = await exchange(plain_port, request_bytes(LIST))
-    assert (fast_reads, plain_reads) == ([0], [1])
-    assert from_bytes.status_line == from_aiohttp.status_line == "HTTP/1.1 200 OK"
-    assert from_bytes.body == from_aiohttp.body
-    assert from_bytes.comparable() == from_aiohttp.comparable()
+    assert (fast_reads, plain_reads) == ([0], [0])
+    (full,) = await exchange(plain_port, by_the_full_way(LIST))
+    assert plain_reads == [1]
+    assert from_bytes.status_line == from_aiohttp.status_line == full.status_line
+    assert from_bytes.status_line == "HTTP/1.1 200 OK"
+    assert from_bytes.body == from_aiohttp.body == full.body
+    assert from_bytes.comparable() == from_aiohttp.comparable() == full.comparable()
     assert from_bytes.headers["age"] == "7"
     assert from_bytes.headers["server"] == SERVER_SOFTWARE
     # the fast path's bytes end with the request id; aiohttp's with what it adds
@@ -505,16 +511,17 @@ async def test_words_that_name_body_fields_elsewhere_in_a_head_keep_the_pipeline
     assert rest == b""
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "gateway-server"])
 @pytest.mark.parametrize("value", [b"foo", b"\xff"])
 async def test_a_target_with_no_path_and_an_expectation_is_a_417_problem(
-    upstream: TestServer, caplog: pytest.LogCaptureFixture, value: bytes
+    upstream: TestServer, caplog: pytest.LogCaptureFixture, value: bytes, fast: bool
 ) -> None:
     """``CONNECT host:port``, which aiohttp's router offers to no resource, with an
     Expect the gateway does not meet: the 417 problem every route gives (aiohttp's own
     handler would answer plain text, and a 500 with a traceback for a field that is not
-    UTF-8). Served as plain aiohttp, this is the one case the gateway cannot answer
-    itself (README)."""
-    app = create_app(make_settings(base_url(upstream), server=FAST))
+    UTF-8), with the fast path or without it: the gateway's server answers a target
+    without a path before aiohttp's application (README)."""
+    app = create_app(make_settings(base_url(upstream), server={"fast_path": fast}))
     raw = b"CONNECT example.com:443 HTTP/1.1\r\nHost: g\r\nX-Request-ID: connect-1\r\n"
     status_line, headers, body = await exchange_raw(app, raw + b"Expect: " + value + b"\r\n\r\n")
     assert status_line == "HTTP/1.1 417 Expectation Failed"
@@ -653,7 +660,8 @@ async def test_a_fault_in_a_hit_from_the_bytes_still_answers_the_request_with_it
 ) -> None:
     """A fault while answering a hit from the bytes costs the caller nothing: the
     request goes to aiohttp's way, which answers the hit with the caller's request id,
-    and the fault is logged as an error."""
+    and the fault is logged as an error (by the fast path, then by the gateway's
+    server, which meets it again and leaves the request to the application)."""
     client, port = await served_fast(aiohttp_client, base_url(upstream))
     await client.get(LIST, headers=AUTH)
     pipeline = client.app[UPSTREAMS].current.pipeline
@@ -674,7 +682,8 @@ async def test_a_fault_in_a_hit_from_the_bytes_still_answers_the_request_with_it
     assert answer.headers["x-cache"] == "HIT"
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage() for r in errors] == [
-        "fast path: a hit failed; aiohttp answers the request"
+        "fast path: a hit failed; aiohttp answers the request",
+        FAULT,
     ]
 
 

@@ -2,8 +2,7 @@
 whichever way the gateway is served (ids [fast]/[plain]): a path of no route, whatever
 it holds (escaped line ends, ``*``, a target with no path at all), is a 404 problem
 with the request's id, counted and logged, and never reaches the upstream. (A target
-with no path and an Expect other than 100-continue, which only the fast path can
-answer itself: tests/fastpath/test_connection.py.)
+with no path and an Expect other than 100-continue: tests/fastpath/test_connection.py.)
 """
 
 from __future__ import annotations

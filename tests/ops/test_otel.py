@@ -93,7 +93,7 @@ async def test_a_miss_and_a_hit_are_spans_of_the_caller_s_trace(
     full_reads = count_full_reads(client.app, monkeypatch)
     hit = await client.get("/users", headers={**headers, "X-Request-ID": "the-hit"})
     assert hit.headers["X-Cache"] == "HIT"
-    assert full_reads == [0 if fast_path else 1]  # the hit from the bytes is traced too
+    assert full_reads == [0]  # the hit from the bytes, or by the gateway's server, is traced too
 
     spans = finished(tracer, exporter)
     assert {ids(span)[0] for span in spans} == {CALLER_TRACE}
