@@ -187,9 +187,11 @@ class PlainHits:
                 authorization is None
                 or request.method != hdrs.METH_GET
                 or request.version != HttpVersion11
-                or any(name in headers for name in DECLINED)
             ):
                 return await full(request)
+            for name in DECLINED:
+                if name in headers:
+                    return await full(request)
             target: Target | None = None
             found: Hit | Miss | None = None
             try:

@@ -31,6 +31,7 @@ from typing import Any
 
 from aiohttp import StreamReader, web
 from aiohttp.http import HttpProcessingError, HttpRequestParser, RawRequestMessage
+from multidict import istr
 
 from gateway.fastpath.connection import FastPathServer
 from gateway.http.edge import EDGE
@@ -49,6 +50,7 @@ CHUNKED = -1
 # request yet, before aiohttp is fed them; a head's start is held within the parser's
 # own limits
 HELD_BLANK_MAX = 8 * 1024
+_CONTENT_LENGTH = istr("Content-Length")  # looked up without case folding
 # connections the kernel queues before the server accepts them (aiohttp's default)
 BACKLOG = 128
 
@@ -123,11 +125,17 @@ class HeadCuts(asyncio.Protocol):
         except HttpProcessingError:
             self._refuse(data)
             return
-        if upgraded or any(message.upgrade for message, _ in messages):
+        framed = False  # a message whose head is followed by a body
+        for message, _ in messages:
+            if message.upgrade:
+                upgraded = True
+            elif message.chunked or _CONTENT_LENGTH in message.headers:
+                framed = True
+        if upgraded:
             self._check = None  # aiohttp's alone from here on
             self._cut(data)
             return
-        if any(_may_have_a_body(message) for message, _ in messages):
+        if framed:
             self._follow(messages[-1])
             self._cut(data)  # where its heads end is the bodies' framing
             return
@@ -139,6 +147,8 @@ class HeadCuts(asyncio.Protocol):
         elif end < len(data):
             self._held = data[end:]
             self._cut(data[:end])
+        elif len(messages) == 1:
+            self._feed(data)  # one head, whole: the usual read
         else:
             self._cut(data)
 
@@ -291,11 +301,6 @@ def _piece_end(data: bytes, start: int, length: int | None) -> int:
 def _content_length(message: RawRequestMessage) -> int:
     """The length of ``message``'s body, as its head gives it (the parser checked it)."""
     return int(message.headers["Content-Length"])
-
-
-def _may_have_a_body(message: RawRequestMessage) -> bool:
-    """Whether what follows ``message``'s head may be its body or another protocol."""
-    return message.chunked or message.upgrade or "Content-Length" in message.headers
 
 
 def connection_factory(
