@@ -56,14 +56,17 @@ FAULT = "a hit failed before the application; the application answers the reques
 
 # request fields after which a hit is not simply the entry's answer, or the message not
 # simply a bodiless head: the full way decides (as the fast path declines them)
-DECLINED = (
-    hdrs.CACHE_CONTROL,
-    hdrs.PRAGMA,
-    hdrs.EXPECT,
-    hdrs.CONTENT_LENGTH,
-    hdrs.TRANSFER_ENCODING,
-    hdrs.UPGRADE,
-    hdrs.TE,
+# (istr: compared without case)
+DECLINED = frozenset(
+    (
+        hdrs.CACHE_CONTROL,
+        hdrs.PRAGMA,
+        hdrs.EXPECT,
+        hdrs.CONTENT_LENGTH,
+        hdrs.TRANSFER_ENCODING,
+        hdrs.UPGRADE,
+        hdrs.TE,
+    )
 )
 # the fields of a hit's reply that change with the entry's age, next to each other
 TIMED = ("Cache-Status", "Age", "Cache-Control")
@@ -189,9 +192,8 @@ class PlainHits:
                 or request.version != HttpVersion11
             ):
                 return await full(request)
-            for name in DECLINED:
-                if name in headers:
-                    return await full(request)
+            if not headers.keys().isdisjoint(DECLINED):
+                return await full(request)
             target: Target | None = None
             found: Hit | Miss | None = None
             try:

@@ -72,8 +72,10 @@ async def test_a_hit_and_its_304_are_the_full_ways_field_for_field(
         request_bytes(LIST, Pragma="no-cache"),
         request_bytes(LIST, Expect="100-continue"),
         request_bytes(LIST, TE="trailers"),
+        request_bytes(LIST, **{"cache-control": "max-age=60"}),
+        request_bytes(LIST, PRAGMA="no-cache"),
     ],
-    ids=["head", "http-1.0", "cache-control", "pragma", "expect", "te"],
+    ids=["head", "http-1.0", "cache-control", "pragma", "expect", "te", "lower", "upper"],
 )
 async def test_what_is_not_a_plain_get_is_the_applications(
     gateway_factory: GatewayFactory,
