@@ -57,11 +57,37 @@ def otlp_exporter(traces_url: str) -> SpanExporter:
     return OTLPSpanExporter(endpoint=traces_url, timeout=EXPORT_TIMEOUT_S)
 
 
+# how often the offset between the wall clock and perf_counter is read again (the wall
+# clock may be stepped or slewed meanwhile)
+CLOCK_OFFSET_TTL_S = 60.0
+
+
+class _ClockOffset:
+    """The wall time less ``time.perf_counter()``, in ns, read once a minute: the same
+    ``perf`` value is then the same wall time for every span made of it (a request's
+    span and its children begun at one instant stay in order), where reading both
+    clocks on each call would put tens of ns of jitter between them."""
+
+    def __init__(self) -> None:
+        self._read_at = -CLOCK_OFFSET_TTL_S
+        self._offset_ns = 0
+
+    def epoch_ns(self, perf: float) -> int:
+        now = time.perf_counter()
+        if now - self._read_at >= CLOCK_OFFSET_TTL_S:
+            self._offset_ns = time.time_ns() - int(now * 1e9)
+            self._read_at = now
+        return self._offset_ns + int(perf * 1e9)
+
+
+_CLOCK = _ClockOffset()
+
+
 def _epoch_ns(perf: float | None) -> int | None:
     """The wall time, in ns, of the ``time.perf_counter()`` value ``perf`` (None: now)."""
     if perf is None:
         return None
-    return time.time_ns() - int((time.perf_counter() - perf) * 1e9)
+    return _CLOCK.epoch_ns(perf)
 
 
 class _Child:

@@ -5,6 +5,7 @@ network), each continuing the caller's trace."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from pytest_aiohttp import AiohttpClient
 
 from gateway.demo import RequestLog
 from gateway.http.app import create_app
-from gateway.ops.otel import OtelTracer
+from gateway.ops.otel import OtelTracer, _ClockOffset
 
 from ..conftest import AUTH, TOKEN, FakeClock, base_url, gateway_client, make_settings, until
 from ..http.test_wire import count_full_reads
@@ -294,3 +295,16 @@ async def test_the_health_metrics_and_admin_routes_have_no_spans(
     assert finished(tracer, exporter) == []
     assert (await client.get("/users", headers=AUTH)).status == 200
     assert len(finished(tracer, exporter)) == 3  # the check above can fail
+
+
+def test_one_instant_is_one_wall_time_for_every_span_made_of_it() -> None:
+    """A request's span and the children begun at the same perf_counter instant get
+    the same start (reading both clocks per span put tens of ns between them, and a
+    child before its parent)."""
+    clock = _ClockOffset()
+    started = time.perf_counter()
+    starts = {clock.epoch_ns(started) for _ in range(10_000)}
+    assert len(starts) == 1
+    (start,) = starts
+    assert abs(start - time.time_ns()) < 1_000_000_000  # the wall time, within a second
+    assert abs(clock.epoch_ns(started + 0.001) - start - 1_000_000) < 100  # float rounding
