@@ -172,6 +172,13 @@ struct conn {
     size_t head_len;
     uint64_t body_left;
     int close_after;
+    /* what the answer's head said, counted with the request once its body is whole (in
+       the phase it completes in: an answer cut by the end is counted as nothing) */
+    int status;
+    int answer_gzip;
+    int x_cache; /* 0 none, 1 HIT, 2 MISS, 3 another */
+    uint64_t answer_bytes;
+    uint64_t answer_body;
     struct thread *thread;
     char head[HEAD_MAX];
 };
@@ -556,16 +563,14 @@ static void remember(struct condition *known, const char *etag, size_t len) {
 }
 
 /* Parse the head of an answer: status, Content-Length and the headers counted. */
-static void parse_head(struct conn *c, size_t head_size, struct tally *t) {
+static void parse_head(struct conn *c, size_t head_size) {
     const char *head = c->head, *end = c->head + head_size - 2;
     const char *target = c->request->target;
     if (head_size < 16 || strncmp(head, "HTTP/1.", 7) != 0 || head[8] != ' ')
         fatal("not an HTTP/1.x answer to GET %s: %.40s", target, head);
     int status = atoi(head + 9);
-    if (status >= 0 && status < MAX_STATUS)
-        t->statuses[status]++;
-    else
-        t->other_status++;
+    c->status = status;
+    c->answer_gzip = 0;
     int64_t length = -1;
     int x_cache = 0;
     const char *etag = NULL;
@@ -587,7 +592,7 @@ static void parse_head(struct conn *c, size_t head_size, struct tally *t) {
                   "framing is read",
                   target, (int)(eol - value), value);
         } else if (header_is(line, len, "Content-Encoding", &value)) {
-            if (value_has(value, eol, "gzip")) t->gzip++;
+            if (value_has(value, eol, "gzip")) c->answer_gzip = 1;
         } else if (header_is(line, len, "Connection", &value)) {
             if (value_has(value, eol, "close")) c->close_after = 1;
             if (value_has(value, eol, "keep-alive")) c->close_after = 0;
@@ -597,17 +602,16 @@ static void parse_head(struct conn *c, size_t head_size, struct tally *t) {
             while (etag_len > 0 && (etag[etag_len - 1] == ' ' || etag[etag_len - 1] == '\t'))
                 etag_len--;
         } else if (header_is(line, len, "X-Cache", &value)) {
-            x_cache = 1;
             if (strncasecmp(value, "HIT", 3) == 0)
-                t->x_cache_hit++;
+                x_cache = 1;
             else if (strncasecmp(value, "MISS", 4) == 0)
-                t->x_cache_miss++;
+                x_cache = 2;
             else
-                t->x_cache_other++;
+                x_cache = 3;
         }
         line = eol + 2;
     }
-    if (!x_cache) t->x_cache_none++;
+    c->x_cache = x_cache;
     if (status == 200 && opt.conditional_share > 0) /* what the variant is now */
         remember(&c->thread->conditions[c->request->index * 2 + c->gzip], etag, etag_len);
     if (length < 0) {
@@ -617,14 +621,29 @@ static void parse_head(struct conn *c, size_t head_size, struct tally *t) {
             fatal("the answer to GET %s (status %d) has no Content-Length", target, status);
     }
     c->body_left = (uint64_t)length;
-    t->body_bytes += (uint64_t)length;
-    t->bytes += head_size + (uint64_t)length;
+    c->answer_bytes = head_size + (uint64_t)length;
+    c->answer_body = (uint64_t)length;
 }
 
 static void complete(struct conn *c, uint64_t now) {
     struct thread *th = c->thread;
     struct tally *t = tally_of(th);
     t->requests++;
+    if (c->status >= 0 && c->status < MAX_STATUS)
+        t->statuses[c->status]++;
+    else
+        t->other_status++;
+    t->gzip += (uint64_t)c->answer_gzip;
+    if (c->x_cache == 1)
+        t->x_cache_hit++;
+    else if (c->x_cache == 2)
+        t->x_cache_miss++;
+    else if (c->x_cache == 3)
+        t->x_cache_other++;
+    else
+        t->x_cache_none++;
+    t->body_bytes += c->answer_body;
+    t->bytes += c->answer_bytes;
     t->gzip_requests += (uint64_t)c->gzip;
     t->conditional_requests += c->condition_len > 0;
     record(t, now - c->started_ns);
@@ -640,7 +659,6 @@ static void complete(struct conn *c, uint64_t now) {
 
 /* The bytes just read on a connection waiting for (part of) an answer. */
 static void on_bytes(struct conn *c, const char *bytes, size_t n) {
-    struct tally *t = tally_of(c->thread);
     while (n > 0) {
         if (c->state == HEAD) {
             size_t room = HEAD_MAX - c->head_len, take = n < room ? n : room;
@@ -655,7 +673,7 @@ static void on_bytes(struct conn *c, const char *bytes, size_t n) {
                 return;
             }
             size_t head_size = (size_t)(found + 4 - c->head), used = head_size - before;
-            parse_head(c, head_size, t);
+            parse_head(c, head_size);
             bytes += used;
             n -= used;
             c->state = BODY;

@@ -27,6 +27,7 @@ BIG = 300_000  # more than the client's 256 KiB read: the body takes several rea
 NOT_FOUND = b'{"error":"not_found"}'
 LONG_ETAG = '"' + "x" * 300 + '"'  # over the client's 256 bytes: not remembered
 DELAY_S = 0.3
+SPLIT_S = 0.3  # between the head and the body of a "split" answer
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,15 @@ class Recorder:
             if name == "big":
                 headers = {"X-Cache": "MISS", "Content-Encoding": "gzip"}
                 return web.Response(body=b"b" * BIG, headers=headers)
+            if name == "split":  # the head now, the rest of the body SPLIT_S later
+                response = web.StreamResponse(headers={"X-Cache": "HIT"})
+                response.content_length = 4
+                await response.prepare(request)
+                await response.write(b"l")  # sends the head with it
+                await asyncio.sleep(SPLIT_S)
+                await response.write(b"ate")
+                await response.write_eof()
+                return response
             if name == "chunked":
                 response = web.StreamResponse()
                 response.enable_chunked_encoding()
@@ -161,6 +171,28 @@ async def test_it_counts_answers_statuses_and_bytes_and_keeps_one_token_per_conn
     assert len(result.by_token) == 3
     assert sum(result.by_token) == result.requests
     assert result.errors == 0
+
+
+async def test_an_answer_is_counted_whole_in_the_phase_its_body_ends_in(
+    client_binary: Path, aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    """Answers whose head comes at once and body SPLIT_S later: one crosses from the
+    warm-up into the measured phase, one is cut by the end. Each phase's statuses and
+    X-Cache counts add up to its requests (an answer's head was counted where it
+    arrived, its request where it ended: one apart)."""
+    server = await aiohttp_server(Recorder().app())
+    keys = keys_file(tmp_path, ["t"], [(1.0, "/split")])
+    code, out, err = await run_client(
+        client_binary, server.port, keys,
+        "--threads", "1", "--connections", "1", "--warmup", "0.2", "--duration", "0.45",
+    )  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out)
+    for phase in ("warmup", "measured"):
+        tally = report[phase]
+        assert sum(tally["statuses"].values()) == tally["requests"], phase
+        assert sum(tally["x_cache"].values()) == tally["requests"], phase
+    assert report["measured"]["requests"] >= 1, report
 
 
 async def test_a_chunked_answer_stops_the_run_loudly(
