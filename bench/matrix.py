@@ -107,8 +107,13 @@ def start_servers(
 ) -> dict[str, Peer]:
     """Every column's server, warm: each key answered a HIT both with and without gzip."""
     peers: dict[str, Peer] = {}
+    # sized for the whole mix, as the entries are: its pages' identity bodies (about 21
+    # MB) do not fit the memo's default, and shapes a to d and f are identity callers
+    whole = WHOLE_MIX_BYTES
     configs = {
-        "gateway": gateway_config(m.upstream, "memory", memory_max_bytes=WHOLE_MIX_BYTES),
+        "gateway": gateway_config(
+            m.upstream, "memory", memory_max_bytes=WHOLE_MIX_BYTES, identity_memo_max_bytes=whole
+        ),
         "gateway-redis": gateway_config(
             m.upstream,
             "redis",
@@ -116,8 +121,11 @@ def start_servers(
             namespace=NAMESPACE,
             near_cache=True,
             near_max_bytes=WHOLE_MIX_BYTES,
+            identity_memo_max_bytes=whole,
         ),
-        "gateway-plain": gateway_config(m.upstream, "memory", memory_max_bytes=WHOLE_MIX_BYTES),
+        "gateway-plain": gateway_config(
+            m.upstream, "memory", memory_max_bytes=WHOLE_MIX_BYTES, identity_memo_max_bytes=whole
+        ),
     }
     configs["gateway-plain"]["server"] = {**configs["gateway-plain"]["server"], "fast_path": False}
     for name, config in configs.items():

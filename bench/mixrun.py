@@ -118,7 +118,12 @@ def prepare(stack: Stack, upstream: str, redis_url: str, redis_pid: int) -> MixS
 def row_config(m: MixStack, name: str, near_max_bytes: int = WHOLE_MIX_BYTES) -> dict[str, Any]:
     """The gateway config of one mix row."""
     if name == "mix-memory":
-        return gateway_config(m.upstream, "memory", memory_max_bytes=WHOLE_MIX_BYTES)
+        return gateway_config(
+            m.upstream,
+            "memory",
+            memory_max_bytes=WHOLE_MIX_BYTES,
+            identity_memo_max_bytes=WHOLE_MIX_BYTES,
+        )
     if name not in NAMESPACES:
         raise BenchError(f"no gateway row {name!r}; the rows: {', '.join(GATEWAY_ROWS)}")
     return gateway_config(
@@ -129,6 +134,7 @@ def row_config(m: MixStack, name: str, near_max_bytes: int = WHOLE_MIX_BYTES) ->
         workers=2 if name == "mix-redis-2w" else 1,
         near_cache=name != "mix-redis-nonear",
         near_max_bytes=near_max_bytes if name == "mix-redis-quarter" else WHOLE_MIX_BYTES,
+        identity_memo_max_bytes=WHOLE_MIX_BYTES,
     )
 
 

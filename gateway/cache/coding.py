@@ -9,13 +9,16 @@ other caller is served the identity body, decompressed on demand.
 keyed by the identity ETag (a hash of the body: the same page stored for many tokens
 is one body here), least recently used evicted past ``max_bytes``. It is a derived
 copy of hot identity bodies, nothing more: entries stay compressed wherever they are
-held, and a body missing here is decompressed again from its entry.
+held, and a body missing here is decompressed again from its entry. Each such
+decompression is reported (``decompressed``), so that the memo can be sized from
+evidence.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import NamedTuple
 
 from gateway.cache.entry import GZIP, IDENTITY, CacheCorrupt, CacheEntry
@@ -75,10 +78,12 @@ class Representation(NamedTuple):
 
 class IdentityBodies:
     """The bounded memo of decompressed (identity) bodies of gzip entries, shared by the
-    process (see the module's docstring); ``max_bytes`` 0 keeps none."""
+    process (see the module's docstring); ``max_bytes`` 0 keeps none. ``decompressed``
+    is called once for each body decompressed because the memo did not hold it."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, decompressed: Callable[[], object] | None = None) -> None:
         self._max_bytes = max_bytes
+        self._decompressed = decompressed
         self._bodies: OrderedDict[str, bytes] = OrderedDict()
         self._bytes = 0
 
@@ -115,6 +120,8 @@ class IdentityBodies:
             body = zlib.decompress(entry.body, _GZIP_WBITS)
         except zlib.error as exc:
             raise CacheCorrupt(f"a gzip entry that does not decompress: {exc}") from exc
+        if self._decompressed is not None:
+            self._decompressed()
         self._keep(etag, body)
         return body
 

@@ -459,7 +459,9 @@ def _process_parts(
         live=live,
         metrics=metrics_,
         normaliser=Normaliser(app[COERCIONS]),
-        bodies=IdentityBodies(settings.cache.identity_memo_max_bytes),
+        bodies=IdentityBodies(
+            settings.cache.identity_memo_max_bytes, metrics_.identity_decompressions.inc
+        ),
         secret=_key_secret(settings.cache),
         clock=clock,
         monotonic=monotonic,

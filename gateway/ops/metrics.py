@@ -298,6 +298,12 @@ class Metrics:
             ["route", "kind"],
             registry=r,
         )
+        self.identity_decompressions = Counter(
+            "gateway_identity_decompressions_total",
+            "Gzip entries decompressed for a caller that does not accept gzip, because the"
+            " memo of decompressed bodies (cache.identity_memo_max_bytes) did not hold them",
+            registry=r,
+        )
         self.cache_errors = Counter(
             "gateway_cache_errors_total",
             "Cache backend calls that failed or timed out",

@@ -119,3 +119,15 @@ def test_a_gzip_body_that_does_not_decompress_is_corrupt() -> None:
     with pytest.raises(CacheCorrupt):
         bodies.represent(broken, gzip=False)
     assert len(bodies) == 0
+
+
+def test_each_decompression_the_memo_did_not_spare_is_reported() -> None:
+    decompressed: list[None] = []
+    one = len(page(0)) + len(etag_of(page(0))) + MEMO_OVERHEAD_BYTES
+    bodies = IdentityBodies(one, lambda: decompressed.append(None))
+    for n in (0, 0, 1, 1, 0):  # held, held; 1 pushes 0 out, held; 0 again
+        assert bodies.identity(stored(page(n))) == page(n)
+    assert len(decompressed) == 3
+    plain = b"short"  # an identity entry is never decompressed
+    assert bodies.identity(stored(plain)) == plain
+    assert len(decompressed) == 3

@@ -451,3 +451,28 @@ async def test_a_failed_hand_over_neither_stops_the_next_nor_fails_the_shutdown(
     await client.close()  # the last hand-over at shutdown must not raise either
     exposition = Scrape(generate_latest(metrics.registry).decode())
     assert exposition.value("gateway_requests_total", route="users", status="200", cache="hit") == 1
+
+
+@pytest.mark.parametrize(("memo_bytes", "decompressions"), [(16 * 1024 * 1024, 1), (0, 3)])
+async def test_identity_decompressions_count_what_the_memo_did_not_hold(
+    gateway_factory: GatewayFactory, upstream: TestServer, memo_bytes: int, decompressions: int
+) -> None:
+    """README, Compression and Metrics: a caller that does not accept gzip is sent the
+    body decompressed, once per body while the memo holds it, and the counter says how
+    often the memo did not."""
+    client = await gateway_factory(
+        base_url(upstream), cache={"backend": "memory", "identity_memo_max_bytes": memo_bytes}
+    )
+    identity = {**AUTH, "Accept-Encoding": "identity"}
+    gzip = {**AUTH, "Accept-Encoding": "gzip"}
+    first = await get(client, "/expenses?limit=10", identity)  # the miss stores it gzip
+    assert first.headers["X-Cache"] == "MISS"
+    for headers in (identity, gzip, identity, gzip, identity):
+        answer = await get(client, "/expenses?limit=10", headers)
+        assert answer.headers["X-Cache"] == "HIT"
+        assert answer.headers.get("Content-Encoding") == (None if headers is identity else "gzip")
+        assert await answer.read() == await first.read()  # aiohttp decodes the gzip ones
+
+    metrics = await scrape(client)
+    # the miss's answer is the body it normalised, not a decompression; gzip hits need none
+    assert metrics.value("gateway_identity_decompressions_total") == decompressions
