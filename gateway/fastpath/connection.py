@@ -35,6 +35,13 @@ hands the connection to aiohttp for good: heads that may announce a body or an
 upgrade, heads of which aiohttp's parser does not make one message each, and an
 unfinished head that cannot become one read here.
 
+aiohttp's own handling of the connection (its task, which waits for the requests its
+parser makes) begins with the first request handed to it: until then the connection
+is made, kept alive and closed as aiohttp would (``connection_made``,
+``_process_keepalive``, ``close``), and a connection whose every request is a hit (a
+script's one request, with ``Connection: close``) never makes a task or waits a turn
+of the event loop for aiohttp.
+
 The connection keeps the last head it resolved (up to ``REMEMBERED_HEAD_MAX`` bytes)
 with what it resolved to, so a caller repeating the same request is read once; like
 the token's fingerprint (``fingerprints``), it lives as long as the connection.
@@ -47,10 +54,11 @@ import contextlib
 import functools
 import inspect
 import logging
+import socket
 import time
 from collections.abc import Callable, Mapping
 from email.utils import formatdate
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from aiohttp import web
 from aiohttp.http import SERVER_SOFTWARE
@@ -250,6 +258,7 @@ class GatewayConnection(RequestHandler):
         "_read_meanwhile",
         "_reader",
         "_reading",
+        "_started",
     )
 
     def __init__(self, manager: web.Server, hits: Hits, **kwargs: Any) -> None:
@@ -280,6 +289,46 @@ class GatewayConnection(RequestHandler):
         # the miss of the request last handed to aiohttp after its lookup, with the
         # target and Authorization it is matched by (see take_miss)
         self._miss: tuple[str, str, Miss] | None = None
+        # whether aiohttp's own handling of the connection has begun (_start_aiohttp)
+        self._started = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """What aiohttp does when a connection is made, but its task: the connection is
+        its server's (shut down with it), kept alive as long as aiohttp would, and
+        aiohttp's handling of requests begins with the first it is handed
+        (:meth:`_start_aiohttp`), so a connection whose every request is a hit never
+        makes a task, a waiter or a turn of the event loop for aiohttp."""
+        stream = cast(asyncio.Transport, transport)
+        self.transport = stream
+        if self._tcp_keepalive:  # as aiohttp sets it
+            sock = stream.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        assert self._manager is not None
+        self._manager.connection_made(self, stream)
+        self._keep_alive()
+
+    def _start_aiohttp(self) -> None:
+        """aiohttp's handling of this connection, begun before it is handed anything."""
+        if self._started:
+            return
+        self._started = True
+        transport = self.transport
+        if transport is None:
+            return  # closed meanwhile: nothing to hand on
+        if self._keepalive_handle is not None:  # aiohttp schedules its own
+            self._keepalive_handle.cancel()
+            self._keepalive_handle = None
+        super().connection_made(transport)
+
+    def close(self) -> None:
+        """aiohttp's (the server stops: what is in hand is answered, then the connection
+        closes); a connection aiohttp was never handed a request of is closed now when
+        no read of the shared cache is under way, as aiohttp closes its idle ones."""
+        super().close()
+        if not self._started and not self._holding:
+            self.force_close()
 
     def data_received(self, data: bytes) -> None:
         hits = self._hits
@@ -381,7 +430,8 @@ class GatewayConnection(RequestHandler):
         after it on the connection would go aiohttp's way, each answered in the same
         window as the one before it."""
         return (
-            self._waiter is None
+            self._started
+            and self._waiter is None
             and not self._messages
             and not self._request_in_progress
             and not self._force_close
@@ -493,6 +543,14 @@ class GatewayConnection(RequestHandler):
             self._keepalive_handle = None
             self._keep_alive()
             return
+        if not self._started:  # idle since its last answer, as aiohttp would judge it
+            self._keepalive_handle = None
+            close_time = self._next_keepalive_close_time
+            if self._loop.time() < close_time:
+                self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
+            elif not self._force_close:
+                self.force_close()
+            return
         super()._process_keepalive()
 
     def _hand_over_for_good(self, data: bytes) -> None:
@@ -505,6 +563,7 @@ class GatewayConnection(RequestHandler):
         call whose bytes end with a malformed one, which would leave the requests
         ahead of it unanswered. Any cut of the stream reads the same to the parser;
         past a refusal nothing more is read (the connection closes after the 400)."""
+        self._start_aiohttp()
         start = 0
         end = data.find(b"\r\n\r\n") + 4
         while 3 < end < len(data):
@@ -531,6 +590,7 @@ class GatewayConnection(RequestHandler):
             self._hand_over_for_good(data[start:])
             return False
         counted = self._request_count
+        self._start_aiohttp()
         super().data_received(head)
         if self._request_count - counted == 1 or self._force_close or self._close:
             return True
@@ -569,11 +629,11 @@ class GatewayConnection(RequestHandler):
 
     def _aiohttp_idle(self) -> bool:
         """aiohttp waits for this connection's next request, with nothing in hand, and
-        the socket takes what is written to it."""
+        the socket takes what is written to it (or aiohttp has not begun: it was
+        handed nothing yet)."""
         waiter = self._waiter
         return (
-            waiter is not None
-            and not waiter.done()
+            (not self._started or (waiter is not None and not waiter.done()))
             and not self._messages
             and not self._buffer_paused
             and not self._force_close

@@ -43,6 +43,8 @@ CONNECTION_SLOTS = (
     "_keepalive_handle",
     "_next_keepalive_close_time",
     "_loop",
+    "_manager",
+    "_tcp_keepalive",
     "max_line_size",
     "max_field_size",
     "max_headers",
@@ -52,6 +54,11 @@ CONNECTION_SLOTS = (
 # parameters it passes them
 CONNECTION_METHODS = {
     "data_received": ("self", "data"),
+    # what it does on a connection is done here (its task aside), and itself once the
+    # connection is handed its first request (connection.GatewayConnection._start_aiohttp)
+    "connection_made": ("self", "transport"),
+    # the server stopping: a connection it was never handed a request of is closed here
+    "close": ("self",),
     "handle_error": ("self", "request", "status", "exc", "message"),
     "_process_keepalive": ("self",),
     # when its queue of requests drains, it calls data_received(b"") from here: what
@@ -66,7 +73,11 @@ SERVER_ATTRIBUTES = ("request_handler", "request_factory")
 MESSAGE_ATTRIBUTES = ("path", "url", "_replace")
 # the server's constructor options the fast path passes, and the method it overrides
 SERVER_OPTIONS = ("handler", "request_factory", "handler_cancellation")
-SERVER_METHODS = {"connection_lost": ("self", "handler", "exc")}
+SERVER_METHODS = {
+    "connection_lost": ("self", "handler", "exc"),
+    # a connection is its server's before aiohttp's own handling of it begins
+    "connection_made": ("self", "handler", "transport"),
+}
 
 
 # what the connection handler queues for a request its parser refused

@@ -710,3 +710,29 @@ async def test_a_server_option_aiohttp_does_not_take_fails_the_setup() -> None:
     good = make_runner(create_app(make_settings("http://127.0.0.1:9", server=FAST)))
     await good.setup()
     await good.cleanup()
+
+
+async def test_aiohttp_s_task_is_made_only_for_a_connection_handed_a_request(
+    aiohttp_client: AiohttpClient, upstream: TestServer
+) -> None:
+    """docs/architecture.md, "The server": a connection whose requests are all hits
+    never makes aiohttp's task (nor waits a turn of the event loop for it); the first
+    request handed on makes it, and the connection's answers go on either way."""
+    client, port = await served_fast(aiohttp_client, base_url(upstream))
+    assert (await client.get(LIST, headers=AUTH)).headers["X-Cache"] == "MISS"
+    await asyncio.sleep(0.05)
+    before = len(asyncio.all_tasks())
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for _ in range(3):
+        writer.write(request_bytes(LIST))
+        assert (await read_answer(reader)).headers["x-cache"] == "HIT"
+    await asyncio.sleep(0.05)
+    assert len(asyncio.all_tasks()) == before, "hits alone: no task of aiohttp's"
+    writer.write(request_bytes("/no-such-route"))
+    assert (await read_answer(reader)).status_line == "HTTP/1.1 404 Not Found"
+    await asyncio.sleep(0.05)
+    assert len(asyncio.all_tasks()) == before + 1, "aiohttp's, waiting for the next request"
+    writer.write(request_bytes(LIST))
+    assert (await read_answer(reader)).headers["x-cache"] == "HIT"
+    writer.close()
+    await writer.wait_closed()

@@ -640,6 +640,52 @@ async def test_a_connection_closes_when_idle_not_while_busy(
     await writer.wait_closed()
 
 
+async def test_a_connection_that_sends_nothing_is_closed_after_the_keep_alive_timeout(
+    aiohttp_client: AiohttpClient, upstream: TestServer, fast_path: bool
+) -> None:
+    """A caller that connects and never sends a request does not hold the connection
+    past the keep-alive timeout, either way."""
+    app = create_app(make_settings(base_url(upstream)))
+    server = GatewayTestServer(app)
+    await server.start_server(keepalive_timeout=0.5)
+    client = cast(Client, await aiohttp_client(server))
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    async with asyncio.timeout(20):  # a deadline, not a measurement
+        assert await reader.read() == b"", "closed, nothing answered"
+    writer.close()
+    await writer.wait_closed()
+
+
+@pytest.mark.parametrize("requests", [0, 1, 3])
+async def test_a_graceful_stop_closes_the_idle_connections_however_they_were_answered(
+    gateway_factory: GatewayFactory, upstream: TestServer, fast_path: bool, requests: int
+) -> None:
+    """Stopping, in the runner's order (the server's ``pre_shutdown``, then its
+    ``shutdown`` with a long grace), closes a kept-alive connection that is idle
+    without waiting out the grace: one that sent nothing, one that had a hit, and one
+    that had hits around a request the application answered (a target no route
+    serves)."""
+    client = await gateway_factory(base_url(upstream))
+    assert (await client.get(LIST, headers=AUTH)).headers["X-Cache"] == "MISS"
+    reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+    targets = [LIST, "/no-such-route", LIST][:requests]
+    statuses = []
+    for target in targets:
+        writer.write(request_bytes(target))
+        async with asyncio.timeout(10):
+            statuses.append((await read_answer(reader)).status_line)
+    assert statuses == ["HTTP/1.1 200 OK", "HTTP/1.1 404 Not Found", "HTTP/1.1 200 OK"][:requests]
+    runner = client.server.runner
+    assert runner is not None
+    assert runner.server is not None
+    runner.server.pre_shutdown()
+    async with asyncio.timeout(20):  # a deadline, not a measurement
+        await runner.server.shutdown(60)
+        assert await reader.read() == b"", "closed by the stop"
+    writer.close()
+    await writer.wait_closed()
+
+
 async def test_a_stream_of_empty_lines_is_left_to_aiohttp(
     served: tuple[web.Application, int], monkeypatch: pytest.MonkeyPatch, fast_path: bool
 ) -> None:
