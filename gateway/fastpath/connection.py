@@ -54,7 +54,6 @@ import contextlib
 import functools
 import inspect
 import logging
-import socket
 import time
 from collections.abc import Callable, Mapping
 from email.utils import formatdate
@@ -265,7 +264,7 @@ class GatewayConnection(RequestHandler):
         super().__init__(manager, **kwargs)
         self._hits: Hits | None = hits
         self._gateway_edge = hits.edge
-        self._memo = ConnectionMemo(hits.fingerprints, self)
+        self._memo = ConnectionMemo(hits.fingerprints)
         self._pending: PendingHead | None = None
         # whole heads (and what follows them) not handed to aiohttp yet: its queue of
         # requests was full, and it stopped reading the socket until it drains
@@ -293,18 +292,20 @@ class GatewayConnection(RequestHandler):
         self._started = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """What aiohttp does when a connection is made, but its task: the connection is
-        its server's (shut down with it), kept alive as long as aiohttp would, and
-        aiohttp's handling of requests begins with the first it is handed
-        (:meth:`_start_aiohttp`), so a connection whose every request is a hit never
-        makes a task, a waiter or a turn of the event loop for aiohttp."""
+        """What aiohttp does when a connection is made, but its task and TCP keep-alive:
+        the connection is its server's (shut down with it) and kept alive as long as
+        aiohttp would; aiohttp's handling of requests begins with the first it is
+        handed (:meth:`_start_aiohttp`), so a connection whose every request is a hit
+        never makes a task, a waiter or a turn of the event loop for aiohttp.
+
+        Nor does such a connection set ``SO_KEEPALIVE`` (aiohttp does, from its first
+        request): it is idle only between requests, and closed once idle for the
+        keep-alive timeout (at most an hour, ``server.keepalive_timeout_s``), before
+        the kernel would send its first probe (``tcp_keepalive_time``, two hours by
+        default). The option cost a fifth of the requests per second of callers that
+        open a connection per request (bench/README.md)."""
         stream = cast(asyncio.Transport, transport)
         self.transport = stream
-        if self._tcp_keepalive:  # as aiohttp sets it
-            sock = stream.get_extra_info("socket")
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         assert self._manager is not None
         self._manager.connection_made(self, stream)
         self._keep_alive()
@@ -321,6 +322,10 @@ class GatewayConnection(RequestHandler):
             self._keepalive_handle.cancel()
             self._keepalive_handle = None
         super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._memo.forget()  # what it remembered of the connection's tokens
+        super().connection_lost(exc)
 
     def close(self) -> None:
         """aiohttp's (the server stops: what is in hand is answered, then the connection
@@ -690,8 +695,7 @@ class GatewayConnection(RequestHandler):
 
 class FastPathServer(web.Server):
     """The application's aiohttp server whose connections are :class:`GatewayConnection`;
-    it tells the fast path when a connection closes (it forgets what it remembered),
-    and answers a request whose target has no path (``CONNECT host:443``) with the
+    it answers a request whose target has no path (``CONNECT host:443``) with the
     gateway's own resource of unrouted requests: aiohttp's router offers such a
     request to no resource, and runs its own ``Expect`` handler on it (whose answer
     is plain text, or a 500). A message aiohttp's parser made without a target
@@ -726,10 +730,6 @@ class FastPathServer(web.Server):
 
     def __call__(self) -> RequestHandler:
         return GatewayConnection(self, self.hits, loop=self.loop, **self.options)
-
-    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
-        self.hits.fingerprints.forget(handler)
-        super().connection_lost(handler, exc)
 
 
 def _handling(application: Handler, gateway: Handler) -> Handler:

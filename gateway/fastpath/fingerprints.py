@@ -6,8 +6,8 @@ token's fingerprint (an HMAC-SHA256, ``gateway.records.keys.Keyer``) is a large 
 of what a hit from the bytes costs. :class:`ConnectionFingerprints` computes it once
 per connection and token instead of once per request. What it holds (the
 Authorization header and its fingerprint) lives at most as long as the connection
-that sent it: the fast path's server forgets a connection when it closes
-(``gateway.fastpath.connection.FastPathServer``). It is process memory only; it never
+that sent it: a connection of the fast path forgets it when it closes
+(``gateway.fastpath.connection.GatewayConnection``). It is process memory only; it never
 reaches the cache, the logs or the metrics.
 """
 
@@ -85,16 +85,22 @@ class ConnectionFingerprints:
 
 class ConnectionMemo:
     """The fingerprints one connection's tokens have (a view of the server's
-    :class:`ConnectionFingerprints`), for ``gateway.records.lookup.RecordLookup``."""
+    :class:`ConnectionFingerprints`, in which the view stands for its connection), for
+    ``gateway.records.lookup.RecordLookup``. It holds nothing of the connection, so
+    that a closed connection is freed as soon as it is dropped, with no reference
+    cycle for the garbage collector to find."""
 
-    __slots__ = ("_connection", "_fingerprints")
+    __slots__ = ("_fingerprints",)
 
-    def __init__(self, fingerprints: ConnectionFingerprints, connection: object) -> None:
+    def __init__(self, fingerprints: ConnectionFingerprints) -> None:
         self._fingerprints = fingerprints
-        self._connection = connection
 
     def known(self, keyer: Keyer, authorization: str) -> str | None:
-        return self._fingerprints.known(self._connection, keyer, authorization)
+        return self._fingerprints.known(self, keyer, authorization)
 
     def remember(self, keyer: Keyer, authorization: str) -> str:
-        return self._fingerprints.remember(self._connection, keyer, authorization)
+        return self._fingerprints.remember(self, keyer, authorization)
+
+    def forget(self) -> None:
+        """Its connection has closed."""
+        self._fingerprints.forget(self)

@@ -44,7 +44,6 @@ CONNECTION_SLOTS = (
     "_next_keepalive_close_time",
     "_loop",
     "_manager",
-    "_tcp_keepalive",
     "max_line_size",
     "max_field_size",
     "max_headers",
@@ -59,6 +58,8 @@ CONNECTION_METHODS = {
     "connection_made": ("self", "transport"),
     # the server stopping: a connection it was never handed a request of is closed here
     "close": ("self",),
+    # where a connection forgets what the fast path remembered of it
+    "connection_lost": ("self", "exc"),
     "handle_error": ("self", "request", "status", "exc", "message"),
     "_process_keepalive": ("self",),
     # when its queue of requests drains, it calls data_received(b"") from here: what
@@ -74,7 +75,6 @@ MESSAGE_ATTRIBUTES = ("path", "url", "_replace")
 # the server's constructor options the fast path passes, and the method it overrides
 SERVER_OPTIONS = ("handler", "request_factory", "handler_cancellation")
 SERVER_METHODS = {
-    "connection_lost": ("self", "handler", "exc"),
     # a connection is its server's before aiohttp's own handling of it begins
     "connection_made": ("self", "handler", "transport"),
 }

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 from typing import Any
 
 import orjson
@@ -716,23 +717,37 @@ async def test_aiohttp_s_task_is_made_only_for_a_connection_handed_a_request(
     aiohttp_client: AiohttpClient, upstream: TestServer
 ) -> None:
     """docs/architecture.md, "The server": a connection whose requests are all hits
-    never makes aiohttp's task (nor waits a turn of the event loop for it); the first
-    request handed on makes it, and the connection's answers go on either way."""
+    never makes aiohttp's task (nor waits a turn of the event loop for it), nor sets
+    TCP keep-alive; the first request handed on makes the task and sets it, as aiohttp
+    does, and the connection's answers go on either way."""
     client, port = await served_fast(aiohttp_client, base_url(upstream))
     assert (await client.get(LIST, headers=AUTH)).headers["X-Cache"] == "MISS"
     await asyncio.sleep(0.05)
     before = len(asyncio.all_tasks())
+    known = set(connections_of(client))
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     for _ in range(3):
         writer.write(request_bytes(LIST))
         assert (await read_answer(reader)).headers["x-cache"] == "HIT"
     await asyncio.sleep(0.05)
     assert len(asyncio.all_tasks()) == before, "hits alone: no task of aiohttp's"
+    (connection,) = set(connections_of(client)) - known
+    sock = connection.transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
     writer.write(request_bytes("/no-such-route"))
     assert (await read_answer(reader)).status_line == "HTTP/1.1 404 Not Found"
     await asyncio.sleep(0.05)
     assert len(asyncio.all_tasks()) == before + 1, "aiohttp's, waiting for the next request"
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
     writer.write(request_bytes(LIST))
     assert (await read_answer(reader)).headers["x-cache"] == "HIT"
     writer.close()
     await writer.wait_closed()
+
+
+def connections_of(client: Client) -> list[Any]:
+    """The server's open connections."""
+    runner = client.server.runner
+    assert runner is not None
+    assert runner.server is not None
+    return [c for c in runner.server.connections if c.transport is not None]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import aiohttp
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
-from gateway.fastpath.connection import FastPathServer
+from gateway.fastpath.connection import FastPathServer, GatewayConnection
 from gateway.fastpath.fingerprints import (
     ENTRY_COST_BYTES,
     REMEMBERED_HEADER_MAX,
@@ -125,3 +126,44 @@ async def test_tokens_switching_on_one_connection_each_get_their_own_data(
             break
         await asyncio.sleep(0.01)
     assert len(fingerprints) == 0
+
+
+async def test_a_closed_connection_is_freed_without_the_garbage_collector(
+    aiohttp_server: AiohttpServer, aiohttp_client: AiohttpClient
+) -> None:
+    """What a connection remembers holds nothing of it: once closed, it is freed by its
+    last reference going, not left in a cycle for a collection to find (a caller
+    opening a connection per request would otherwise make garbage of each)."""
+    tokens = ["token-0-secret"]
+    upstream = await aiohttp_server(token_upstream(tokens))
+    app = create_app(
+        make_settings(base_url(upstream), server={"fast_path": True}, cache={"backend": "memory"})
+    )
+    client = await gateway_client(aiohttp_client, app)
+    server = client.server.runner.server if client.server.runner else None
+    assert isinstance(server, FastPathServer)
+    head = b"GET /users HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer token-0-secret\r\n\r\n"
+    gc.collect()
+    gc.disable()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+        for _ in range(2):  # a miss, then a hit from the bytes: its token remembered
+            writer.write(head)
+            await reader.readuntil(b"\r\n\r\n")
+        assert len(server.hits.fingerprints) == 1
+        assert len(live_connections()) == 1
+        writer.close()
+        await writer.wait_closed()
+        for _ in range(200):
+            if not live_connections():
+                break
+            await asyncio.sleep(0.01)
+        assert live_connections() == [], "freed with no collection"
+        assert len(server.hits.fingerprints) == 0
+    finally:
+        gc.enable()
+
+
+def live_connections() -> list[object]:
+    """The fast path's connections the interpreter holds, reachable or not."""
+    return [o for o in gc.get_objects() if isinstance(o, GatewayConnection)]
