@@ -17,7 +17,9 @@ Servers: ``gateway`` (the memory backend, one process, the fast path on),
 ``gateway-redis`` (Redis and the near cache), ``gateway-plain`` (as ``gateway`` with
 ``server.fast_path = false``: public aiohttp only), ``floor`` (bench/replay_floor.py: a
 bare aiohttp app replaying ``gateway``'s own answers from a dict, the public path's
-floor), nginx and Varnish (the mix's).
+floor), ``ceiling`` (bench/replay_ceiling.py: a bare asyncio Protocol on uvloop
+replaying the same answers, the least any Python server needs; the gateway's CPU per
+answer beyond it is the gateway's own), nginx and Varnish (the mix's).
 
 Beside the closed-loop cells: the pooled shape at fixed offered rates (half and four
 fifths of nginx's requests/s in b), latency counted from each request's intended send
@@ -84,7 +86,7 @@ SHAPES: Mapping[str, Shape] = {
 POOLED = "b-pooled"
 PER_REQUEST = "g-connection-per-request"
 GATEWAYS = ("gateway", "gateway-redis", "gateway-plain")
-SERVERS = (*GATEWAYS, "floor", "nginx", "varnish")
+SERVERS = (*GATEWAYS, "floor", "ceiling", "nginx", "varnish")
 # the gateway columns held to the targets (gateway-plain is held to the floor)
 JUDGED = ("gateway", "gateway-redis")
 # the offered rates of the open-loop runs, as shares of nginx's requests/s in b
@@ -141,6 +143,9 @@ def start_servers(
     peers["floor"] = start_floor(m.stack, peers["gateway"].url)
     say(f"matrix: floor {peers['floor'].url} (replaying {peers['gateway'].url})")
     warm_both(m, peers["floor"], say, notes)
+    peers["ceiling"] = start_ceiling(m.stack, peers["gateway"].url)
+    say(f"matrix: ceiling {peers['ceiling'].url} (replaying {peers['gateway'].url})")
+    warm_both(m, peers["ceiling"], say, notes)
     return peers
 
 
@@ -152,6 +157,11 @@ def warm_both(m: MixStack, peer: Peer, say: Callable[[str], None], notes: list[s
 def start_floor(stack: Stack, origin: str) -> Peer:
     proc, url = start_script(stack, "matrix-floor", "replay_floor.py", "--origin", origin)
     return Peer("floor", url, proc, (proc.pid,))
+
+
+def start_ceiling(stack: Stack, origin: str) -> Peer:
+    proc, url = start_script(stack, "matrix-ceiling", "replay_ceiling.py", "--origin", origin)
+    return Peer("ceiling", url, proc, (proc.pid,))
 
 
 def run_cell(

@@ -31,6 +31,9 @@ from gateway.cache.coding import etag_matches
 # connection's own are aiohttp's to write; Age would be stale)
 REPLAYED = ("Content-Type", "Content-Encoding", "ETag", "Cache-Control", "Vary", "X-Cache",
             "Cache-Status")  # fmt: skip
+# a stored answer's key: the request's Authorization, its target as sent, and whether
+# it accepts gzip
+Key = tuple[str, str, bool]
 # what a 304 carries of them (RFC 9110, 15.4.5)
 NOT_MODIFIED = ("ETag", "Cache-Control", "Vary")
 
@@ -56,8 +59,8 @@ class Replay:
 
     def __init__(self, origin: str) -> None:
         self._origin = origin.rstrip("/")
-        self._stored: dict[tuple[str, str, bool], Stored] = {}
-        self._fetching: dict[tuple[str, str, bool], asyncio.Future[Stored]] = {}
+        self._stored: dict[Key, Stored] = {}
+        self._fetching: dict[Key, asyncio.Future[Stored]] = {}
         self._session: ClientSession | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.Response:
@@ -70,7 +73,16 @@ class Replay:
             stored = await self._first(key)
         return stored.response(headers.get("If-None-Match"))
 
-    async def _first(self, key: tuple[str, str, bool]) -> Stored:
+    def held(self, key: Key) -> Stored | None:
+        """The answer stored for ``key`` (Authorization, target as sent, gzip or not)."""
+        return self._stored.get(key)
+
+    async def stored(self, key: Key) -> Stored:
+        """The answer for ``key``, fetched from the origin first when it is new."""
+        stored = self._stored.get(key)
+        return stored if stored is not None else await self._first(key)
+
+    async def _first(self, key: Key) -> Stored:
         pending = self._fetching.get(key)
         if pending is not None:
             return await asyncio.shield(pending)

@@ -370,6 +370,7 @@ def _matrix(matrix: Mapping[str, Any]) -> list[str]:
                 f"| {cpu['user']:.1f} + {cpu['system']:.1f} = {cpu['total']:.1f} "
                 f"| {', '.join(f'{k}: {v:,}' for k, v in other.items()) or '-'} |"
             )
+        lines += _own_part(servers)
     for share, servers in matrix["open_loop"].items():
         offered = next(iter(servers.values()))["offered_per_s"]
         lines += [
@@ -393,6 +394,23 @@ def _matrix(matrix: Mapping[str, Any]) -> list[str]:
         f"{_n(check['wrk_requests_per_s'])} ({check['ratio']:.2f}).",
     ]
     return lines
+
+
+def _own_part(servers: Mapping[str, Any]) -> list[str]:
+    """The gateway's CPU per answer beside the ceiling's (a bare asyncio Protocol on
+    the same event loop, the same bytes): what is beyond it is the gateway's own."""
+    ceiling, gateway = servers.get("ceiling"), servers.get("gateway")
+    if ceiling is None or gateway is None:
+        return []
+    own = {part: gateway["cpu_us"][part] - ceiling["cpu_us"][part] for part in ("user", "system")}
+    return [
+        "",
+        f"The gateway's own part: {own['user'] + own['system']:.1f} µs per answer beyond the "
+        f"ceiling's {ceiling['cpu_us']['total']:.1f} ({own['user']:.1f} user, "
+        f"{own['system']:.1f} system); nginx's whole is {servers['nginx']['cpu_us']['total']:.1f}."
+        if "nginx" in servers
+        else f"The gateway's own part: {own['user'] + own['system']:.1f} µs per answer.",
+    ]
 
 
 def baseline_for(path: Path, python: str) -> dict[str, Any] | None:

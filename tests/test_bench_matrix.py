@@ -41,6 +41,7 @@ def _matrix(**changes: Any) -> dict[str, Any]:
             "gateway-redis": _cell(gateway),
             "gateway-plain": _cell(20_000, cpu=36.0),
             "floor": _cell(22_000, cpu=30.0),
+            "ceiling": _cell(60_000, cpu=8.0),
             "nginx": _cell(50_000, cpu=10.0),
             "varnish": _cell(45_000, cpu=12.0),
         }
@@ -170,6 +171,21 @@ def test_the_report_shows_every_shape_every_server_and_the_open_loop() -> None:
     assert "| gateway | 35,000 | 1.00 | 2.00 | 4.00 | 0.70 | 0.78 | 1.59 |" in text
     assert "*Open loop, pooled, 50% of nginx's requests/s (25,000 offered" in text
     assert "by wrk (bench/mix.lua): 48,000 (1.04)" in text
+
+
+def test_the_report_shows_the_gateway_s_own_part_beyond_the_ceiling() -> None:
+    """Point 5 of the bench's matrix (bench/README.md): the gateway's CPU per answer
+    (20 µs: 12 user, 8 system) beside a bare Protocol's (8 µs: 4.8 and 3.2)."""
+    text = "\n".join(report._matrix(_matrix()))
+    line = (
+        "The gateway's own part: 12.0 µs per answer beyond the ceiling's 8.0 (7.2 user, "
+        "4.8 system); nginx's whole is 10.0."
+    )
+    assert text.count(line) == len(SHAPES)
+    without = _matrix()
+    for cells in without["cells"].values():
+        del cells["ceiling"]
+    assert "own part" not in "\n".join(report._matrix(without))
 
 
 def _run(rps: float, cpu_s: float, requests: int = 10_000, redis: bool = False) -> LoadResult:
