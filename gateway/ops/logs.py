@@ -93,17 +93,29 @@ class TextFormatter(logging.Formatter):
 class MalformedRequestFilter(logging.Filter):
     """aiohttp logs a request its parser rejects (a header too long, control bytes in
     a header) with the exception, whose text quotes the offending line: an
-    Authorization header, token and all. Keep the event, drop the quote."""
+    Authorization header, token and all. Keep the event, drop the quote. A body its
+    parser cannot read (``Content-Encoding: gzip`` on bytes that are not) is the same
+    event, logged by aiohttp as an unhandled error once the request is answered: it
+    is the caller's fault, and a warning without the traceback too."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, BadHttpMessage):
+        error = _malformed(record.exc_info[1] if record.exc_info else None)
+        if error is not None:
             record.msg = "rejected a malformed HTTP request (%s)"
             record.args = (type(error).__name__,)
             record.exc_info = None
             record.exc_text = None
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
+
+
+def _malformed(error: BaseException | None) -> BadHttpMessage | None:
+    """The parser's rejection ``error`` is, or was raised from (a few links at most)."""
+    for _ in range(4):
+        if error is None or isinstance(error, BadHttpMessage):
+            return error
+        error = error.__cause__
+    return None
 
 
 def configure_logging(level: str, fmt: LogFormat) -> None:

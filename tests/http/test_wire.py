@@ -375,6 +375,31 @@ async def test_a_hit_asked_with_connection_close_is_answered_alike_then_the_conn
     assert upstream_calls(upstream) == calls
 
 
+async def test_a_body_that_does_not_decode_is_a_warning_not_an_error(
+    served: tuple[web.Application, int],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A GET with ``Content-Encoding: gzip`` on bytes that are not gzip: the request is
+    answered (its body means nothing to a GET), the connection closes after it, and
+    aiohttp's complaint about the body is logged as the malformed request it is, a
+    warning without a traceback, never an unhandled error."""
+    filter_parser_log(monkeypatch)
+    caplog.set_level(logging.DEBUG, logger="aiohttp.server")
+    _, port = served
+    raw = request_bytes(LIST, Content_Encoding="gzip", Content_Length="5") + b"hello"
+    (answer,), rest = await send_and_read_all(port, raw, 1)
+    assert answer.status_line == "HTTP/1.1 200 OK"
+    assert answer.headers["x-cache"] == "HIT"
+    assert rest == b"", "closed after it"
+    server_records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert [r.levelname for r in server_records if r.levelno >= logging.ERROR] == []
+    assert [r.getMessage() for r in server_records if r.levelno == logging.WARNING] == [
+        "rejected a malformed HTTP request (ContentEncodingError)"
+    ]
+    assert all(r.exc_info is None for r in server_records)
+
+
 @pytest.mark.parametrize("path", [LIST, ACCOUNT])
 async def test_a_head_on_a_hit_has_the_fields_and_no_body(
     served: tuple[web.Application, int], upstream: TestServer, path: str
