@@ -17,13 +17,11 @@ connection.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from email.utils import formatdate
 
-import uvloop
-from replay_floor import REPLAYED, Key, Replay, Stored
+from replay_floor import REPLAYED, Key, Replay, Stored, run_replay
 
 from gateway.cache.coding import etag_matches
 
@@ -171,12 +169,7 @@ async def serve(host: str, port: int, origin: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0: a free port")
-    parser.add_argument("--origin", required=True)
-    args = parser.parse_args()
-    uvloop.run(serve(args.host, args.port, args.origin))
+    run_replay(__doc__, serve)
 
 
 if __name__ == "__main__":

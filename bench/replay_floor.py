@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import uvloop
 from aiohttp import ClientSession, ClientTimeout, web
@@ -146,13 +147,19 @@ async def serve(host: str, port: int, origin: str) -> None:
         await replay.close()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_replay(doc: str, serving: Callable[[str, int, str], Coroutine[Any, Any, None]]) -> None:
+    """The command line of a replaying server (``doc`` its module's docstring):
+    ``serving(host, port, origin)`` on uvloop."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: a free port")
     parser.add_argument("--origin", required=True)
     args = parser.parse_args()
-    uvloop.run(serve(args.host, args.port, args.origin))
+    uvloop.run(serving(args.host, args.port, args.origin))
+
+
+def main() -> None:
+    run_replay(__doc__, serve)
 
 
 if __name__ == "__main__":
