@@ -67,7 +67,7 @@ from yarl import URL
 from gateway.fastpath.fingerprints import ConnectionFingerprints, ConnectionMemo
 from gateway.fastpath.request_head import HeadReader, PendingHead
 from gateway.http.edge import Edge
-from gateway.http.hits import FieldParts, Fields, Handler, keep
+from gateway.http.hits import ENTITY_FIELDS, FieldParts, Fields, Handler
 from gateway.http.runner import handler
 from gateway.records.lookup import (
     CacheEntry,
@@ -96,10 +96,11 @@ _OK = b"HTTP/1.1 200 OK\r\n"
 # how the head of an answer that closes its connection ends (the last field is ours:
 # no caller's value holds a CR)
 _CLOSING = b"\r\nConnection: close\r\n\r\n"
-_NOT_MODIFIED = b"HTTP/1.1 304 Not Modified"
-# the fields of a 200 that describe its body, which a 304 does not carry
-_ENTITY_FIELDS = frozenset((b"content-type", b"content-encoding", b"content-length"))
+_NOT_MODIFIED_LINE = b"HTTP/1.1 304 Not Modified\r\n"
+# "Content-Length: " and the line's end, around the digits
+_LENGTH_FIELD_SIZE = len(b"Content-Length: \r\n")
 _SERVER = f"Server: {SERVER_SOFTWARE}\r\n".encode("latin-1")
+_SERVER_SIZE = len(_SERVER)
 _NO_TARGET = URL.build(path="", encoded=True)
 
 
@@ -119,44 +120,46 @@ class WireHeads(FieldParts[bytes]):
     """The status line and header fields of hit replies as bytes, up to ``Date``: those
     of ``RecordLookup.hit_fields(hit, now)``, made once and kept in the three parts of
     ``gateway.http.hits.FieldParts`` (the status line with the first, ``Content-Length``
-    and ``Server`` with the last), so that a head is three lookups and a join however
-    many entries are hit and however rarely."""
+    and ``Server`` with the last), so that a head is three lookups and a join
+    however many entries are hit and however rarely. The 304's (variant ``False``) is
+    the same less the fields of the body it does not have (``Content-Type``,
+    ``Content-Encoding``, ``Content-Length``), as the handler's 304 has them: its own
+    first part, and the last with ``Content-Length`` cut out."""
 
-    def __call__(self, entry: CacheEntry, now: float, representation: Representation) -> bytes:
-        return b"".join(self.parts(entry, now, representation, None))
+    def __call__(
+        self, entry: CacheEntry, now: float, representation: Representation, modified: bool = True
+    ) -> bytes:
+        before, timed, after = self.parts(entry, now, representation, modified)
+        if not modified:  # its Content-Length cut out, ahead of Server
+            cut = len(after) - _SERVER_SIZE - _length_field_size(representation.body)
+            return b"".join((before, timed, after[:cut], _SERVER))
+        return b"".join((before, timed, after))
 
     def made(
         self, parts: tuple[Fields, Fields, Fields], representation: Representation, variant: Any
     ) -> tuple[bytes, bytes, bytes]:
+        before_fields, timed_fields, after_fields = parts
+        if any(name.lower() in ENTITY_FIELDS for name, _ in timed_fields + after_fields):
+            raise RuntimeError(f"a field of the body follows the first part: {parts}")
+        status = _OK
+        if not variant:  # a 304: no metadata of a body it does not have
+            status = _NOT_MODIFIED_LINE
+            before_fields = tuple(f for f in before_fields if f[0].lower() not in ENTITY_FIELDS)
         before, timed, after = (
-            "".join(f"{name}: {value}\r\n" for name, value in part) for part in parts
+            "".join(f"{name}: {value}\r\n" for name, value in part)
+            for part in (before_fields, timed_fields, after_fields)
         )
         length = f"Content-Length: {len(representation.body)}\r\n"
         return (
-            _OK + before.encode("latin-1"),
+            status + before.encode("latin-1"),
             timed.encode("latin-1"),
             (after + length).encode("latin-1") + _SERVER,
         )
 
 
-class NotModifiedHeads:
-    """The head of a hit's 304 up to ``Date``, made from its 200's (``WireHeads``): the
-    same fields less those of the body it does not have (``Content-Type``,
-    ``Content-Encoding``, ``Content-Length``), as the handler's 304 has them. At most
-    ``size`` are kept, the oldest forgotten first."""
-
-    def __init__(self, size: int = 8192) -> None:
-        self._size = size
-        self._made: dict[bytes, bytes] = {}
-
-    def __call__(self, ok: bytes) -> bytes:
-        made = self._made.get(ok)
-        if made is None:
-            lines = ok.split(b"\r\n")[1:-1]
-            kept = [line for line in lines if line.split(b":", 1)[0].lower() not in _ENTITY_FIELDS]
-            made = b"\r\n".join((_NOT_MODIFIED, *kept, b""))
-            keep(self._made, ok, made, self._size)
-        return made
+def _length_field_size(body: bytes) -> int:
+    """The bytes of the ``Content-Length`` field of ``body``, line end included."""
+    return _LENGTH_FIELD_SIZE + len(str(len(body)))
 
 
 class DateField:
@@ -184,7 +187,6 @@ class Hits:
         self.lookup = lookup
         self.fingerprints = ConnectionFingerprints()
         self.heads = WireHeads(lookup.hit_fields)
-        self.not_modified = NotModifiedHeads()
         self.date = DateField()
 
     def resolve(self, head: bytes, memo: ConnectionMemo, reader: HeadReader) -> HitTarget | None:
@@ -214,13 +216,15 @@ class Hits:
         when the request's ``If-None-Match`` names the representation's ETag."""
         edge = self.edge
         request_id = edge.request_id(target.request_id)
-        fields = self.heads(hit.entry, target.target.pipeline.clock(), hit.representation)
         representation = hit.representation
         status, body = 200, representation.body
         if target.if_none_match is not None and etag_matches(
             target.if_none_match, representation.etag
         ):
-            status, body, fields = 304, b"", self.not_modified(fields)
+            status, body = 304, b""
+        fields = self.heads(
+            hit.entry, target.target.pipeline.clock(), representation, status == 200
+        )
         end = _CLOSING if target.close else b"\r\n\r\n"
         head = b"".join((fields, self.date(), b"X-Request-ID: ", request_id.encode(), end))
         route = target.target.query.route

@@ -321,6 +321,14 @@ def test_wire_heads_are_each_reply_s_fields_as_bytes_up_to_the_date() -> None:
     assert heads(two, 1012.0, as_two) == later_two
     assert heads(one, 1000.5, as_one) == first
     assert len(heads) <= 4
+    # a 304's: the same less the fields of a body, whichever was made first
+    not_modified = heads(one, 1000.5, as_one, False).decode("latin-1")
+    assert not_modified.split("\r\n")[:-1] == [
+        "HTTP/1.1 304 Not Modified",
+        *(f"{name}: {value}" for name, value in fields.items() if name != "Content-Type"),
+        f"Server: {SERVER_SOFTWARE}",
+    ]
+    assert heads(one, 1000.5, as_one) == first
     # each part is its reply's, whatever else was made in between
     for entry, now, representation in ((one, 1012.0, as_one), (two, 1000.5, as_two)):
         reply = hit_reply(entry, now, representation)
