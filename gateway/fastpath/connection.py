@@ -67,7 +67,7 @@ from yarl import URL
 from gateway.fastpath.fingerprints import ConnectionFingerprints, ConnectionMemo
 from gateway.fastpath.request_head import HeadReader, PendingHead
 from gateway.http.edge import Edge
-from gateway.http.hits import ENTITY_FIELDS, FieldParts, Fields, Handler
+from gateway.http.hits import FieldParts, Fields, Handler, not_modified_fields
 from gateway.http.runner import handler
 from gateway.records.lookup import (
     CacheEntry,
@@ -139,12 +139,9 @@ class WireHeads(FieldParts[bytes]):
         self, parts: tuple[Fields, Fields, Fields], representation: Representation, variant: Any
     ) -> tuple[bytes, bytes, bytes]:
         before_fields, timed_fields, after_fields = parts
-        if any(name.lower() in ENTITY_FIELDS for name, _ in timed_fields + after_fields):
-            raise RuntimeError(f"a field of the body follows the first part: {parts}")
         status = _OK
-        if not variant:  # a 304: no metadata of a body it does not have
-            status = _NOT_MODIFIED_LINE
-            before_fields = tuple(f for f in before_fields if f[0].lower() not in ENTITY_FIELDS)
+        if not variant:
+            status, before_fields = _NOT_MODIFIED_LINE, not_modified_fields(parts)
         before, timed, after = (
             "".join(f"{name}: {value}\r\n" for name, value in part)
             for part in (before_fields, timed_fields, after_fields)

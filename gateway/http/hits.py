@@ -154,9 +154,19 @@ class HitFields(FieldParts[Fields]):
         self, parts: tuple[Fields, Fields, Fields], representation: Representation, variant: Any
     ) -> tuple[Fields, Fields, Fields]:
         before, timed, after = parts
-        if not variant:  # a 304: no metadata of a body it does not have
-            before = tuple(field for field in before if field[0].lower() not in ENTITY_FIELDS)
+        if not variant:
+            before = not_modified_fields(parts)
         return before, timed, after
+
+
+def not_modified_fields(parts: tuple[Fields, Fields, Fields]) -> Fields:
+    """The first of a 200's three parts of fields as a 304 has it: no metadata of a
+    body it does not have. Those fields must all be in the first part (the other two
+    are kept for either status)."""
+    before, timed, after = parts
+    if any(name.lower() in ENTITY_FIELDS for name, _ in timed + after):
+        raise RuntimeError(f"a field of the body follows the first part: {parts}")
+    return tuple(field for field in before if field[0].lower() not in ENTITY_FIELDS)
 
 
 def keep(made: dict[Any, P], key: Any, value: P, size: int) -> None:
