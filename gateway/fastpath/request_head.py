@@ -4,7 +4,8 @@ A cache hit on a kept-alive connection is answered from the connection's
 ``data_received`` (``gateway.fastpath.connection``) before aiohttp parses it, when
 the bytes are one complete head that :func:`read_head` reads. While a head is not
 complete yet, :class:`PendingHead` holds it and checks each byte once as it arrives.
-It reads only the narrowest, commonest form and returns None for anything else, which then goes to
+It reads only the narrowest, commonest form (the plain form of ``gateway.http.head_form``,
+whose grammar it shares) and returns None for anything else, which then goes to
 aiohttp's own parser unchanged:
 
 - the request line is exactly ``GET <target> HTTP/1.1``; the target is an origin
@@ -38,12 +39,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-# a path of unreserved characters and escapes (not of a dot), and a query of what RFC
-# 3986 allows there
-_PATH = rb"(/(?:[A-Za-z0-9/_~.-]|%(?!2[Ee])[0-9A-Fa-f]{2})*)"
-_QUERY = rb"(?:\?([A-Za-z0-9._~!$&'()*+,;=:@/?%-]*))?"
-_REQUEST_LINE = rb"GET " + _PATH + _QUERY + rb" HTTP/1\.1\r\n"
-_FIELD_LINE = rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t -~]*\r\n"
+from gateway.http.head_form import FIELD_LINE as _FIELD_LINE
+from gateway.http.head_form import REQUEST_LINE as _REQUEST_LINE
+
 _HEAD = re.compile(_REQUEST_LINE + rb"((?:" + _FIELD_LINE + rb")*)\r\n")
 # the whole lines a head read here can begin with, and what its unfinished line holds
 _HEAD_START = re.compile(_REQUEST_LINE + rb"(?:" + _FIELD_LINE + rb")*")

@@ -454,3 +454,37 @@ async def test_a_request_asking_to_close_is_the_last_answered_on_its_connection(
     assert answer.status_line == "HTTP/1.1 200 OK"
     assert (answer.headers["x-request-id"], answer.headers["connection"]) == ("r-close", "close")
     assert rest == b"", "nothing answered behind it"
+
+
+# heads aiohttp's parser refuses that are one whole head of a read, each close to the
+# plain form (docs: the errors page, "malformed-request")
+REFUSED_ALONE = {
+    "two-hosts": b"GET /users HTTP/1.1\r\nHost: gateway\r\nHost: gateway\r\n\r\n",
+    "two-user-agents": b"GET /users HTTP/1.1\r\nHost: g\r\nUser-Agent: a\r\nuser-agent: b\r\n\r\n",
+    "malformed-field": MALFORMED,
+}
+
+
+@WAYS
+@pytest.mark.parametrize("refused", list(REFUSED_ALONE))
+async def test_a_refused_head_read_alone_after_plain_gets_is_the_edges_problem(
+    listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool, refused: str
+) -> None:
+    """Plain GETs, each a read of its own and answered (without the fast path they go
+    to aiohttp unread by the head checker), then a head aiohttp's parser refuses, a
+    read of its own too: the 400 problem, and the connection closes."""
+    filter_parser_log(monkeypatch)
+    port = await listening(fast_path)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for n in range(3):
+        writer.write(request_bytes(LIST, X_Request_ID=f"r-{n}"))
+        answer = await read_answer(reader)
+        assert answer.status_line == "HTTP/1.1 200 OK"
+        assert answer.headers["x-request-id"] == f"r-{n}"
+    writer.write(REFUSED_ALONE[refused])
+    (problem,), rest = await read_all(reader, 1)
+    writer.close()
+    assert problem.status_line == "HTTP/1.0 400 Bad Request"
+    assert problem.headers["content-type"] == "application/problem+json"
+    assert orjson.loads(problem.body)["type"] == "urn:records-gateway:problem:malformed-request"
+    assert rest == b""
