@@ -35,16 +35,22 @@ hands the connection to aiohttp for good: heads that may announce a body or an
 upgrade, heads of which aiohttp's parser does not make one message each, and an
 unfinished head that cannot become one read here.
 
-aiohttp's own handling of the connection (its task, which waits for the requests its
-parser makes) begins with the first request handed to it: until then the connection
+A connection opens as an :class:`OpeningConnection`, a light protocol that answers
+the reads that are each one whole head of a fresh hit held in the process, and
+becomes a :class:`GatewayConnection` (the transport's protocol from then on) at the
+first read that is anything else; a connection whose every request is such a hit never
+makes aiohttp's handler. Within a :class:`GatewayConnection`, aiohttp's own handling
+of the connection (its task, which waits for the requests its parser makes) begins
+with the first request handed to it: until then the connection
 is made, kept alive and closed as aiohttp would (``connection_made``,
 ``_process_keepalive``, ``close``), and a connection whose every request is a hit (a
 script's one request, with ``Connection: close``) never makes a task or waits a turn
 of the event loop for aiohttp.
 
 The connection keeps the last head it resolved (up to ``REMEMBERED_HEAD_MAX`` bytes)
-with what it resolved to, so a caller repeating the same request is read once; like
-the token's fingerprint (``fingerprints``), it lives as long as the connection.
+with what it resolved to (:class:`HeadMemory`), so a caller repeating the same request
+is read once; like the token's fingerprint (``fingerprints``), it lives as long as the
+connection, through its change of protocol.
 """
 
 from __future__ import annotations
@@ -236,6 +242,51 @@ class Hits:
         )
         return head, body
 
+    def probe(
+        self, head: bytes, memory: HeadMemory
+    ) -> tuple[HitTarget, Hit | Miss | None, float] | None:
+        """What ``head`` (one whole head, read by a connection that remembers
+        ``memory``) looks up, what the process holds for it
+        (``RecordLookup.held``: its one read of the process's entries) and when the
+        look began; None when it is no plain GET of a record route with a valid query
+        and a bearer token, or caching is off."""
+        started = time.perf_counter()
+        if self.lookup.caching_pipeline() is None:
+            return None
+        target = memory.target(self, head)
+        if target is None:
+            return None
+        return target, self.lookup.held(target.target), started
+
+
+class HeadMemory:
+    """What one connection remembers of its heads, as long as it lives: its tokens'
+    fingerprints (``memo``), its reader (which remembers the last header block), and
+    the last head it resolved (up to ``REMEMBERED_HEAD_MAX`` bytes) with its target,
+    so that a caller repeating the same request is read once."""
+
+    __slots__ = ("last_head", "last_target", "memo", "reader")
+
+    def __init__(self, hits: Hits, reader: HeadReader) -> None:
+        self.memo = ConnectionMemo(hits.fingerprints)
+        self.reader = reader
+        self.last_head = b""
+        self.last_target: HitTarget | None = None
+
+    def target(self, hits: Hits, head: bytes) -> HitTarget | None:
+        """What a hit on ``head`` looks up (see :meth:`Hits.resolve`)."""
+        if head == self.last_head:
+            return self.last_target
+        target = hits.resolve(head, self.memo, self.reader)
+        # a head not resolved now may be later; a long one is not kept
+        if target is not None and len(head) <= REMEMBERED_HEAD_MAX:
+            self.last_head, self.last_target = head, target
+        return target
+
+    def forget_last(self) -> None:
+        """The last head is read again when it comes again."""
+        self.last_head, self.last_target = b"", None
+
 
 class GatewayConnection(RequestHandler):
     """aiohttp's handler of one connection, with hits from the bytes and problems for
@@ -249,23 +300,21 @@ class GatewayConnection(RequestHandler):
         "_hold_fields",
         "_hold_line",
         "_holding",
-        "_last_head",
-        "_last_target",
         "_looked_up_paused",
-        "_memo",
+        "_memory",
         "_miss",
         "_pending",
         "_read_meanwhile",
-        "_reader",
         "_reading",
         "_started",
     )
 
-    def __init__(self, manager: web.Server, hits: Hits, **kwargs: Any) -> None:
+    def __init__(
+        self, manager: web.Server, hits: Hits, memory: HeadMemory | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(manager, **kwargs)
         self._hits: Hits | None = hits
         self._gateway_edge = hits.edge
-        self._memo = ConnectionMemo(hits.fingerprints)
         self._pending: PendingHead | None = None
         # whole heads (and what follows them) not handed to aiohttp yet: its queue of
         # requests was full, and it stopped reading the socket until it drains
@@ -275,9 +324,10 @@ class GatewayConnection(RequestHandler):
         # the parser would refuse
         self._hold_line = min(self.max_line_size, self.max_field_size)
         self._hold_fields = self.max_headers
-        self._reader = HeadReader(self._hold_line // 2, self._hold_fields // 2)
-        self._last_head = b""
-        self._last_target: HitTarget | None = None
+        # what the connection remembers of its heads (its opening's, when it had one)
+        self._memory = memory or HeadMemory(
+            hits, HeadReader(self._hold_line // 2, self._hold_fields // 2)
+        )
         # while holding, what arrives is kept (the connection's next requests, read
         # after): while the entry of the head awaiting is read from the shared cache,
         # or while aiohttp comes back from answering the request before
@@ -325,7 +375,7 @@ class GatewayConnection(RequestHandler):
         super().connection_made(transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._memo.forget()  # what it remembered of the connection's tokens
+        self._memory.memo.forget()  # what it remembered of the connection's tokens
         super().connection_lost(exc)
 
     def close(self) -> None:
@@ -398,7 +448,7 @@ class GatewayConnection(RequestHandler):
                     # a fault here must not cost the caller its answer: aiohttp's way
                     # answers the request (with its own problem if the fault is there too)
                     log.exception("fast path: a hit failed; aiohttp answers the request")
-                    self._last_head, self._last_target = b"", None
+                    self._memory.forget_last()
             if isinstance(answer, HitTarget):
                 if len(data) - end <= LOOKUP_REST_MAX:
                     # not held here: its entry is read from the shared cache, and the
@@ -559,6 +609,11 @@ class GatewayConnection(RequestHandler):
             return
         super()._process_keepalive()
 
+    def hand_on(self, head: bytes) -> None:
+        """``head`` (one whole head, the connection's first read) to aiohttp, as any
+        head that is not a hit here."""
+        self._handed_over(head, 0, len(head))
+
     def _hand_over_for_good(self, data: bytes) -> None:
         self._hits = None
         self._feed(data)
@@ -609,29 +664,46 @@ class GatewayConnection(RequestHandler):
         """The answer to ``head`` when it is a plain GET's fresh hit held here; its
         target when its entry may be in the shared cache instead; None otherwise."""
         started = time.perf_counter()
-        if head == self._last_head:
-            target = self._last_target
-        else:
-            target = hits.resolve(head, self._memo, self._reader)
-            # a head not resolved now may be later; a long one is not kept
-            if target is not None and len(head) <= REMEMBERED_HEAD_MAX:
-                self._last_head, self._last_target = head, target
+        target = self._memory.target(hits, head)
         if target is None:
             return None
-        lookup = hits.lookup
-        held = lookup.held(target.target)
+        return self._outcome(hits, head, target, hits.lookup.held(target.target), started)
+
+    def _outcome(
+        self, hits: Hits, head: bytes, target: HitTarget, held: Hit | Miss | None, started: float
+    ) -> tuple[bytes, bytes] | HitTarget | None:
+        """What :meth:`_answer_held` answers once ``target``'s entry was looked for in
+        the process (``held``, since ``started``): the hit's answer; the target, when
+        its entry may be in the shared cache; None, the miss kept for the handler."""
         if isinstance(held, Hit):
             return hits.hit_answer(target, held, started)
+        lookup = hits.lookup
+        memory = self._memory
         if held is None:
             if lookup.shares(target.target):
                 return target
             # nothing read, and no shared cache to read: the handler serves the miss
             held = Miss(target.target, None)
         self._miss = (_target_of(head), target.authorization, held)
-        if target is self._last_target:
+        if target is memory.last_target:
             # not a fresh hit now, or resolved under settings since reloaded: read again
-            self._last_head, self._last_target = b"", None
+            memory.forget_last()
         return None
+
+    def continue_with(
+        self, head: bytes, target: HitTarget, held: Miss | None, started: float
+    ) -> None:
+        """Go on with ``head`` (one whole head, the connection's first read), which its
+        opening resolved to ``target`` and looked for in the process (``held``, not a
+        hit) since ``started``: read from the shared cache, or handed to aiohttp with
+        its miss, as :meth:`_heads` goes on with any head."""
+        hits = self._hits
+        assert hits is not None
+        answer = self._outcome(hits, head, target, held, started)
+        if isinstance(answer, HitTarget):
+            self._look_up(hits, answer, head, b"")
+        else:
+            self._handed_over(head, 0, len(head))
 
     def _aiohttp_idle(self) -> bool:
         """aiohttp waits for this connection's next request, with nothing in hand, and
@@ -654,10 +726,7 @@ class GatewayConnection(RequestHandler):
         ``writelines`` does not from Python 3.12: without this, a caller that sends
         requests and never reads would have their answers pile up in the process."""
         transport = self.transport
-        if transport is None:
-            return True
-        size = transport.get_write_buffer_size()
-        return size > 0 and size > transport.get_write_buffer_limits()[1]
+        return transport is None or _over_high_water(transport)
 
     def _send_answer(self, answer: tuple[bytes, bytes]) -> None:
         """``answer`` (head and body, sent in one system call without joining them)
@@ -694,9 +763,114 @@ class GatewayConnection(RequestHandler):
         return self._gateway_edge.rejected(request, plain.status, exc, started)
 
 
+class OpeningConnection(asyncio.Protocol):
+    """A connection as it opens, before aiohttp has any part in it: while what each read
+    brings is one whole head of a plain GET whose fresh hit this process holds, it is
+    answered here (as :class:`GatewayConnection` answers it) and the connection stays
+    this light protocol, idle between requests, closed by its server once idle for the
+    keep-alive timeout or when the server stops (:meth:`FastPathServer.pre_shutdown`).
+
+    Anything else (a head that is not such a hit, a read of more or less than one
+    head, the transport asking to pause writing) makes the connection a
+    :class:`GatewayConnection` for the rest of its life (the transport's protocol
+    from then on, with what this one remembered of its heads), which reads that read
+    as its own first. A connection whose every request is a hit (a script's one
+    request, a caller repeating what is cached) never makes aiohttp's handler, whose
+    making and undoing cost about as much as the hit itself."""
+
+    __slots__ = ("_memory", "_server", "_transport", "idle_since")
+
+    def __init__(self, server: FastPathServer) -> None:
+        self._server = server
+        self._transport: asyncio.Transport | None = None
+        self._memory: HeadMemory | None = None
+        self.idle_since = 0.0  # the loop's time of its last answer, or of its opening
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        """The connection's transport while this is its protocol (None after)."""
+        return self._transport
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self.idle_since = self._server.opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        if data.find(b"\r\n\r\n") != len(data) - 4 or _over_high_water(transport):
+            self._hand_over().data_received(data)
+            return
+        server = self._server
+        hits = server.hits
+        memory = self._memory
+        if memory is None:
+            memory = self._memory = server.head_memory()
+        try:
+            probe = hits.probe(data, memory)
+            if probe is not None and isinstance(probe[1], Hit):
+                answer = hits.hit_answer(probe[0], probe[1], probe[2])
+            else:
+                answer = None
+        except Exception:
+            # a fault here must not cost the caller its answer (see _heads)
+            log.exception("fast path: a hit failed; aiohttp answers the request")
+            memory.forget_last()
+            self._hand_over().hand_on(data)
+            return
+        if answer is None:
+            connection = self._hand_over()
+            if probe is None:
+                connection.data_received(data)
+            else:  # not a hit: the handover goes on with the one read made
+                target, held, started = probe
+                connection.continue_with(data, target, cast(Miss | None, held), started)
+            return
+        transport.writelines(answer)
+        if answer[0].endswith(_CLOSING):
+            transport.close()  # as its caller asked; what it sent after is dropped
+        else:
+            self.idle_since = self._server.loop.time()
+
+    def pause_writing(self) -> None:
+        self._hand_over().pause_writing()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._transport = None
+        self._server.closed(self)
+        if self._memory is not None:
+            self._memory.memo.forget()
+
+    def close(self) -> None:
+        """Closed now (it has nothing in hand: every answer is written as it is read)."""
+        if self._transport is not None:
+            self._transport.close()
+
+    def _hand_over(self) -> GatewayConnection:
+        """The connection's :class:`GatewayConnection`, made its transport's protocol."""
+        transport = self._transport
+        assert transport is not None
+        self._transport = None
+        server = self._server
+        server.closed(self)
+        connection = server.connection(self._memory)
+        connection.connection_made(transport)
+        transport.set_protocol(connection)
+        return connection
+
+
+def _over_high_water(transport: asyncio.Transport) -> bool:
+    """More is waiting to be written than ``transport``'s high-water mark (see
+    :meth:`GatewayConnection._backed_up`)."""
+    size = transport.get_write_buffer_size()
+    return size > 0 and size > transport.get_write_buffer_limits()[1]
+
+
 class FastPathServer(web.Server):
-    """The application's aiohttp server whose connections are :class:`GatewayConnection`;
-    it answers a request whose target has no path (``CONNECT host:443``) with the
+    """The application's aiohttp server whose connections open as
+    :class:`OpeningConnection` (kept here until they close or become a
+    :class:`GatewayConnection`, aiohttp's handler); it answers a request whose target has no path (``CONNECT host:443``) with the
     gateway's own resource of unrouted requests: aiohttp's router offers such a
     request to no resource, and runs its own ``Expect`` handler on it (whose answer
     is plain text, or a 500). A message aiohttp's parser made without a target
@@ -729,8 +903,66 @@ class FastPathServer(web.Server):
         # here a wrong option fails the runner's setup, not every connection
         inspect.signature(RequestHandler).bind(self, loop=self.loop, **self.options)
 
-    def __call__(self) -> RequestHandler:
-        return GatewayConnection(self, self.hits, loop=self.loop, **self.options)
+        defaults = inspect.signature(RequestHandler).parameters
+
+        def option(name: str) -> Any:
+            return self.options.get(name, defaults[name].default)
+
+        # the limits of the connections' parsers, within half of which a head is read
+        # here (see GatewayConnection)
+        self._hold_line = min(option("max_line_size"), option("max_field_size"))
+        self._hold_fields = option("max_headers")
+        self._keepalive_s: float = option("keepalive_timeout")
+        self._opening: dict[OpeningConnection, None] = {}
+        self._sweep: asyncio.TimerHandle | None = None
+
+    def __call__(self) -> OpeningConnection:  # type: ignore[override]
+        return OpeningConnection(self)
+
+    @property
+    def opening(self) -> list[OpeningConnection]:
+        """The connections open that aiohttp has no part in yet (aiohttp's own are
+        ``connections``)."""
+        return list(self._opening)
+
+    def connection(self, memory: HeadMemory | None = None) -> GatewayConnection:
+        """The :class:`GatewayConnection` of a connection, with what its opening
+        remembered of its heads."""
+        return GatewayConnection(self, self.hits, memory, loop=self.loop, **self.options)
+
+    def head_memory(self) -> HeadMemory:
+        return HeadMemory(self.hits, HeadReader(self._hold_line // 2, self._hold_fields // 2))
+
+    def opened(self, connection: OpeningConnection) -> float:
+        """``connection`` opened: kept until it closes, is handed over, or has been idle
+        for the keep-alive timeout; now, on the loop's clock."""
+        self._opening[connection] = None
+        if self._sweep is None:
+            self._sweep = self.loop.call_later(self._sweep_every(), self._close_idle)
+        return self.loop.time()
+
+    def closed(self, connection: OpeningConnection) -> None:
+        self._opening.pop(connection, None)
+
+    def _sweep_every(self) -> float:
+        """How often idle opening connections are looked for: an eighth of the
+        keep-alive timeout, at most a second (so one closes at most that late)."""
+        return min(1.0, self._keepalive_s / 8)
+
+    def _close_idle(self) -> None:
+        self._sweep = None
+        deadline = self.loop.time() - self._keepalive_s
+        for connection in [c for c in self._opening if c.idle_since <= deadline]:
+            connection.close()
+        if self._opening:
+            self._sweep = self.loop.call_later(self._sweep_every(), self._close_idle)
+
+    def pre_shutdown(self) -> None:
+        """aiohttp's (its connections close once what they have in hand is answered),
+        and the opening connections closed now: they have nothing in hand."""
+        for connection in list(self._opening):
+            connection.close()
+        super().pre_shutdown()
 
 
 def _handling(application: Handler, gateway: Handler) -> Handler:

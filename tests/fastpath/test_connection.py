@@ -725,9 +725,9 @@ async def test_aiohttp_s_task_is_made_only_for_a_connection_handed_a_request(
     aiohttp_client: AiohttpClient, upstream: TestServer
 ) -> None:
     """docs/architecture.md, "The server": a connection whose requests are all hits
-    never makes aiohttp's task (nor waits a turn of the event loop for it), nor sets
-    TCP keep-alive; the first request handed on makes the task and sets it, as aiohttp
-    does, and the connection's answers go on either way."""
+    never makes aiohttp's handler or its task (nor waits a turn of the event loop for
+    it), nor sets TCP keep-alive; the first request handed on makes both and sets it,
+    as aiohttp does, and the connection's answers go on either way."""
     client, port = await served_fast(aiohttp_client, base_url(upstream))
     assert (await client.get(LIST, headers=AUTH)).headers["X-Cache"] == "MISS"
     await asyncio.sleep(0.05)
@@ -739,13 +739,18 @@ async def test_aiohttp_s_task_is_made_only_for_a_connection_handed_a_request(
         assert (await read_answer(reader)).headers["x-cache"] == "HIT"
     await asyncio.sleep(0.05)
     assert len(asyncio.all_tasks()) == before, "hits alone: no task of aiohttp's"
-    (connection,) = set(connections_of(client)) - known
-    sock = connection.transport.get_extra_info("socket")
+    assert set(connections_of(client)) == known, "hits alone: no handler of aiohttp's"
+    (opening,) = fast_server(client).opening
+    assert opening.transport is not None
+    sock = opening.transport.get_extra_info("socket")
     assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
     writer.write(request_bytes("/no-such-route"))
     assert (await read_answer(reader)).status_line == "HTTP/1.1 404 Not Found"
     await asyncio.sleep(0.05)
     assert len(asyncio.all_tasks()) == before + 1, "aiohttp's, waiting for the next request"
+    assert fast_server(client).opening == []
+    (connection,) = set(connections_of(client)) - known
+    assert connection.transport.get_extra_info("socket").fileno() == sock.fileno()
     assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
     writer.write(request_bytes(LIST))
     assert (await read_answer(reader)).headers["x-cache"] == "HIT"
@@ -754,8 +759,12 @@ async def test_aiohttp_s_task_is_made_only_for_a_connection_handed_a_request(
 
 
 def connections_of(client: Client) -> list[Any]:
-    """The server's open connections."""
+    """The server's open connections aiohttp has a handler of."""
+    return [c for c in fast_server(client).connections if c.transport is not None]
+
+
+def fast_server(client: Client) -> FastPathServer:
     runner = client.server.runner
     assert runner is not None
-    assert runner.server is not None
-    return [c for c in runner.server.connections if c.transport is not None]
+    assert isinstance(runner.server, FastPathServer)
+    return runner.server

@@ -138,7 +138,7 @@ async def test_with_every_internal_the_gateway_runs_the_fast_path(upstream: Test
     runner, port = await serve(upstream)
     try:
         assert isinstance(runner.server, FastPathServer)
-        assert isinstance(runner.server(), GatewayConnection)
+        assert isinstance(runner.server.connection(), GatewayConnection)
         rejected = await raw(port, b"GET /users HTTP/1.1\r\nHost: g\r\nBad Header: x\r\n\r\n")
         assert rejected.split(b" ")[1] == b"400"
         assert b"application/problem+json" in rejected
