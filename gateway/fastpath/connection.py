@@ -868,19 +868,19 @@ def _over_high_water(transport: asyncio.Transport) -> bool:
 
 
 class FastPathServer(web.Server):
-    """The application's aiohttp server whose connections open as
-    :class:`OpeningConnection` (kept here until they close or become a
-    :class:`GatewayConnection`, aiohttp's handler); it answers a request whose target has no path (``CONNECT host:443``) with the
-    gateway's own resource of unrouted requests: aiohttp's router offers such a
-    request to no resource, and runs its own ``Expect`` handler on it (whose answer
-    is plain text, or a 500). A message aiohttp's parser made without a target
-    (``CONNECT`` with none) is given an empty one: aiohttp would fail the connection's
-    task making its request, leaving the caller with neither an answer nor a closed
-    connection. A request a connection handed on after its lookup missed is handled
-    within :func:`gateway.records.lookup.handing` of that miss.
+    """The application's aiohttp server whose connections open as :class:`OpeningConnection`
+    (kept here until they close or become a :class:`GatewayConnection`, aiohttp's
+    handler); it answers a request whose target has no path (``CONNECT host:443``) with
+    the gateway's own resource of unrouted requests: aiohttp's router offers such a
+    request to no resource, and runs its own ``Expect`` handler on it (whose answer is
+    plain text, or a 500). A message aiohttp's parser made without a target (``CONNECT``
+    with none) is given an empty one: aiohttp would fail the connection's task making
+    its request, leaving the caller with neither an answer nor a closed connection. A
+    request a connection handed on after its lookup missed is handled within
+    :func:`gateway.records.lookup.handing` of that miss.
 
-    ``edge`` is the application's, with its lookup port and its answer to a request
-    with no path set."""
+    ``edge`` is the application's, with its lookup port and its answer to a request with no
+    path set."""
 
     def __init__(self, made: web.Server, edge: Edge, options: Mapping[str, Any]) -> None:
         lookup = edge.lookup

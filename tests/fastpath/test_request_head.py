@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
@@ -195,9 +196,9 @@ def heads(draw: st.DrawFn) -> bytes:
     return (end.join(lines + fields) + end + end).encode("utf-8")
 
 
-async def aiohttp_reads(head: bytes) -> RequestHead | None:
-    """What aiohttp's parser, with the server's limits, reads of ``head``; None when it
-    refuses it."""
+async def aiohttp_parses(head: bytes) -> tuple[list[Any], bool, bytes] | None:
+    """What aiohttp's parser, with the server's limits, makes of ``head`` (its
+    messages, whether it switches protocols, what it leaves); None when it refuses it."""
     loop = asyncio.get_running_loop()
     parser = HttpRequestParser(
         BaseProtocol(loop),
@@ -207,9 +208,19 @@ async def aiohttp_reads(head: bytes) -> RequestHead | None:
         max_field_size=MAX_HEADER_BYTES,
     )
     try:
-        messages, _, tail = parser.feed_data(head)
+        messages, upgraded, tail = parser.feed_data(head)
     except HttpProcessingError:
         return None
+    return list(messages), upgraded, tail
+
+
+async def aiohttp_reads(head: bytes) -> RequestHead | None:
+    """What aiohttp's parser, with the server's limits, reads of ``head``; None when it
+    refuses it."""
+    parsed = await aiohttp_parses(head)
+    if parsed is None:
+        return None
+    messages, _, tail = parsed
     assert len(messages) == 1
     assert tail == b""
     message = messages[0][0]

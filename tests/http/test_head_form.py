@@ -5,19 +5,14 @@ read to aiohttp unread by its head checker, still answers what follows as before
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from aiohttp.base_protocol import BaseProtocol
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.http_parser import HttpRequestParser
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway.http.head_form import one_plain_get
 from gateway.process.worker import MAX_HEADER_BYTES
 
-from ..fastpath.test_request_head import PLAIN, head_of, heads
+from ..fastpath.test_request_head import PLAIN, aiohttp_parses, head_of, heads
 from ..profiles import examples
 
 # the bounds the listener gives the check: half the server's parser limits
@@ -47,22 +42,14 @@ def heads_with_more(draw: st.DrawFn) -> bytes:
 async def aiohttp_reads_one_bodiless_get(head: bytes) -> bool:
     """Whether aiohttp's parser, with the server's limits, reads ``head`` as exactly one
     GET with no body that does not switch protocols, refusing nothing."""
-    loop = asyncio.get_running_loop()
-    parser = HttpRequestParser(
-        BaseProtocol(loop),
-        loop,
-        2**16,
-        max_line_size=MAX_HEADER_BYTES,
-        max_field_size=MAX_HEADER_BYTES,
-    )
-    try:
-        messages, upgraded, tail = parser.feed_data(head)
-    except HttpProcessingError:
+    parsed = await aiohttp_parses(head)
+    if parsed is None:
         return False
+    messages, upgraded, tail = parsed
     if len(messages) != 1 or upgraded or tail:
         return False
     message, payload = messages[0]
-    return message.method == "GET" and payload.is_eof() and not message.upgrade
+    return bool(message.method == "GET" and payload.is_eof() and not message.upgrade)
 
 
 @settings(max_examples=examples(800), deadline=None)

@@ -271,12 +271,7 @@ async def test_a_refused_head_after_a_read_with_a_body_is_the_edges_problem_both
     first = await read_answer(reader)
     assert first.headers["x-request-id"] == "r-body"
     writer.write(MALFORMED)
-    (refused,), rest = await read_all(reader, 1)
-    writer.close()
-    assert refused.status_line == "HTTP/1.0 400 Bad Request"
-    assert refused.headers["content-type"] == "application/problem+json"
-    assert orjson.loads(refused.body)["type"] == "urn:records-gateway:problem:malformed-request"
-    assert rest == b""
+    await the_malformed_request_problem(reader, writer)
 
 
 @WAYS
@@ -482,9 +477,17 @@ async def test_a_refused_head_read_alone_after_plain_gets_is_the_edges_problem(
         assert answer.status_line == "HTTP/1.1 200 OK"
         assert answer.headers["x-request-id"] == f"r-{n}"
     writer.write(REFUSED_ALONE[refused])
-    (problem,), rest = await read_all(reader, 1)
+    await the_malformed_request_problem(reader, writer)
+
+
+async def the_malformed_request_problem(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """What the connection answers next is the 400 malformed-request problem, and it
+    closes after it."""
+    (refused,), rest = await read_all(reader, 1)
     writer.close()
-    assert problem.status_line == "HTTP/1.0 400 Bad Request"
-    assert problem.headers["content-type"] == "application/problem+json"
-    assert orjson.loads(problem.body)["type"] == "urn:records-gateway:problem:malformed-request"
+    assert refused.status_line == "HTTP/1.0 400 Bad Request"
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert orjson.loads(refused.body)["type"] == "urn:records-gateway:problem:malformed-request"
     assert rest == b""
