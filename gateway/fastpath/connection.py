@@ -309,9 +309,7 @@ class GatewayConnection(RequestHandler):
         "_started",
     )
 
-    def __init__(
-        self, manager: web.Server, hits: Hits, memory: HeadMemory | None = None, **kwargs: Any
-    ) -> None:
+    def __init__(self, manager: web.Server, hits: Hits, memory: HeadMemory, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._hits: Hits | None = hits
         self._gateway_edge = hits.edge
@@ -320,14 +318,12 @@ class GatewayConnection(RequestHandler):
         # requests was full, and it stopped reading the socket until it drains
         self._backlog = b""
         # a head is held under the limits aiohttp's parser applies to this connection,
-        # and read here only within half of them, so that nothing read here is what
-        # the parser would refuse
+        # and read only within half of them (the reader of FastPathServer.head_memory),
+        # so that nothing read here is what the parser would refuse
         self._hold_line = min(self.max_line_size, self.max_field_size)
         self._hold_fields = self.max_headers
-        # what the connection remembers of its heads (its opening's, when it had one)
-        self._memory = memory or HeadMemory(
-            hits, HeadReader(self._hold_line // 2, self._hold_fields // 2)
-        )
+        # what the connection remembers of its heads (its opening's)
+        self._memory = memory
         # while holding, what arrives is kept (the connection's next requests, read
         # after): while the entry of the head awaiting is read from the shared cache,
         # or while aiohttp comes back from answering the request before
@@ -663,11 +659,10 @@ class GatewayConnection(RequestHandler):
     def _answer_held(self, hits: Hits, head: bytes) -> tuple[bytes, bytes] | HitTarget | None:
         """The answer to ``head`` when it is a plain GET's fresh hit held here; its
         target when its entry may be in the shared cache instead; None otherwise."""
-        started = time.perf_counter()
-        target = self._memory.target(hits, head)
-        if target is None:
+        probe = hits.probe(head, self._memory)
+        if probe is None:
             return None
-        return self._outcome(hits, head, target, hits.lookup.held(target.target), started)
+        return self._outcome(hits, head, *probe)
 
     def _outcome(
         self, hits: Hits, head: bytes, target: HitTarget, held: Hit | Miss | None, started: float
@@ -928,6 +923,7 @@ class FastPathServer(web.Server):
     def connection(self, memory: HeadMemory | None = None) -> GatewayConnection:
         """The :class:`GatewayConnection` of a connection, with what its opening
         remembered of its heads."""
+        memory = memory or self.head_memory()
         return GatewayConnection(self, self.hits, memory, loop=self.loop, **self.options)
 
     def head_memory(self) -> HeadMemory:
