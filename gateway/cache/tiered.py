@@ -38,6 +38,9 @@ log = logging.getLogger("gateway.cache")
 
 _PING_EVERY_S = 0.25
 _SILENCE_LIMIT_S = 0.75
+# a wait on the channel that ends this much later than asked was a hold-up of the
+# process (its event loop did not run), not silence of the channel
+_HELD_UP_S = 0.25
 _RETRY_S = 0.25
 # how long subscribing (and its first sign of life) may take
 _SUBSCRIBE_WAIT_S = 2.0
@@ -90,6 +93,7 @@ class TieredBackend:
         self._listener: asyncio.Task[None] | None = None
         self._pending: dict[str, _Confirmations] = {}
         self._background: set[asyncio.Future[None]] = set()
+        self._came_live = 0  # how many times the subscription came live
 
     def start(self) -> None:
         """Start listening for invalidations (the near cache is off until subscribed)."""
@@ -239,13 +243,16 @@ class TieredBackend:
     async def _listen(self) -> None:
         failures = 0
         while True:
+            came_live = self._came_live
             try:
                 await self._subscribed()
             except asyncio.CancelledError:
                 self.near.set_live(False)
                 raise
             except (CacheUnavailable, ChannelDown, TimeoutError) as exc:
-                if self.near.live or failures == 0:
+                if self._came_live != came_live:  # it was on, and is off now
+                    failures = 0
+                if failures == 0:
                     log.warning(
                         "near cache off: the invalidation channel is down",
                         extra={"event": "near_cache", "live": False, "error": str(exc)},
@@ -289,17 +296,24 @@ class TieredBackend:
             async with asyncio.timeout(_SUBSCRIBE_WAIT_S):
                 await subscription.ping()
             self.near.set_live(True)
+            self._came_live += 1
             log.info(
                 "near cache on: subscribed to invalidations",
                 extra={"event": "near_cache", "live": True},
             )
             heard = pinged = time.monotonic()
             while True:
+                waited = time.monotonic()
                 message = await subscription.receive(_PING_EVERY_S)
                 now = time.monotonic()
                 if message is not None:
                     heard = now
                     self._heard(message)
+                elif now - waited > _PING_EVERY_S + _HELD_UP_S:
+                    # this process was held up, not the channel silent: what Redis
+                    # sent meanwhile waits in the socket. The channel is judged
+                    # again from a ping sent now.
+                    heard, pinged = now, now - _PING_EVERY_S
                 if now - pinged >= _PING_EVERY_S:
                     if not subscription.in_place():
                         raise ChannelDown("the channel moved to another node")
@@ -309,6 +323,8 @@ class TieredBackend:
                 if now - heard > _SILENCE_LIMIT_S:
                     raise TimeoutError("no answer on the invalidation channel")
         finally:
+            # off before the subscription ends: no copy is served while unsubscribed
+            self.near.set_live(False)
             with contextlib.suppress(CacheUnavailable, TimeoutError):
                 async with asyncio.timeout(_SUBSCRIBE_WAIT_S):
                     await subscription.close()

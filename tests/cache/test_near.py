@@ -4,9 +4,12 @@ instance by a purge or a TTL change, and not used while its channel is down."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+import redis as sync_redis
 import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -132,6 +135,36 @@ async def test_the_near_cache_is_off_while_its_channel_is_down(
     assert await x_cache(client, "/users") == "HIT"  # from Redis, copied near again
     assert len(near_of(client)) == 1
     await store.aclose()
+
+
+async def test_an_event_loop_held_up_is_not_a_silent_channel(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A process that was held up (a long computation, a starved machine) missed nothing:
+    what Redis published meanwhile waits in its socket. Its near cache stays on, the
+    invalidation published while it was held is in force the moment it runs again, and
+    the next purge reaches it."""
+    client = await gateway_on(gateway_factory, upstream, redis_url)
+    assert await x_cache(client, "/users") == "MISS"
+    assert await x_cache(client, "/clients") == "MISS"
+    with sync_redis.Redis.from_url(redis_url) as store:
+        (channel,) = [c for c in store.pubsub_channels() if c.endswith(b":invalidate")]
+        assert store.publish(channel, invalidation_message("users")) == 1
+        time.sleep(1.5)  # noqa: ASYNC251 (the point: the loop held, twice the silence limit)
+    await asyncio.sleep(0.5)  # the listener runs again, and pings
+    assert near_of(client).live
+    assert [r.message for r in caplog.records if r.name == "gateway.cache"] == [
+        "near cache on: subscribed to invalidations"
+    ]
+    assert len(near_of(client)) == 1  # the copy of /users dropped, /clients kept
+    assert await x_cache(client, "/clients") == "HIT"
+    response = await client.delete(
+        "/admin/cache?route=users", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    assert (await response.json())["instances"] == {"told": 1, "confirmed": 1}
 
 
 async def test_redis_frozen_turns_the_near_cache_off_and_requests_go_on(

@@ -9,6 +9,7 @@ gateways share, and a publish-subscribe hub between them. Nothing of Redis is us
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -35,6 +36,7 @@ class Hub:
     def __init__(self) -> None:
         self.subscriptions: set[HubSubscription] = set()
         self.silent = False  # pings go unanswered, messages undelivered
+        self.on_close: Callable[[], None] | None = None  # called as a subscription ends
 
 
 class HubSubscription:
@@ -58,6 +60,8 @@ class HubSubscription:
         return True
 
     async def close(self) -> None:
+        if self._hub.on_close is not None:
+            self._hub.on_close()
         self._hub.subscriptions.discard(self)
 
 
@@ -176,6 +180,21 @@ async def test_a_backend_added_by_one_registration_serves_with_the_near_cache_in
     assert len(near_of(second)) == 0  # confirmed: the purge reached its near cache
     assert await x_cache(second, "/users") == "MISS"
     assert [entry.path for entry in upstream_log.entries] == ["/users", "/users"]
+
+
+async def test_the_near_cache_is_off_before_its_subscription_ends(
+    aiohttp_client: AiohttpClient, upstream: TestServer
+) -> None:
+    """From the moment a subscription starts to end, a purge may not reach the process:
+    no copy is served from then on."""
+    hub = Hub()
+    store = MemoryBackend(max_bytes=1 << 20, clock=system_clock)
+    (client,) = await gateways_on(aiohttp_client, upstream, store, hub, 1)
+    live_as_it_ends: list[bool] = []
+    hub.on_close = lambda: live_as_it_ends.append(near_of(client).live)
+    hub.silent = True
+    await until(lambda: live_as_it_ends)
+    assert live_as_it_ends == [False]
 
 
 async def test_a_silent_channel_turns_the_near_cache_off_until_it_answers_again(
