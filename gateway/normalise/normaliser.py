@@ -25,6 +25,7 @@ from pydantic_core import ErrorDetails
 from gateway.errors import UpstreamContractError
 from gateway.normalise.coercions import CanonicalError
 from gateway.normalise.duplicates import repeated_key
+from gateway.normalise.holdings import records_held
 from gateway.normalise.pages import RecordModel, canonical_body
 from gateway.normalise.rules import compiled, compiled_in_use
 from gateway.normalise.schema import NormaliseContext
@@ -214,6 +215,20 @@ class Normaliser:
         self._logged: set[tuple[str, str]] = set()
 
     def normalise(self, query: NormaliseQuery, body: bytes) -> bytes:
+        """The published bytes of the upstream's ``body`` for ``query``. Raises
+        UpstreamContractError when it cannot be brought to the published schema."""
+        # a copy of exact size: orjson keeps its growth room in the bytes it returns,
+        # which a cached body would otherwise hold for its whole life
+        return bytes(memoryview(dump_canonical(self._canonical(query, body))))
+
+    def normalise_held(self, query: NormaliseQuery, body: bytes) -> tuple[bytes, dict[str, str]]:
+        """:meth:`normalise`, and the records the body holds with their versions
+        (``gateway.normalise.holdings``)."""
+        canonical = self._canonical(query, body)
+        held = records_held(query.route.model, canonical, dump_canonical)
+        return bytes(memoryview(dump_canonical(canonical))), held
+
+    def _canonical(self, query: NormaliseQuery, body: bytes) -> Any:
         what = f"GET {query.route.template}"
         try:
             data = parse_lossless(body)
@@ -237,9 +252,7 @@ class Normaliser:
             self._counts.add(context.coercions)
         if context.unknown_values:
             self._log_unknown(what, context.unknown_values)
-        # a copy of exact size: orjson keeps its growth room in the bytes it returns,
-        # which a cached body would otherwise hold for its whole life
-        return bytes(memoryview(dump_canonical(canonical)))
+        return canonical
 
     @staticmethod
     def _refused(what: str, exc: CanonicalError) -> UpstreamContractError:

@@ -1,0 +1,101 @@
+"""The records an answer holds, and the references that name them.
+
+Every record of the published schema in a body is named by its kind and id
+(``expense:<uuid>``, ``account:<id>``, ``client:<uuid>``, ``user:<uuid>``), embedded
+records included (an expense's account, client and user), with a version: a digest
+of the record's published bytes as that body holds it. The cache notes them beside
+each entry it stores, so that a purge by record finds every entry holding one
+(docs/purging.md). A reference is never a caller's: nothing in it comes from a token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, NamedTuple
+
+from gateway.normalise.coercions import CANONICAL_UUID
+from gateway.normalise.pages import Page, RecordModel
+from gateway.normalise.schema import Account, CanonicalModel, Client, Expense, User
+
+# the kinds of record a reference names, and the model of each
+KINDS: dict[str, type[CanonicalModel]] = {
+    "expense": Expense,
+    "account": Account,
+    "client": Client,
+    "user": User,
+}
+_KIND_OF: dict[type[CanonicalModel], str] = {model: kind for kind, model in KINDS.items()}
+# kinds whose ids are UUIDs (an account's id is the upstream's text)
+_UUID_KINDS = frozenset({"expense", "client", "user"})
+# the longest id a reference may carry (an account id is free text upstream)
+ID_MAX = 200
+# an account id: printable, no white space around it (it goes into a key's digest only)
+_ACCOUNT_ID = re.compile(r"[^\x00-\x20\x7f]+(?: [^\x00-\x20\x7f]+)*")
+# the bytes of a version: 64 bits of BLAKE2b, as 16 hexadecimal digits
+_VERSION_BYTES = 8
+
+
+class RecordRef(NamedTuple):
+    """One record: its kind and its id as the published schema has it."""
+
+    kind: str
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+
+class BadReference(ValueError):
+    """A reference that names no record: the text says why."""
+
+
+def parse_ref(text: str) -> RecordRef:
+    """The record ``text`` names (``<kind>:<id>``); a UUID is read in any case and
+    named in its canonical lower case. Raises BadReference."""
+    kind, colon, record_id = text.partition(":")
+    if not colon:
+        raise BadReference("must be <kind>:<id>, for example expense:<uuid>")
+    if kind not in KINDS:
+        raise BadReference("the kind must be one of " + ", ".join(KINDS))
+    if not record_id:
+        raise BadReference("the id is empty")
+    if len(record_id) > ID_MAX:
+        raise BadReference(f"the id is longer than {ID_MAX} characters")
+    if kind in _UUID_KINDS:
+        record_id = record_id.lower()
+        if not CANONICAL_UUID.fullmatch(record_id):
+            raise BadReference(f"{kind} ids are UUIDs")
+    elif not _ACCOUNT_ID.fullmatch(record_id):
+        raise BadReference("an account's id has no control characters and no outer spaces")
+    return RecordRef(kind, record_id)
+
+
+def version_of(record_bytes: bytes) -> str:
+    """The version of a record whose published bytes are ``record_bytes``."""
+    return hashlib.blake2b(record_bytes, digest_size=_VERSION_BYTES).hexdigest()
+
+
+def records_held(model: RecordModel, canonical: Any, dump: Any) -> dict[str, str]:
+    """``{reference: version}`` of every record in ``canonical`` (a canonical body of
+    ``model``), embedded ones included; ``dump`` makes a record's published bytes. A
+    record met twice keeps the version it was first met with."""
+    held: dict[str, str] = {}
+    if isinstance(model, type) and issubclass(model, Page):
+        items = canonical.get("data") if isinstance(canonical, dict) else None
+        for item in items if isinstance(items, list) else ():
+            _note(model.item_model, item, dump, held)
+    else:
+        _note(model, canonical, dump, held)
+    return held
+
+
+def _note(model: type[CanonicalModel], record: Any, dump: Any, held: dict[str, str]) -> None:
+    if not isinstance(record, dict):
+        return
+    kind = _KIND_OF.get(model)
+    record_id = record.get("id")
+    if kind is not None and isinstance(record_id, str) and record_id:
+        held.setdefault(f"{kind}:{record_id}", version_of(dump(record)))
+    for name, embedded in model._nested:
+        _note(embedded, record.get(name), dump, held)

@@ -1,0 +1,118 @@
+"""The records an answer holds and the references that name them (docs/purging.md)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import orjson
+import pytest
+from pytest_aiohttp import AiohttpClient
+
+from gateway.demo import create_demo_app
+from gateway.normalise.holdings import BadReference, RecordRef, parse_ref
+from gateway.normalise.normaliser import CoercionCounts, Normaliser
+from gateway.records.routes import parse_record_query
+from gateway.routing.standard import ACCOUNT, EXPENSE, EXPENSES, USERS
+
+AUTH = {"Authorization": "Bearer demo-token"}
+
+
+async def upstream_body(aiohttp_client: AiohttpClient, path: str) -> Any:
+    client = await aiohttp_client(create_demo_app())
+    response = await client.get(path, headers=AUTH)
+    assert response.status == 200
+    return orjson.loads(await response.read())
+
+
+def held(route: Any, body: Any, record_id: str | None = None, **query: str) -> dict[str, str]:
+    normaliser = Normaliser(CoercionCounts())
+    asked = parse_record_query(route, record_id, list(query.items()), max_limit=100)
+    published, holdings = normaliser.normalise_held(asked, orjson.dumps(body))
+    assert published == normaliser.normalise(asked, orjson.dumps(body))
+    return holdings
+
+
+async def test_a_page_of_expenses_holds_each_expense_and_what_each_embeds(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    page = await upstream_body(aiohttp_client, "/expenses?limit=10")
+    holdings = held(EXPENSES, page, limit="10")
+    expected = set()
+    for expense in page["data"]:
+        expected.add(f"expense:{expense['id'].lower()}")
+        expected.add(f"account:{expense['account']['id']}")
+        expected.add(f"client:{expense['client']['id'].lower()}")
+        expected.add(f"user:{expense['user']['id'].lower()}")
+    assert set(holdings) == expected
+    assert len(expected) < 40  # accounts are shared: each is held once
+    assert all(len(version) == 16 and int(version, 16) >= 0 for version in holdings.values())
+
+
+async def test_a_version_follows_every_published_byte_of_its_record_and_no_other(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    page = await upstream_body(aiohttp_client, "/expenses?limit=3")
+    before = held(EXPENSES, page, limit="3")
+    changed = copy.deepcopy(page)
+    first = changed["data"][0]
+    first["description"] = (first["description"] or "") + " (corrected)"
+    after = held(EXPENSES, changed, limit="3")
+    expense = f"expense:{first['id'].lower()}"
+    assert before[expense] != after[expense]
+    assert {ref: v for ref, v in before.items() if ref != expense} == {
+        ref: v for ref, v in after.items() if ref != expense
+    }
+    # the same page asked again: the same versions
+    assert held(EXPENSES, page, limit="3") == before
+
+
+async def test_a_single_record_and_a_page_of_users_hold_themselves(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    page = await upstream_body(aiohttp_client, "/expenses?limit=1")
+    expense = page["data"][0]
+    one = await upstream_body(aiohttp_client, f"/expenses/{expense['id']}")
+    assert f"expense:{expense['id'].lower()}" in held(EXPENSE, one, expense["id"])
+    account_id = expense["account"]["id"]
+    account = await upstream_body(aiohttp_client, f"/accounts/{account_id}")
+    assert set(held(ACCOUNT, account, account_id)) == {f"account:{account['id']}"}
+    users = await upstream_body(aiohttp_client, "/users")
+    assert set(held(USERS, users)) == {f"user:{user['id'].lower()}" for user in users["data"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "ref"),
+    [
+        (
+            "expense:0C6F8D3E-1111-4000-8000-000000000001",
+            RecordRef("expense", "0c6f8d3e-1111-4000-8000-000000000001"),
+        ),
+        (
+            "user:0c6f8d3e-1111-4000-8000-000000000001",
+            RecordRef("user", "0c6f8d3e-1111-4000-8000-000000000001"),
+        ),
+        ("account:Main account", RecordRef("account", "Main account")),
+        ("account:acc:1", RecordRef("account", "acc:1")),
+    ],
+)
+def test_a_reference_names_a_record(text: str, ref: RecordRef) -> None:
+    assert parse_ref(text) == ref
+    assert parse_ref(str(ref)) == ref
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("expense", "must be <kind>:<id>"),
+        ("bank:1", "the kind must be one of expense, account, client, user"),
+        ("client:", "the id is empty"),
+        ("client:12", "client ids are UUIDs"),
+        ("account: padded", "no control characters and no outer spaces"),
+        ("account:tab\there", "no control characters"),
+        ("account:" + "x" * 201, "longer than 200 characters"),
+    ],
+)
+def test_a_bad_reference_says_why(text: str, why: str) -> None:
+    with pytest.raises(BadReference, match=why.replace("<", ".").replace(">", ".")):
+        parse_ref(text)
