@@ -4,7 +4,7 @@ defaults for backends without background work."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
@@ -25,17 +25,25 @@ class Capabilities:
     ``publishes_invalidations``: it also carries messages between the processes that
     share it (an :class:`InvalidationChannel`, as its ``invalidations``), so a near
     cache of fresh copies can sit in front of it and still drop them on every process
-    when a purge or a removal happens anywhere: the registry puts one there."""
+    when a purge or a removal happens anywhere: the registry puts one there.
+    ``purges_records``: it notes the records each entry holds
+    (:meth:`CacheBackend.set_holding`) and purges the entries that hold a record
+    (:meth:`CacheBackend.purge_records`)."""
 
     stores: bool
     shared: bool
     publishes_invalidations: bool = False
+    purges_records: bool = False
 
 
-IN_PROCESS = Capabilities(stores=True, shared=False)
+IN_PROCESS = Capabilities(stores=True, shared=False, purges_records=True)
 SHARED = Capabilities(stores=True, shared=True)
 # shared, with a channel for invalidations: what a near cache needs in front of it
 PUBLISHING = Capabilities(stores=True, shared=True, publishes_invalidations=True)
+# all of it: what the Redis backend can do
+PUBLISHING_INDEXED = Capabilities(
+    stores=True, shared=True, publishes_invalidations=True, purges_records=True
+)
 NOTHING = Capabilities(stores=False, shared=False)
 
 
@@ -107,6 +115,19 @@ class Purged(NamedTuple):
     confirmed: int | None = None
 
 
+class RecordsPurged(NamedTuple):
+    """What a purge by record reached: the entries it removed (or, soft, marked stale),
+    and as for :class:`Purged`, the processes told and those that confirmed."""
+
+    keys: tuple[CacheKey, ...] = ()
+    told: int | None = None
+    confirmed: int | None = None
+
+
+# How long a purge by record is remembered, so that a fill that began before it and
+# stores after it is not kept as fresh (longer than any upstream call is waited for).
+RECORD_PURGE_MARK_S = 600.0
+
 # What take_lease answers to a backend with no one else to share misses with.
 OWN_LEASE = b""
 
@@ -142,6 +163,12 @@ class QuietBackend:
     def fleet(self, fingerprint: Callable[[], str], on_read: Callable[[int], None]) -> Fleet | None:
         return None
 
+    async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:
+        return RecordsPurged()
+
+    async def purge_sequence(self) -> int:
+        return 0
+
 
 class CacheBackend(Protocol):
     """Where entries live. Implementations raise only CacheUnavailable."""
@@ -171,6 +198,34 @@ class CacheBackend(Protocol):
 
     async def purge(self, route: str | None) -> Purged:
         """Make every entry (of one route, or all) a miss, for every instance."""
+        ...
+
+    async def set_holding(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+    ) -> bool:
+        """:meth:`set`, for a backend that ``purges_records``: ``entry`` holds the
+        records ``held`` (``{reference: version}``, ``gateway.normalise.holdings``),
+        noted before it is stored. False when one of them was purged after
+        :meth:`purge_sequence` answered ``since`` (read before the fill asked the
+        upstream): its answer may be older than that purge, so it is not stored
+        (or removed again)."""
+        ...
+
+    async def purge_sequence(self) -> int:
+        """The number of the latest purge by record (they are numbered in order, for
+        every instance that shares the backend); a fill reads it before it asks the
+        upstream and gives it to :meth:`set_holding`."""
+        ...
+
+    async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:
+        """Remove every entry that holds one of the records ``refs``, for every
+        instance (``soft``: mark them stale instead, so that they are served while
+        ``stale_while_revalidate_s`` allows and refreshed once)."""
         ...
 
     async def remove(self, key: CacheKey) -> bool:

@@ -17,7 +17,7 @@ same window, how many calls passed and failed: what readiness reports.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from gateway.cache.backend import OWN_LEASE, CacheBackend
@@ -107,13 +107,31 @@ class GuardedCache:
         self.breaker.succeeded()
         self._reads.add(self._monotonic(), False)
 
-    async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> bool:
-        """Store; False when the cache could not take it."""
+    async def set(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str] | None = None,
+        since: int | None = None,
+    ) -> bool:
+        """Store; False when the cache could not take it. ``held``: the records the
+        entry holds, noted when the backend purges by record (``set_holding``, with
+        ``since`` from :meth:`purge_sequence`; False too when a purge of one of them
+        came after it)."""
         breaker = self.breaker
         if not breaker.allow():
             return False
+        backend = self.backend
         try:
-            await self.backend.set(key, entry, lifetime_s)
+            if held is not None and backend.capabilities.purges_records:
+                if since is None:
+                    return False  # the purge number could not be read: not stored
+                if not await backend.set_holding(key, entry, lifetime_s, held, since):
+                    breaker.succeeded()
+                    return False
+            else:
+                await backend.set(key, entry, lifetime_s)
         except CacheUnavailable as exc:
             self._failed(self._writes, exc)
             breaker.failed(str(exc))
@@ -124,6 +142,27 @@ class GuardedCache:
         breaker.succeeded()
         self._writes.add(self._monotonic(), False)
         return True
+
+    async def purge_sequence(self) -> int | None:
+        """The number of the latest purge by record (``CacheBackend.purge_sequence``),
+        for a backend that purges by record; None when there is none or the cache
+        cannot be used now. The first step of a store: a failure counts as a failed
+        write, and a success proves only that the store answers (the write that
+        follows is what counts; a half-open circuit closes on probation)."""
+        backend = self.backend
+        if not backend.capabilities.purges_records or not self.breaker.allow():
+            return None
+        try:
+            number = await backend.purge_sequence()
+        except CacheUnavailable as exc:
+            self._failed(self._writes, exc)
+            self.breaker.failed(str(exc))
+            return None
+        except asyncio.CancelledError:
+            self.breaker.abandoned()
+            raise
+        self.breaker.succeeded(conclusive=False)
+        return number
 
     async def remove(self, key: CacheKey) -> bool:
         """Remove the entry under ``key`` for every instance (CacheBackend.remove);

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from gateway.cache.backend import IN_PROCESS, NOTHING, Purged, QuietBackend
+from gateway.cache.backend import (
+    IN_PROCESS,
+    NOTHING,
+    RECORD_PURGE_MARK_S,
+    Purged,
+    QuietBackend,
+    RecordsPurged,
+)
 from gateway.cache.clock import Clock
 from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
 
@@ -18,12 +27,18 @@ from gateway.cache.entry import CacheEntry, CacheKey, Generations, Lookup
 ENTRY_OVERHEAD_BYTES = 2048
 
 
+# What one record an entry holds is charged against the bound besides its reference:
+# its place in the entry's list and in the record's set of holders.
+HOLDING_OVERHEAD_BYTES = 160
+
+
 @dataclass(slots=True)
 class _Slot:
     entry: CacheEntry
     expires_at: float
     size: int
     route: str
+    held: tuple[str, ...] = ()
 
 
 class MemoryBackend(QuietBackend):
@@ -40,6 +55,12 @@ class MemoryBackend(QuietBackend):
         self._everything = 0
         self._routes: dict[str, int] = {}
         self._generations: dict[str, Generations] = {}
+        # the entries (their keys' texts) that hold each record; the number and time
+        # of each record's last purge (forgotten after RECORD_PURGE_MARK_S), and of the
+        # latest of them all
+        self._holders: dict[str, set[str]] = {}
+        self._record_purges: dict[str, tuple[int, float]] = {}
+        self._purges = 0
 
     @staticmethod
     def new_secret() -> bytes:
@@ -138,7 +159,62 @@ class MemoryBackend(QuietBackend):
         if slot is None:
             return False
         self._bytes -= slot.size
+        for ref in slot.held:
+            holders = self._holders.get(ref)
+            if holders is not None:
+                holders.discard(text)
+                if not holders:
+                    del self._holders[ref]
         return True
+
+    async def set_holding(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+    ) -> bool:
+        purges = self._record_purges
+        if any(purges.get(ref, (0, 0.0))[0] > since for ref in held):
+            self.drop(key.text)
+            return False
+        self.put(key.text, entry, lifetime_s, route=key.route)
+        slot = self._slots.get(key.text)
+        if slot is None or not held:
+            return True  # larger than the whole bound: not kept
+        slot.held = tuple(held)
+        added = sum(len(ref) + HOLDING_OVERHEAD_BYTES for ref in slot.held)
+        slot.size += added
+        self._bytes += added
+        for ref in slot.held:
+            self._holders.setdefault(ref, set()).add(key.text)
+        while self._bytes > self._max_bytes:
+            self.drop(next(iter(self._slots)))
+        return True
+
+    async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:
+        now = self._clock()
+        purges = self._record_purges
+        for ref, (_, when) in list(purges.items()):
+            if when < now - RECORD_PURGE_MARK_S:
+                del purges[ref]
+        self._purges += 1
+        texts: dict[str, None] = {}
+        for ref in refs:
+            purges[ref] = (self._purges, now)
+            texts.update(dict.fromkeys(self._holders.get(ref, ())))
+        keys = []
+        for text in texts:
+            slot = self._slots[text]
+            keys.append(CacheKey(slot.route, text))
+            if not soft:
+                self.drop(text)
+            elif slot.entry.is_fresh(now):
+                # stale from now on: its stale windows begin now, and its slot's end
+                # (when the store forgets it) stays
+                slot.entry = replace(slot.entry, ttl_s=math.floor(slot.entry.age(now)))
+        return RecordsPurged(tuple(keys))
 
     def drop_route(self, route: str) -> None:
         """Drop every entry of ``route`` (a scan: for purges, never on the request path)."""
@@ -147,6 +223,7 @@ class MemoryBackend(QuietBackend):
 
     def clear(self) -> None:
         self._slots.clear()
+        self._holders.clear()
         self._bytes = 0
 
     async def purge(self, route: str | None) -> Purged:
@@ -157,6 +234,9 @@ class MemoryBackend(QuietBackend):
             self._routes[route] = self._routes.get(route, 0) + 1
         self._generations.clear()
         return Purged()
+
+    async def purge_sequence(self) -> int:
+        return self._purges
 
     async def close(self) -> None:
         self.clear()
@@ -173,6 +253,19 @@ class NullBackend(QuietBackend):
 
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         return None
+
+    async def set_holding(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+    ) -> bool:
+        return True
+
+    async def purge_sequence(self) -> int:
+        return 0
 
     async def purge(self, route: str | None) -> Purged:
         return Purged()

@@ -25,6 +25,8 @@ Consistency it promises (docs/near-cache.md):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gateway.cache.clock import Clock
 from gateway.cache.entry import CacheEntry, CacheKey, Generations
 from gateway.cache.memory import MemoryBackend
@@ -53,6 +55,44 @@ def parse_removal(data: bytes) -> CacheKey | None:
     if not route or not text:
         return None
     return CacheKey(route.decode("utf-8", "replace"), text.decode("utf-8", "replace"))
+
+
+_MANY_KEYS = b"=="  # what begins the target of a message that names several keys
+# the most bytes of keys one message carries; more go in the messages before it
+REMOVALS_MAX_BYTES = 64 * 1024
+
+
+def removals_messages(keys: Sequence[CacheKey], purge_id: str) -> list[bytes]:
+    """``<id> ==<route> <key>\n<route> <key>...``: drop the copies of ``keys``, in as
+    many messages as their size needs; the last (and only the last) asks for the
+    confirmations of ``purge_id``, so that one confirmation says every message before
+    it was heard (a channel delivers in order). An older gateway reads each as a
+    one-key message for a key that does not exist, and confirms none."""
+    messages: list[bytes] = []
+    lines: list[bytes] = []
+    size = 0
+    for key in keys:
+        line = key.route.encode() + b" " + key.text.encode()
+        if lines and size + len(line) > REMOVALS_MAX_BYTES:
+            messages.append(b"- " + _MANY_KEYS + b"\n".join(lines))
+            lines, size = [], 0
+        lines.append(line)
+        size += len(line) + 1
+    messages.append(f"{purge_id or '-'} ".encode() + _MANY_KEYS + b"\n".join(lines))
+    return messages
+
+
+def parse_removals(data: bytes) -> tuple[str, list[CacheKey]] | None:
+    """(purge id, the keys) of a :func:`removals_messages` message; None for any other."""
+    purge_id, _, target = data.partition(b" ")
+    if not target.startswith(_MANY_KEYS):
+        return None
+    keys = []
+    for line in target[len(_MANY_KEYS) :].split(b"\n"):
+        route, _, text = line.partition(b" ")
+        if route and text:
+            keys.append(CacheKey(route.decode("utf-8", "replace"), text.decode("utf-8", "replace")))
+    return purge_id.decode("ascii", "replace"), keys
 
 
 def parse_invalidation(data: bytes) -> tuple[str, str | None]:

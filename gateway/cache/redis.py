@@ -18,14 +18,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
-from collections.abc import Awaitable, Callable, Iterator
+import struct
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
-from gateway.cache.backend import PUBLISHING, SHARED, InvalidationChannel, Purged, QuietBackend
+from gateway.cache.backend import (
+    PUBLISHING_INDEXED,
+    RECORD_PURGE_MARK_S,
+    SHARED,
+    InvalidationChannel,
+    Purged,
+    QuietBackend,
+    RecordsPurged,
+)
+from gateway.cache.clock import Clock, system_clock
 from gateway.cache.entry import (
     CacheCorrupt,
     CacheEntry,
@@ -34,7 +46,14 @@ from gateway.cache.entry import (
     Lookup,
 )
 from gateway.cache.fleet import Fleet
-from gateway.cache.keyspace import generation_key, lease_key, probe_key
+from gateway.cache.keyspace import (
+    generation_key,
+    lease_key,
+    probe_key,
+    record_key,
+    record_purged_key,
+    record_sequence_key,
+)
 from gateway.cache.topology import REDIS_ERRORS, Commands
 from gateway.errors import CacheUnavailable
 
@@ -48,6 +67,54 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+
+# Notes that an entry holds a record: its member (``<route>|<key>``, one per key)
+# scored by when the entry was stored, members stored longer ago than any entry lives
+# let go, the set kept as long as its longest-lived entry; answers the number of the
+# record's last purge (nil: none lately). KEYS: the record's set, its purge mark;
+# ARGV: member, stored at (s), the entry's life (ms), the oldest score kept (s).
+_NOTE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[4])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return redis.call('GET', KEYS[2])
+"""
+
+# The number of the latest purge by record, the next one's when ARGV[1] is '1'. A
+# counter that is missing (never made, evicted) starts from the server's time in
+# microseconds: beyond every number it gave before, since no two purges are a
+# microsecond apart.
+_SEQUENCE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[1], t[1] .. string.format('%06d', tonumber(t[2])))
+end
+if ARGV[1] == '1' then return redis.call('INCR', KEYS[1]) end
+return tonumber(redis.call('GET', KEYS[1]))
+"""
+
+# Marks a record purged by the purge numbered ARGV[1] (unless a later one marked it)
+# and takes the members of the entries that hold it, with their scores (hard: the set
+# goes; soft: the set stays, the entries still hold the record). KEYS: the record's
+# set, its purge mark; ARGV: the purge's number, the mark's life (ms), soft.
+_PURGE_RECORD = """
+local marked = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) > marked then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
+local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+if ARGV[3] == '0' then redis.call('DEL', KEYS[1]) end
+return members
+"""
+
+# Removes an entry (ARGV[2] empty) or gives it a new TTL (ARGV[2], 4 bytes), only if it
+# is still the one stored at ARGV[1] (8 bytes, as its header has it).
+_ENTRY_IF_STORED_AT = """
+if redis.call('GETRANGE', KEYS[1], 4, 11) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end
+redis.call('SETRANGE', KEYS[1], 12, ARGV[2])
+return 1
+"""
 
 # a generation fits the entry's unsigned 64-bit fields; one outside (written by hand) is
 # a cache fault, never a crash of the store
@@ -131,6 +198,45 @@ class ReadBatch:
                 await task
 
 
+# the fields of an entry's header that a purge by record reads and writes in Redis:
+# when it was stored (bytes 4 to 11) and its TTL (12 to 15), as CacheEntry packs them
+_STORED_AT = struct.Struct("!d")
+_TTL = struct.Struct("!I")
+
+
+# members stored longer ago than this are let go: no entry lives longer
+# (cache.ttl_s is at most a day, cache.stale_if_error_s at most a week)
+LONGEST_LIFETIME_S = 8 * 86_400
+
+
+def holder_member(key: CacheKey) -> str:
+    """A record set's member for the entry under ``key``: ``<route>|<key>``."""
+    return f"{key.route}|{key.text}"
+
+
+def parse_holder_member(member: bytes | str) -> CacheKey | None:
+    """The key a :func:`holder_member` names; None for anything else."""
+    text = member.decode("utf-8", "replace") if isinstance(member, bytes) else member
+    route, _, key = text.partition("|")
+    if not route or not key:
+        return None
+    return CacheKey(route, key)
+
+
+def _purged_after(marks: list[Any], since: int) -> bool:
+    """Whether one of the purge marks read (purge numbers, or None) is later than
+    ``since``; a mark that is not a number counts as one."""
+    for mark in marks:
+        if mark is None:
+            continue
+        try:
+            if int(mark) > since:
+                return True
+        except ValueError:
+            return True
+    return False
+
+
 def new_generation() -> int:
     """A random generation, never 0 (0 is what an entry stored without a cache has)."""
     return secrets.randbits(63) | 1
@@ -148,12 +254,17 @@ class RedisBackend(QuietBackend):
         prefix: str,
         timeout_s: float,
         invalidations: InvalidationChannel | None = None,
+        clock: Clock = system_clock,
     ) -> None:
         """``invalidations``: the topology's pub/sub (``gateway.cache.pubsub``); without
-        it, the backend does not publish invalidations."""
+        it, the backend does not publish invalidations. ``clock``: the wall time that
+        purges by record are marked with and that entries are stored at."""
         self._client = client
         self._invalidations = invalidations
-        self.capabilities = SHARED if invalidations is None else PUBLISHING
+        self._clock = clock
+        self.capabilities = (
+            replace(SHARED, purges_records=True) if invalidations is None else PUBLISHING_INDEXED
+        )
         self._cluster = isinstance(client, RedisCluster)
         self._prefix = prefix
         self._timeout_s = timeout_s
@@ -225,6 +336,109 @@ class RedisBackend(QuietBackend):
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         milliseconds = max(1, int(lifetime_s * 1000))
         await self._call("SET", lambda: self._client.set(key.text, entry.encode(), px=milliseconds))
+
+    async def set_holding(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+    ) -> bool:
+        """Each record's set gains the entry and says the number of the record's last
+        purge (one script per record, sent together); unless one is later than
+        ``since``, the entry is stored, and the marks are read again: a purge whose
+        mark appeared in between took its holders before the entry was there, so the
+        entry is removed again (a purge after that finds it through the sets)."""
+        if not held:
+            await self.set(key, entry, lifetime_s)
+            return True
+        member = holder_member(key)
+        stored_at = repr(entry.stored_at)
+        life_ms = max(1, int(lifetime_s * 1000))
+        oldest = repr(self._clock() - LONGEST_LIFETIME_S)
+
+        async def note() -> list[Any]:
+            pipeline = self._client.pipeline(transaction=False)
+            for ref in held:
+                keys = (record_key(self._prefix, ref), record_purged_key(self._prefix, ref))
+                pipeline.eval(_NOTE, 2, *keys, member, stored_at, life_ms, oldest)
+            return await pipeline.execute()
+
+        async def marks() -> list[Any]:
+            pipeline = self._client.pipeline(transaction=False)
+            for ref in held:
+                pipeline.get(record_purged_key(self._prefix, ref))
+            return await pipeline.execute()
+
+        if _purged_after(await self._call("EVAL", note), since):
+            return False
+        await self.set(key, entry, lifetime_s)
+        try:
+            purged = _purged_after(await self._call("GET", marks), since)
+        except CacheUnavailable:
+            purged = True  # unknown: as if purged
+        if not purged:
+            return True
+        await self._call(
+            "EVAL",
+            lambda: self._client.eval(
+                _ENTRY_IF_STORED_AT, 1, key.text, _STORED_AT.pack(entry.stored_at), b""
+            ),
+        )
+        return False
+
+    async def purge_sequence(self) -> int:
+        return await self._sequence(next_one=False)
+
+    async def _sequence(self, *, next_one: bool) -> int:
+        key = record_sequence_key(self._prefix)
+        value = await self._call(
+            "EVAL", lambda: self._client.eval(_SEQUENCE, 1, key, "1" if next_one else "0")
+        )
+        try:
+            return int(value)
+        except (TypeError, ValueError) as exc:
+            raise CacheUnavailable(f"redis EVAL: the purge number is not a number: {exc}") from exc
+
+    async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:
+        """The purge numbered, each record marked purged by it and its holders taken
+        (one script per record, sent together), then each holder removed or, soft,
+        made stale (one script per entry, only if it is still the entry that was
+        noted, sent together)."""
+        now = self._clock()
+        mark_ms = int(RECORD_PURGE_MARK_S * 1000)
+        number = await self._sequence(next_one=True)
+
+        async def take() -> list[Any]:
+            pipeline = self._client.pipeline(transaction=False)
+            for ref in refs:
+                keys = (record_key(self._prefix, ref), record_purged_key(self._prefix, ref))
+                pipeline.eval(_PURGE_RECORD, 2, *keys, number, mark_ms, int(soft))
+            return await pipeline.execute()
+
+        # each entry as it was last noted: a key noted in several sets at different
+        # times holds now what it was last noted with
+        holders: dict[CacheKey, float] = {}
+        for members in await self._call("EVAL", take):
+            for member, score in zip(members[::2], members[1::2], strict=True):
+                key = parse_holder_member(member)
+                if key is not None:
+                    holders[key] = max(float(score), holders.get(key, -math.inf))
+        if not holders:
+            return RecordsPurged()
+        keys = list(holders)
+
+        async def touch() -> list[Any]:
+            pipeline = self._client.pipeline(transaction=False)
+            for key in keys:
+                stored_at = holders[key]
+                ttl = _TTL.pack(max(0, math.floor(now - stored_at))) if soft else b""
+                pipeline.eval(_ENTRY_IF_STORED_AT, 1, key.text, _STORED_AT.pack(stored_at), ttl)
+            return await pipeline.execute()
+
+        done = await self._call("EVAL", touch)
+        return RecordsPurged(tuple(key for key, result in zip(keys, done, strict=True) if result))
 
     async def purge(self, route: str | None) -> Purged:
         """A new random generation: every entry stored before is a miss from now on.

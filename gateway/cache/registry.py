@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from gateway.cache.backend import (
     IN_PROCESS,
     NOTHING,
-    PUBLISHING,
+    PUBLISHING_INDEXED,
     CacheBackend,
     Capabilities,
 )
@@ -94,6 +94,7 @@ def _redis(settings: CacheSettings, prefix: str, clock: Clock) -> CacheBackend:
         prefix=prefix,
         timeout_s=settings.redis_timeout_ms / 1000,
         invalidations=RedisChannel(topology),
+        clock=clock,
     )
 
 
@@ -101,7 +102,7 @@ def default_registry() -> BackendRegistry:
     """The backends this gateway ships: ``memory``, ``redis`` (Redis standalone,
     Sentinel or Cluster, with the near cache in front) and ``none``."""
     registry = BackendRegistry()
-    registry.register("redis", PUBLISHING, _redis)
+    registry.register("redis", PUBLISHING_INDEXED, _redis)
     registry.register("memory", IN_PROCESS, _memory)
     registry.register("none", NOTHING, _nothing)
     return registry

@@ -14,11 +14,18 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gateway.cache.backend import CacheBackend, Heard, InvalidationChannel, Publishing, Purged
+from gateway.cache.backend import (
+    CacheBackend,
+    Heard,
+    InvalidationChannel,
+    Publishing,
+    Purged,
+    RecordsPurged,
+)
 from gateway.cache.entry import CacheEntry, CacheKey, Lookup
 from gateway.cache.keyspace import ack_channel, invalidation_channel
 from gateway.cache.near import (
@@ -26,7 +33,9 @@ from gateway.cache.near import (
     invalidation_message,
     parse_invalidation,
     parse_removal,
+    parse_removals,
     removal_message,
+    removals_messages,
 )
 from gateway.cache.tasks import stop
 from gateway.errors import CacheUnavailable
@@ -143,6 +152,74 @@ class TieredBackend:
             self._in_background(self._retry_purge(route, purged=True))
             raise
 
+    async def set_holding(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+    ) -> bool:
+        stored = await self._far.set_holding(key, entry, lifetime_s, held, since)
+        if stored:
+            self.near.put(key, entry)
+        else:
+            # it may have been in the store for a moment, and copied near by a read
+            self.near.remove(key)
+            with contextlib.suppress(CacheUnavailable, TimeoutError):
+                async with asyncio.timeout(CONFIRM_WAIT_S):
+                    await self._invalidations.publish(self._channel, removal_message(key))
+        return stored
+
+    async def purge_sequence(self) -> int:
+        return await self._far.purge_sequence()
+
+    async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:
+        """The purge in the shared backend, then every subscribed process told to drop
+        its copies of the entries it reached, and waited for (as :meth:`purge`). When
+        the backend does not answer, this process drops all its copies (it cannot know
+        which hold the records), the purge is retried in the background for
+        PURGE_RETRY_S, and CacheUnavailable is raised: its outcome is unknown."""
+        try:
+            purged = await self._far.purge_records(refs, soft=soft)
+        except CacheUnavailable:
+            self.near.invalidate(None)
+            self._in_background(self._retry_records(refs, soft=soft, keys=None))
+            raise
+        for key in purged.keys:
+            self.near.remove(key)
+        try:
+            told = await self._confirmed(lambda purge_id: removals_messages(purged.keys, purge_id))
+        except CacheUnavailable:
+            self._in_background(self._retry_records(refs, soft=soft, keys=purged.keys))
+            raise
+        return RecordsPurged(purged.keys, told.told, told.confirmed)
+
+    async def _retry_records(
+        self, refs: Sequence[str], *, soft: bool, keys: tuple[CacheKey, ...] | None
+    ) -> None:
+        """Purge by record (unless ``keys`` says it was done, and what it reached) and
+        publish the removals, until both are done or PURGE_RETRY_S has passed."""
+        deadline = time.monotonic() + PURGE_RETRY_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(_RETRY_S)
+            try:
+                if keys is None:
+                    keys = (await self._far.purge_records(refs, soft=soft)).keys
+                for message in removals_messages(keys, ""):
+                    await self._publish(self._channel, message)
+            except CacheUnavailable:
+                continue
+            log.info(
+                "purge by record done on a retry",
+                extra={"event": "cache_purge", "purged_records": list(refs), "retried": True},
+            )
+            return
+        log.error(
+            "purge by record given up: the shared backend did not confirm it; purge again",
+            extra={"event": "cache_purge", "purged_records": list(refs), "retried": True},
+        )
+
     async def remove(self, key: CacheKey) -> bool:
         """Drop this process's copy, remove the shared entry, and when there was one,
         tell every instance to drop its copy (not waited for: a copy that the message
@@ -170,14 +247,19 @@ class TieredBackend:
             raise CacheUnavailable(f"{self.name} PUBLISH: TimeoutError: {exc}") from exc
 
     async def _tell(self, route: str | None, *, confirm: bool) -> Purged:
-        purge_id = secrets.token_hex(8) if confirm else ""
+        if not confirm:
+            return Purged(await self._publish(self._channel, invalidation_message(route)), None)
+        return await self._confirmed(lambda purge_id: [invalidation_message(route, purge_id)])
+
+    async def _confirmed(self, messages: Callable[[str], list[bytes]]) -> Purged:
+        """Publish ``messages(purge id)`` in order, the last asking every process to
+        confirm; wait for the confirmations (up to CONFIRM_WAIT_S)."""
+        purge_id = secrets.token_hex(8)
         confirmations = _Confirmations()
-        if confirm:
-            self._pending[purge_id] = confirmations
+        self._pending[purge_id] = confirmations
         try:
-            told = await self._publish(self._channel, invalidation_message(route, purge_id))
-            if not confirm:
-                return Purged(told, None)
+            for message in messages(purge_id):
+                told = await self._publish(self._channel, message)
             confirmations.expect(told)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CONFIRM_WAIT_S):
@@ -274,6 +356,14 @@ class TieredBackend:
             confirmations = self._pending.get(data.decode("ascii", "replace"))
             if confirmations is not None:
                 confirmations.add()
+            return
+        many = parse_removals(data)
+        if many is not None:
+            purge_id, keys = many
+            for key in keys:
+                self.near.remove(key)
+            if purge_id != "-":
+                self._in_background(self._confirm(purge_id))
             return
         removed = parse_removal(data)
         if removed is not None:

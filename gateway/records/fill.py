@@ -257,6 +257,9 @@ class Filler:
                 query, authorization=credentials.authorization, request_id=request_id
             )
 
+        cache = self._cache
+        # what a purge by record after this point must not miss (read before asking)
+        since = None if cache is None or generations is None else await cache.purge_sequence()
         try:
             fetched = await ask()
         except UpstreamRejected as exc:
@@ -264,7 +267,12 @@ class Filler:
             self._offer(job, exc.upstream_status or 0, None, ask)
             raise
         started = time.perf_counter()
-        body = self._normaliser.normalise(query, fetched.body)
+        stores = generations is not None and self._cache is not None and ttl > 0
+        held: dict[str, str] | None = None
+        if stores:
+            body, held = self._normaliser.normalise_held(query, fetched.body)
+        else:
+            body = self._normaliser.normalise(query, fetched.body)
         etag = etag_of(body)
         metrics = self._metrics
         if metrics is not None:
@@ -272,7 +280,6 @@ class Filler:
             if replaced is not None:
                 age = replaced.age(self._clock())
                 metrics.refreshed(query.route.name, replaced.etag != etag, age)
-        stores = generations is not None and self._cache is not None and ttl > 0
         coded, coding = stored_body(body) if stores or compress else (body, IDENTITY)
         entry = CacheEntry(
             body=coded,
@@ -284,7 +291,9 @@ class Filler:
         )
         stored = False
         if stores and self._cache is not None:
-            stored = await self._cache.set(key, entry, self.policy.lifetime_s(ttl))
+            stored = await self._cache.set(
+                key, entry, self.policy.lifetime_s(ttl), held=held, since=since
+            )
         # once stored: a comparison is not begun before what its caller waits for is done
         self._offer(job, fetched.status, fetched.body, ask, published=body)
         return Filled(entry, stored, plain=body)

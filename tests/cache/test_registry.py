@@ -11,7 +11,14 @@ from aiohttp.test_utils import TestServer
 from pydantic import ValidationError
 from pytest_aiohttp import AiohttpClient
 
-from gateway.cache.backend import IN_PROCESS, NOTHING, PUBLISHING, SHARED, CacheBackend
+from gateway.cache.backend import (
+    IN_PROCESS,
+    NOTHING,
+    PUBLISHING,
+    PUBLISHING_INDEXED,
+    SHARED,
+    CacheBackend,
+)
 from gateway.cache.clock import Clock
 from gateway.cache.memory import MemoryBackend, NullBackend
 from gateway.cache.registry import BackendRegistry, default_registry
@@ -44,7 +51,7 @@ async def test_each_shipped_backend_declares_what_it_can_do(redis_url: str) -> N
     for name, backend in made.items():
         assert backend.capabilities == registry.capabilities(name)
     assert registry.capabilities("memory") == IN_PROCESS
-    assert registry.capabilities("redis") == PUBLISHING
+    assert registry.capabilities("redis") == PUBLISHING_INDEXED
     assert registry.capabilities("none") == NOTHING
     for backend in made.values():
         await backend.close()

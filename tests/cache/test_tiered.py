@@ -9,13 +9,13 @@ gateways share, and a publish-subscribe hub between them. Nothing of Redis is us
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient
 
-from gateway.cache.backend import PUBLISHING, Heard, Purged, QuietBackend
+from gateway.cache.backend import PUBLISHING_INDEXED, Heard, Purged, QuietBackend, RecordsPurged
 from gateway.cache.clock import Clock, system_clock
 from gateway.cache.entry import CacheEntry, CacheKey, Lookup
 from gateway.cache.memory import MemoryBackend
@@ -93,7 +93,7 @@ class SharedStore(QuietBackend):
     """A backend shared by every gateway of the test: one store, one hub."""
 
     name = "shared-store"
-    capabilities = PUBLISHING
+    capabilities = PUBLISHING_INDEXED
 
     def __init__(self, store: MemoryBackend, hub: Hub) -> None:
         self.store = store
@@ -109,8 +109,24 @@ class SharedStore(QuietBackend):
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
         await self.store.set(key, entry, lifetime_s)
 
+    async def set_holding(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+    ) -> bool:
+        return await self.store.set_holding(key, entry, lifetime_s, held, since)
+
+    async def purge_sequence(self) -> int:
+        return await self.store.purge_sequence()
+
     async def purge(self, route: str | None) -> Purged:
         return await self.store.purge(route)
+
+    async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:
+        return await self.store.purge_records(refs, soft=soft)
 
     async def remove(self, key: CacheKey) -> bool:
         return await self.store.remove(key)
@@ -142,7 +158,7 @@ async def gateways_on(
 
     registry = BackendRegistry()
     # the one registration; "redis" because it is a name the settings take
-    registry.register("redis", PUBLISHING, make)
+    registry.register("redis", PUBLISHING_INDEXED, make)
     gateways = []
     for _ in range(count):
         settings = make_settings(

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis.asyncio as redis
 import trustme
@@ -139,6 +140,61 @@ async def test_cluster_fleet_makes_one_upstream_call_per_cold_key_and_purges_eve
     assert response.status == 200
     assert (await response.json())["instances"] == {"told": 3, "confirmed": 3}
     assert [len(near_of(client)) for client in clients] == [0, 0, 0]
+
+
+async def record_purge_across_slots(clients: list[Client], upstream_log: RequestLog) -> None:
+    """Entries of many keys (spread over the cluster's slots, or not) that hold one
+    account, purged by that record from the last instance: every one of them goes,
+    on every instance, and no other."""
+    first = clients[0]
+    status, body, _ = await fetch(first, "/expenses?limit=1")
+    assert status == 200
+    expense = orjson.loads(body)["data"][0]
+    account = expense["account"]["id"]
+    paths = [f"/expenses?page={page}&limit=2" for page in range(1, 31)]
+    holding = set()
+    for path in paths:
+        status, body, x_cache = await fetch(first, path)
+        assert (status, x_cache) == (200, "MISS")
+        if any(item["account"]["id"] == account for item in orjson.loads(body)["data"]):
+            holding.add(path)
+    assert 0 < len(holding) < len(paths)
+    for client in clients[1:]:
+        for path in paths:
+            assert (await fetch(client, path))[2] == "HIT"
+    before = len(upstream_log)
+
+    response = await clients[-1].delete(f"/admin/cache?record=account:{account}", headers=ADMIN)
+    assert response.status == 200
+    answer = await response.json()
+    # the first page of one item is among them: the expense's own page
+    assert answer["entries"] == len(holding) + 1
+    assert answer["instances"] == {"told": len(clients), "confirmed": len(clients)}
+    for client in clients:
+        for path in paths:
+            expected = "MISS" if path in holding and client is first else "HIT"
+            assert (await fetch(client, path))[2] == expected, path
+    assert len(upstream_log) - before == len(holding)
+
+
+async def test_cluster_purges_a_record_whatever_slot_its_entries_live_in(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_cluster_nodes: list[str],
+) -> None:
+    clients = await instances(gateway_factory, upstream, cluster_cache(redis_cluster_nodes), 2)
+    await record_purge_across_slots(clients, upstream_log)
+
+
+async def test_sentinel_mode_purges_by_record(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_sentinel: SentinelSet,
+) -> None:
+    clients = await instances(gateway_factory, upstream, sentinel_cache(redis_sentinel), 2)
+    await record_purge_across_slots(clients, upstream_log)
 
 
 async def test_cluster_readiness_is_ok(

@@ -1,0 +1,236 @@
+"""Purge by record at the backends' seam (docs/purging.md): what each entry holds is
+noted as it is stored, a purge removes or marks stale every entry that holds a record
+and no other, and a fill that began before a purge is not kept."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as redis
+
+from gateway.cache.backend import CacheBackend
+from gateway.cache.entry import CacheEntry, CacheKey, etag_of
+from gateway.cache.keyspace import record_key, record_sequence_key
+from gateway.cache.memory import HOLDING_OVERHEAD_BYTES, MemoryBackend
+from gateway.cache.redis import LONGEST_LIFETIME_S, RedisBackend
+from gateway.config.settings import CacheSettings
+from gateway.routing.routes import MAX_TTL_S
+
+from ..conftest import FakeClock
+
+PREFIX = "rg:test"
+EXPENSE = "expense:0c6f8d3e-1111-4000-8000-000000000001"
+OTHER = "expense:0c6f8d3e-1111-4000-8000-000000000002"
+ACCOUNT = "account:Main account"
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(
+    request: pytest.FixtureRequest, clock: FakeClock, redis_url: str
+) -> AsyncIterator[CacheBackend]:
+    made: Any
+    if request.param == "memory":
+        made = MemoryBackend(max_bytes=1 << 20, clock=clock)
+    else:
+        made = RedisBackend(
+            redis.Redis.from_url(redis_url), prefix=PREFIX, timeout_s=1.0, clock=clock
+        )
+    yield made
+    await made.close()
+
+
+async def holders(client: redis.Redis, index: str) -> list[bytes]:
+    """The keys of the entries a record's set names, sorted."""
+    members: list[bytes] = await client.zrange(index, 0, -1)  # type: ignore[assignment]
+    return sorted(member.split(b"|", 1)[1] for member in members)
+
+
+def k(route: str, text: str) -> CacheKey:
+    return CacheKey(route, f"{PREFIX}:e:{route}|{text}")
+
+
+async def entry(store: CacheBackend, key: CacheKey, at: float) -> CacheEntry:
+    """An entry to store under ``key`` at ``at``, under the purge generations the store
+    has now (a first read makes them)."""
+    body = b'{"data":[]}'
+    generations = (await store.get(key)).generations
+    return CacheEntry(
+        body=body, etag=etag_of(body), stored_at=at, ttl_s=30, generations=generations
+    )
+
+
+PAGE = k("expenses", "page=1|alice")
+DETAIL = k("expense", "0c6f8d3e|bob")
+SECOND_PAGE = k("expenses", "page=2|alice")
+
+
+async def stored(store: CacheBackend, key: CacheKey) -> CacheEntry | None:
+    return (await store.get(key)).entry
+
+
+async def fill(store: CacheBackend, clock: FakeClock, key: CacheKey, *held: str) -> None:
+    since = await store.purge_sequence()
+    kept = await store.set_holding(
+        key, await entry(store, key, clock()), 60, dict.fromkeys(held, "v1"), since
+    )
+    assert kept
+
+
+async def test_a_purge_by_record_removes_every_entry_that_holds_it_and_no_other(
+    store: CacheBackend, clock: FakeClock
+) -> None:
+    await fill(store, clock, PAGE, EXPENSE, ACCOUNT)
+    await fill(store, clock, DETAIL, EXPENSE)
+    await fill(store, clock, SECOND_PAGE, OTHER, ACCOUNT)
+
+    purged = await store.purge_records([EXPENSE], soft=False)
+    assert sorted(purged.keys) == sorted([PAGE, DETAIL])
+    assert await stored(store, PAGE) is None
+    assert await stored(store, DETAIL) is None
+    assert await stored(store, SECOND_PAGE) is not None
+
+    # the account's other holder; the page that held it too is gone already
+    assert (await store.purge_records([ACCOUNT], soft=False)).keys == (SECOND_PAGE,)
+    assert await stored(store, SECOND_PAGE) is None
+    assert (await store.purge_records([EXPENSE, ACCOUNT], soft=False)).keys == ()
+
+
+async def test_one_purge_names_several_records_and_counts_each_entry_once(
+    store: CacheBackend, clock: FakeClock
+) -> None:
+    await fill(store, clock, PAGE, EXPENSE, ACCOUNT)
+    await fill(store, clock, SECOND_PAGE, OTHER)
+    purged = await store.purge_records([EXPENSE, ACCOUNT, OTHER], soft=False)
+    assert sorted(purged.keys) == sorted([PAGE, SECOND_PAGE])
+
+
+async def test_a_soft_purge_by_record_leaves_its_entries_stale(
+    store: CacheBackend, clock: FakeClock
+) -> None:
+    await fill(store, clock, PAGE, EXPENSE)
+    await fill(store, clock, SECOND_PAGE, OTHER)
+    kept = await stored(store, PAGE)
+    clock.advance(10.5)
+
+    assert (await store.purge_records([EXPENSE], soft=True)).keys == (PAGE,)
+    stale = await stored(store, PAGE)
+    assert stale is not None
+    assert (stale.body, stale.etag, stale.stored_at) == (kept.body, kept.etag, kept.stored_at)  # type: ignore[union-attr]
+    assert not stale.is_fresh(clock())
+    assert stale.ttl_s == 10  # stale from now: its stale windows begin now
+    fresh = await stored(store, SECOND_PAGE)
+    assert fresh is not None
+    assert fresh.is_fresh(clock())
+    # a hard purge after it still finds the entry
+    assert (await store.purge_records([EXPENSE], soft=False)).keys == (PAGE,)
+    assert await stored(store, PAGE) is None
+
+
+async def test_a_fill_that_began_before_a_purge_of_its_record_is_not_kept(
+    store: CacheBackend, clock: FakeClock
+) -> None:
+    since = await store.purge_sequence()  # the fill asks the upstream
+    assert (await store.purge_records([EXPENSE], soft=False)).keys == ()  # meanwhile
+    assert not await store.set_holding(
+        PAGE, await entry(store, PAGE, clock()), 60, {EXPENSE: "v0"}, since
+    )
+    assert await stored(store, PAGE) is None
+    # one that holds none of the purged records is kept
+    assert await store.set_holding(
+        DETAIL, await entry(store, DETAIL, clock()), 60, {OTHER: "v1"}, since
+    )
+    # and so is one that asked the upstream after the purge, at once
+    after = await store.purge_sequence()
+    assert after > since
+    assert await store.set_holding(
+        PAGE, await entry(store, PAGE, clock()), 60, {EXPENSE: "v1"}, after
+    )
+    assert await stored(store, PAGE) is not None
+    # purges of other records leave it alone
+    assert (await store.purge_records([OTHER], soft=False)).keys == (DETAIL,)
+    assert await store.set_holding(
+        SECOND_PAGE, await entry(store, SECOND_PAGE, clock()), 60, {EXPENSE: "v1"}, after
+    )
+
+
+async def test_the_purge_number_of_redis_outlives_its_counter(
+    clock: FakeClock, redis_url: str
+) -> None:
+    """A counter evicted or deleted starts again at or beyond every number it gave: a
+    fill that reads it after is never taken for one that began before an earlier
+    purge, and a purge after it is numbered after that fill's number."""
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBackend(client, prefix=PREFIX, timeout_s=1.0, clock=clock)
+    for _ in range(3):
+        await store.purge_records([EXPENSE], soft=False)
+    before = await store.purge_sequence()
+    await client.delete(record_sequence_key(PREFIX))
+    since = await store.purge_sequence()
+    assert since >= before
+    assert await store.set_holding(
+        PAGE, await entry(store, PAGE, clock()), 60, {EXPENSE: "v1"}, since
+    )
+    await store.purge_records([EXPENSE], soft=False)
+    assert not await store.set_holding(
+        PAGE, await entry(store, PAGE, clock()), 60, {EXPENSE: "v1"}, since
+    )
+    await store.close()
+
+
+async def test_an_entry_stored_again_without_a_record_is_not_purged_for_it(
+    store: CacheBackend, clock: FakeClock
+) -> None:
+    await fill(store, clock, PAGE, EXPENSE)
+    clock.advance(1)
+    await fill(store, clock, PAGE, OTHER)  # the page no longer holds the expense
+    assert (await store.purge_records([EXPENSE], soft=False)).keys == ()
+    assert await stored(store, PAGE) is not None
+    assert (await store.purge_records([OTHER], soft=False)).keys == (PAGE,)
+
+
+async def test_the_redis_index_of_a_record_expires_with_its_entries(
+    clock: FakeClock, redis_url: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBackend(client, prefix=PREFIX, timeout_s=1.0, clock=clock)
+    await fill(store, clock, PAGE, EXPENSE)
+    index = record_key(PREFIX, EXPENSE)
+    assert 59_000 < await client.pttl(index) <= 60_000
+    await store.set_holding(DETAIL, await entry(store, DETAIL, clock()), 3600, {EXPENSE: "v1"}, 0)
+    assert 3_599_000 < await client.pttl(index) <= 3_600_000  # as long as its longest
+    assert await holders(client, index) == sorted([PAGE.text.encode(), DETAIL.text.encode()])
+    # an entry stored again is one member still, scored by when it was stored
+    clock.advance(30)
+    await fill(store, clock, PAGE, EXPENSE)
+    assert await holders(client, index) == sorted([PAGE.text.encode(), DETAIL.text.encode()])
+    assert await client.zscore(index, f"{PAGE.route}|{PAGE.text}") == clock()
+    # members stored longer ago than any entry lives are let go as others are noted
+    clock.advance(LONGEST_LIFETIME_S - 10)
+    await fill(store, clock, SECOND_PAGE, EXPENSE)
+    assert await holders(client, index) == sorted([PAGE.text.encode(), SECOND_PAGE.text.encode()])
+    await store.close()
+
+
+def test_no_entry_lives_longer_than_the_index_keeps_its_members() -> None:
+    longest = max(
+        CacheSettings.model_fields[name].metadata[-1].le
+        for name in ("stale_while_revalidate_s", "stale_if_error_s")
+    )
+    assert MAX_TTL_S + longest <= LONGEST_LIFETIME_S
+
+
+async def test_the_memory_index_counts_against_the_bound_and_leaves_with_its_entry(
+    clock: FakeClock,
+) -> None:
+    store = MemoryBackend(max_bytes=1 << 20, clock=clock)
+    await store.set(PAGE, await entry(store, PAGE, clock()), 60)
+    plain = store.size_bytes
+    await store.remove(PAGE)
+    await fill(store, clock, PAGE, EXPENSE, ACCOUNT)
+    held = len(EXPENSE) + len(ACCOUNT) + 2 * HOLDING_OVERHEAD_BYTES
+    assert store.size_bytes == plain + held
+    await store.remove(PAGE)
+    assert store.size_bytes == 0
+    assert (await store.purge_records([EXPENSE], soft=False)).keys == ()
