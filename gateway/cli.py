@@ -148,6 +148,31 @@ def _parser() -> argparse.ArgumentParser:
     _config_option(ttl)
     ttl.add_argument("--json", action="store_true", help="print the advice as JSON")
 
+    purge = commands.add_parser(
+        "purge",
+        help="purge the running gateway's cache (DELETE /admin/cache): records, a route,"
+        " or everything",
+        description="Purge the cache of the gateway the configuration describes, for every"
+        " instance that shares it. Exit 0 when the purge is in force everywhere, 1 when"
+        " the gateway says otherwise (send it again), 2 on a usage or configuration error.",
+    )
+    _config_option(purge)
+    target = purge.add_mutually_exclusive_group()
+    target.add_argument(
+        "--record",
+        action="append",
+        metavar="KIND:ID",
+        help="every entry that holds this record (expense, account, client or user); repeatable",
+    )
+    target.add_argument("--route", metavar="NAME", help="every entry of one route")
+    target.add_argument("--all", action="store_true", help="every entry")
+    purge.add_argument(
+        "--soft",
+        action="store_true",
+        help="with --record: mark the entries stale (served while refreshed) instead",
+    )
+    purge.add_argument("--json", action="store_true", help="print the answer as JSON")
+
     compare = commands.add_parser(
         "compare",
         help="send the same requests to the configured upstream (twice) and to a candidate"
@@ -261,10 +286,17 @@ async def _check_reachable(settings: UpstreamSettings) -> None:
         await _reachable(UpstreamClient(link, settings))
 
 
-async def _admin_get(settings: Settings, path: str) -> dict[str, Any]:
-    """GET ``path`` (an admin route) of the gateway the settings describe (on this
-    machine when it listens on every address), as JSON. Fails with exit 2 without an
-    admin token, with exit 1 when the gateway cannot be asked."""
+async def _admin_get(
+    settings: Settings,
+    path: str,
+    *,
+    method: str = "GET",
+    query: Sequence[tuple[str, str]] = (),
+) -> dict[str, Any]:
+    """``method`` ``path`` (an admin route) of the gateway the settings describe (on
+    this machine when it listens on every address), as JSON. Fails with exit 2 without
+    an admin token, with exit 1 when the gateway cannot be asked or answers other
+    than 200 (its problem's detail said)."""
     import aiohttp
     from yarl import URL
 
@@ -273,12 +305,12 @@ async def _admin_get(settings: Settings, path: str) -> dict[str, Any]:
         _fail("admin.token is not set, so the gateway has no admin routes", EXIT_CONFIG)
     host = settings.server.host
     host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-    url = URL.build(scheme="http", host=host, port=settings.server.port, path=path)
+    url = URL.build(scheme="http", host=host, port=settings.server.port, path=path, query=query)
     headers = {"Authorization": f"Bearer {token.get_secret_value()}"}
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
-            session.get(url, headers=headers) as response,
+            session.request(method, url, headers=headers) as response,
         ):
             status = response.status
             body = b""
@@ -340,6 +372,47 @@ def _ttl_advice(args: argparse.Namespace) -> int:
     advice = asyncio.run(_admin_get(settings, "/admin/ttl"))
     _print_report(advice, args.json, to_table)
     return 0
+
+
+def _purge(args: argparse.Namespace) -> int:
+    """The ``purge`` command: exit 2 before any request when what to purge is not
+    said or a reference is bad; exit 1 when the gateway does not answer 200 (a purge
+    whose outcome is unknown among them: send it again)."""
+    from gateway.normalise.holdings import BadReference, parse_ref
+
+    query: list[tuple[str, str]] = []
+    if args.record:
+        for text in args.record:
+            try:
+                query.append(("record", str(parse_ref(text))))
+            except BadReference as exc:
+                _fail(f"--record {text!r}: {exc}", EXIT_CONFIG)
+        if args.soft:
+            query.append(("mode", "soft"))
+    elif args.soft:
+        _fail("--soft goes with --record", EXIT_CONFIG)
+    elif args.route is not None:
+        query.append(("route", args.route))
+    elif not args.all:
+        _fail("say what to purge: --record KIND:ID, --route NAME or --all", EXIT_CONFIG)
+    settings = load_settings(args.config)
+    answer = asyncio.run(_admin_get(settings, "/admin/cache", method="DELETE", query=query))
+    _print_report(answer, args.json, _purge_text)
+    return 0
+
+
+def _purge_text(answer: dict[str, Any]) -> str:
+    """One line of what a purge reached."""
+    if answer["purged"] == "records":
+        what = f"{answer['entries']} entries holding {', '.join(answer['records'])}"
+        what += " marked stale" if answer["mode"] == "soft" else " purged"
+    else:
+        what = f"purged {answer['purged']}"
+    reached = answer.get("instances") or answer.get("workers")
+    if reached is not None:
+        kind = "instances" if "instances" in answer else "workers"
+        what += f"; {reached['confirmed']} of {reached['told']} {kind} confirmed"
+    return what
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -486,6 +559,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "shadow-report": _shadow_report,
     "ttl-advice": _ttl_advice,
     "compare": _compare,
+    "purge": _purge,
 }
 
 

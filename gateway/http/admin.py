@@ -24,6 +24,7 @@ import logging
 import orjson
 from aiohttp import web
 
+from gateway.cache.backend import Purged, RecordsPurged
 from gateway.comparison.shadow import Shadow
 from gateway.config.live import LiveConfig
 from gateway.errors import (
@@ -37,6 +38,7 @@ from gateway.http.edge import REQUEST_ID, Handler
 from gateway.http.problems import problem_response
 from gateway.http.records import RECORDS
 from gateway.http.service import METRICS
+from gateway.normalise.holdings import BadReference, parse_ref
 from gateway.ops.siblings import Reach, Siblings
 
 log = logging.getLogger("gateway.admin")
@@ -60,61 +62,157 @@ def check_admin(request: web.Request) -> None:
         raise AuthenticationRequired("the admin routes need 'Authorization: Bearer <admin.token>'")
 
 
+# the most records one purge names
+RECORDS_MAX = 100
+_PURGE_PARAMETERS = ("route", "record", "mode")
+_MODES = ("hard", "soft")
+
+
 async def purge_cache(request: web.Request) -> web.StreamResponse:
-    """DELETE /admin/cache[?route=NAME]."""
+    """DELETE /admin/cache[?route=NAME | ?record=KIND:ID...[&mode=soft]]."""
     check_admin(request)
-    unknown = [name for name in request.query if name != "route"]
-    route = request.query.get("route")
+    if "record" in request.query:
+        return await _purge_records(request)
+    route = _route_asked(request)
+    backend = request.app[UPSTREAMS].current.cache.backend
+    logged: dict[str, object] = {"event": "cache_purge", "purged_route": route or "*"}
+    try:
+        purged = await backend.purge(route)
+    except CacheUnavailable as exc:
+        return _purge_unconfirmed(request, exc, logged)
+    log.info("cache purged", extra={**logged, **purged._asdict()})
+    body: dict[str, object] = {"purged": route or "all", "backend": backend.name}
+    return await _purge_answer(request, body, purged, {"action": "purge", "route": route})
+
+
+def _route_asked(request: web.Request) -> str | None:
+    """The route a purge names (None: everything); raises InvalidParameters."""
+    query = request.query
+    route = query.get("route")
     problems = [
-        ParameterProblem(name, "unknown query parameter; allowed: route") for name in unknown
+        ParameterProblem(name, "unknown query parameter; allowed: " + ", ".join(_PURGE_PARAMETERS))
+        for name in query
+        if name not in _PURGE_PARAMETERS
     ]
-    if len(request.query.getall("route", [])) > 1:
+    if query.getall("mode", ["hard"]) != ["hard"]:
+        problems.append(ParameterProblem("mode", "a purge by route is hard; soft goes with record"))
+    if len(query.getall("route", [])) > 1:
         problems.append(ParameterProblem("route", "given more than once; purge one route"))
     names = request.app[RECORDS].routes.names()
     if route is not None and route not in names:
         problems.append(ParameterProblem("route", "must be one of " + ", ".join(names)))
     if problems:
         raise InvalidParameters(problems)
-    backend = request.app[UPSTREAMS].current.cache.backend
-    try:
-        purged = await backend.purge(route)
-    except CacheUnavailable as exc:
-        log.warning(
-            "cache purge outcome unknown; retried in the background",
-            extra={"event": "cache_purge", "purged_route": route or "*", "error": str(exc)},
-        )
-        return _purge_outcome_unknown(
-            request,
-            f"the cache did not confirm the purge ({exc}): it may have happened or not."
-            " This instance dropped its own copies and retries the purge in the"
-            " background for a few seconds; send it again to be sure",
-        )
-    log.info(
-        "cache purged",
-        extra={
-            "event": "cache_purge",
-            "purged_route": route or "*",
-            "told": purged.told,
-            "confirmed": purged.confirmed,
-        },
+    return route
+
+
+def _purge_unconfirmed(
+    request: web.Request, exc: CacheUnavailable, logged: dict[str, object]
+) -> web.StreamResponse:
+    """The 503 of a purge the cache did not confirm (retried in the background)."""
+    log.warning(
+        "cache purge outcome unknown; retried in the background",
+        extra={**logged, "error": str(exc)},
     )
-    body: dict[str, object] = {"purged": route or "all", "backend": backend.name}
-    if backend.capabilities.shared:
+    return _purge_outcome_unknown(
+        request,
+        f"the cache did not confirm the purge ({exc}): it may have happened or not."
+        " This instance dropped its own copies and retries the purge in the"
+        " background for a few seconds; send it again to be sure",
+    )
+
+
+async def _purge_answer(
+    request: web.Request,
+    body: dict[str, object],
+    purged: Purged | RecordsPurged,
+    sibling_message: dict[str, object],
+) -> web.StreamResponse:
+    """The answer of a purge done here: with a shared backend, the instances told and
+    confirmed; with one in this process, once every other worker of the instance did
+    it (``sibling_message``), or a 503 that says how many did."""
+    if request.app[UPSTREAMS].current.cache.backend.capabilities.shared:
         if purged.told is not None:
             body["instances"] = {"told": purged.told, "confirmed": purged.confirmed}
     else:
-        # a backend in this process: every other worker purges its own
-        reach = await _tell_siblings(request, {"action": "purge", "route": route})
+        reach = await _tell_siblings(request, sibling_message)
         if reach is not None and not reach.everywhere:
             return _purge_outcome_unknown(
                 request,
                 f"{reach.confirmed} of {reach.told} workers confirmed the purge; the"
-                " others may still serve what it dropped. Send it again to be sure",
+                " others may still serve what it purged. Send it again to be sure",
                 workers=reach.as_json(),
             )
         if reach is not None:
             body["workers"] = reach.as_json()
     return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _records_asked(request: web.Request) -> tuple[list[str], bool]:
+    """The canonical references of a purge by record, and whether it is soft; raises
+    InvalidParameters, naming each bad one, before anything is purged."""
+    query = request.query
+    problems = [
+        ParameterProblem(
+            name,
+            "a purge is by route or by record, not both"
+            if name == "route"
+            else "unknown query parameter; allowed: record, mode",
+        )
+        for name in dict.fromkeys(query)
+        if name not in ("record", "mode")
+    ]
+    texts = query.getall("record")
+    if len(texts) > RECORDS_MAX:
+        raise InvalidParameters(
+            [ParameterProblem("record", f"given {len(texts)} times; at most {RECORDS_MAX}")]
+        )
+    refs: dict[str, None] = {}
+    for text in texts:
+        try:
+            refs[str(parse_ref(text))] = None
+        except BadReference as exc:
+            problems.append(ParameterProblem("record", f"{_shown(text)}: {exc}"))
+    modes = query.getall("mode", [])
+    if len(modes) > 1 or (modes and modes[0] not in _MODES):
+        problems.append(ParameterProblem("mode", "must be given once, hard or soft"))
+    if problems:
+        raise InvalidParameters(problems)
+    return list(refs), modes == ["soft"]
+
+
+def _shown(text: str) -> str:
+    """A reference as a problem quotes it: bounded, and as JSON text would show it."""
+    return repr(text if len(text) <= 80 else text[:80] + "...")
+
+
+async def _purge_records(request: web.Request) -> web.StreamResponse:
+    """DELETE /admin/cache?record=KIND:ID...[&mode=soft]: every entry of every caller
+    that holds one of the records, removed (or marked stale) for every instance."""
+    refs, soft = _records_asked(request)
+    backend = request.app[UPSTREAMS].current.cache.backend
+    if backend.capabilities.stores and not backend.capabilities.purges_records:
+        raise InvalidParameters(
+            [ParameterProblem("record", f"the cache backend {backend.name} cannot purge by record")]
+        )
+    mode = "soft" if soft else "hard"
+    logged: dict[str, object] = {"event": "cache_purge", "purged_records": refs, "mode": mode}
+    try:
+        purged = await backend.purge_records(refs, soft=soft)
+    except CacheUnavailable as exc:
+        return _purge_unconfirmed(request, exc, logged)
+    entries = len(purged.keys)
+    told = {"told": purged.told, "confirmed": purged.confirmed}
+    log.info("cache purged by record", extra={**logged, "entries": entries, **told})
+    body: dict[str, object] = {
+        "purged": "records",
+        "records": refs,
+        "mode": mode,
+        "entries": entries,
+        "backend": backend.name,
+    }
+    message = {"action": "purge_records", "records": refs, "soft": soft}
+    return await _purge_answer(request, body, purged, message)
 
 
 async def _tell_siblings(request: web.Request, message: dict[str, object]) -> Reach | None:
@@ -150,6 +248,18 @@ async def apply_from_sibling(app: web.Application, message: dict[str, object]) -
             return False
         await app[UPSTREAMS].current.cache.backend.purge(route if isinstance(route, str) else None)
         log.info("cache purged", extra={"event": "cache_purge", "purged_route": route or "*"})
+        return True
+    if action == "purge_records":
+        refs = message.get("records")
+        if not isinstance(refs, list) or not all(isinstance(ref, str) for ref in refs):
+            return False
+        purged = await app[UPSTREAMS].current.cache.backend.purge_records(
+            refs, soft=message.get("soft") is True
+        )
+        log.info(
+            "cache purged by record",
+            extra={"event": "cache_purge", "purged_records": refs, "entries": len(purged.keys)},
+        )
         return True
     if action == "reload":
         values = message.get("live")

@@ -70,8 +70,24 @@ def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
             "properties": {
                 "purged": {
                     "type": "string",
-                    "description": "The route purged, or `all`.",
-                    "enum": ["all", *(route.name for route in routes)],
+                    "description": "The route purged, `all`, or `records` (a purge by record).",
+                    "enum": ["all", "records", *(route.name for route in routes)],
+                },
+                "records": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "A purge by record: the records, as canonical references.",
+                },
+                "mode": {
+                    "type": "string",
+                    "enum": ["hard", "soft"],
+                    "description": "A purge by record: removed, or marked stale.",
+                },
+                "entries": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "A purge by record: the entries that held one of the"
+                    " records (with the memory backend and several workers, this worker's).",
                 },
                 "backend": {
                     "type": "string",
@@ -277,7 +293,8 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
         "purgeCache",
         "Purge the cache",
         "Drops every cached answer of this namespace and of the upstream in use, or with"
-        " `route` those of one route for every token. With Redis the purge reaches every"
+        " `route` those of one route for every token, or with `record` those that hold one"
+        " of the records (or, `mode=soft`, marks them stale). With Redis the purge reaches every"
         " instance sharing it; with the memory backend and several workers, every worker"
         " has purged its own before the answer.",
         {"$ref": SCHEMAS + "PurgeResult"},
@@ -373,7 +390,7 @@ def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "responses": dict(sorted(responses.items())),
             }
             if path == "/admin/cache":
-                operation["parameters"] = [route_parameter]
+                operation["parameters"] = [route_parameter, *_RECORD_PARAMETERS]
             paths.setdefault(path, {})[method.lower()] = operation
     return paths
 
@@ -386,6 +403,33 @@ def route_parameter(routes: RouteTable) -> dict[str, Any]:
         "description": "Purge only this route's answers, for every token; without it, everything.",
         "schema": {"type": "string", "enum": [route.name for route in routes]},
     }
+
+
+_RECORD_PARAMETERS = [
+    {
+        "name": "record",
+        "in": "query",
+        "required": False,
+        "description": "Purge every answer, of every token, that holds this record (embedded"
+        " ones count): `<kind>:<id>`, the kind `expense`, `account`, `client` or `user`."
+        " Up to 100 times; not with `route`. docs/purging.md.",
+        "style": "form",
+        "explode": True,
+        "schema": {
+            "type": "array",
+            "maxItems": 100,
+            "items": {"type": "string", "pattern": "^(expense|account|client|user):.+$"},
+        },
+    },
+    {
+        "name": "mode",
+        "in": "query",
+        "required": False,
+        "description": "With `record`: `hard` removes the answers, `soft` marks them stale"
+        " (served under stale_while_revalidate_s while one refresh replaces each).",
+        "schema": {"type": "string", "enum": ["hard", "soft"], "default": "hard"},
+    },
+]
 
 
 def security_scheme() -> dict[str, Any]:

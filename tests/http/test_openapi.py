@@ -823,6 +823,8 @@ async def test_readiness_with_a_redis_cache_matches_the_document(
 
 
 ADMIN = "admin-token-0123456789abcdef"
+# an id of the published schema's form, for purges by record
+UUID = "0c6f8d3e-1111-4000-8000-000000000001"
 
 
 async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
@@ -851,6 +853,8 @@ async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
         ("delete", "/admin/shadow", "/admin/shadow", admin, 200),
         ("delete", "/admin/cache", "/admin/cache?route=users", admin, 200),
         ("delete", "/admin/cache", "/admin/cache?route=nope", admin, 400),
+        ("delete", "/admin/cache", f"/admin/cache?record=user:{UUID}&mode=soft", admin, 200),
+        ("delete", "/admin/cache", "/admin/cache?record=user:1", admin, 400),
         ("get", "/admin/ttl", "/admin/ttl?x=1", admin, 400),
         ("post", "/admin/reload", "/admin/reload", admin, 200),
         ("get", "/admin/ttl", "/admin/ttl", AUTH, 401),
@@ -880,12 +884,13 @@ async def test_a_purge_answers_with_a_backend_the_document_names(
         base_url(upstream), admin={"token": ADMIN}, cache={"backend": backend}
     )
     contract = Contract(await (await gateway.get("/openapi.json")).json())
-    answer = await gateway.delete(
-        "/admin/cache?route=users", headers={"Authorization": f"Bearer {ADMIN}"}
-    )
-    assert answer.status == 200
-    body = await contract.check("/admin/cache", answer, "delete")
-    assert body["backend"] == backend
+    for purge in ("route=users", f"record=client:{UUID}&record=account:Main"):
+        answer = await gateway.delete(
+            f"/admin/cache?{purge}", headers={"Authorization": f"Bearer {ADMIN}"}
+        )
+        assert answer.status == 200
+        body = await contract.check("/admin/cache", answer, "delete")
+        assert body["backend"] == backend
 
 
 async def test_a_shadow_report_with_differences_and_noise_matches_the_document(

@@ -568,6 +568,39 @@ async def test_a_purge_is_in_force_in_every_worker_before_it_is_answered(
     assert body == {"purged": "all", "backend": "memory", "workers": {"told": 2, "confirmed": 2}}
 
 
+async def test_a_record_purge_is_in_force_in_every_worker_before_it_is_answered(
+    tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
+) -> None:
+    gateway = await serve(started, tmp_path, fast_upstream.url, extra=_TWO_WORKERS, workers=2)
+    filled = await _on_every_worker(gateway, "/users", "fill")
+    await _on_every_worker(gateway, "/clients", "fill-clients")
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{gateway.url}/users", headers=AUTH) as response:
+            user = (await response.json())["data"][0]["id"]
+        async with http.delete(
+            f"{gateway.url}/admin/cache?record=user:{user}", headers=ADMIN_AUTH
+        ) as response:
+            assert response.status == 200
+            body = await response.json()
+    assert body == {
+        "purged": "records",
+        "records": [f"user:{user}"],
+        "mode": "hard",
+        "entries": 1,  # the answering worker's page of users
+        "backend": "memory",
+        "workers": {"told": 2, "confirmed": 2},
+    }
+    upstream_log = fast_upstream.app[REQUEST_LOG]
+    after = await _on_every_worker(gateway, "/users", "after-purge")
+    for pid in {pid for pid, _ in filled}:
+        first = next(response for seen, response in after if seen == pid)
+        assert first.headers["X-Cache"] == "MISS"
+    assert len(upstream_log.for_path("/users")) == 4
+    clients = await _on_every_worker(gateway, "/clients", "clients-after")
+    assert {response.headers["X-Cache"] for _, response in clients} == {"HIT"}
+    assert len(upstream_log.for_path("/clients")) == 2
+
+
 async def test_a_reload_is_in_force_in_every_worker_before_it_is_answered(
     tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
 ) -> None:
