@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 
 import orjson
 from aiohttp import web
@@ -197,11 +198,15 @@ async def _purge_records(request: web.Request) -> web.StreamResponse:
         )
     mode = "soft" if soft else "hard"
     logged: dict[str, object] = {"event": "cache_purge", "purged_records": refs, "mode": mode}
+    metrics = request.app[METRICS]
+    started = time.perf_counter()
     try:
         purged = await backend.purge_records(refs, soft=soft)
     except CacheUnavailable as exc:
+        metrics.purged_records(mode, None, time.perf_counter() - started)
         return _purge_unconfirmed(request, exc, logged)
     entries = len(purged.keys)
+    metrics.purged_records(mode, entries, time.perf_counter() - started)
     told = {"told": purged.told, "confirmed": purged.confirmed}
     log.info("cache purged by record", extra={**logged, "entries": entries, **told})
     body: dict[str, object] = {

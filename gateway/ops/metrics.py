@@ -275,12 +275,20 @@ class Metrics:
             ("route", "changed"),
             AGE_BUCKETS,
         )
+        self.record_purge_seconds = HistogramTotals(
+            "gateway_cache_record_purge_duration_seconds",
+            "Time to purge by record, from the admin request to every instance's"
+            " confirmation, by mode (hard, soft)",
+            ("mode",),
+            LATENCY_BUCKETS,
+        )
         self.histograms = Histograms(
             [
                 self.request_seconds,
                 self.upstream_seconds,
                 self.normalise_seconds,
                 self.refresh_ages,
+                self.record_purge_seconds,
             ],
             multiprocess_dir(),
         )
@@ -380,6 +388,19 @@ class Metrics:
             ["route", "changed"],
             registry=r,
         )
+        self.record_purges = Counter(
+            "gateway_cache_record_purges_total",
+            "Purges by record, by mode (hard, soft) and outcome (done, unknown: the cache"
+            " did not confirm it)",
+            ["mode", "outcome"],
+            registry=r,
+        )
+        self.record_purged_entries = Counter(
+            "gateway_cache_record_purged_entries_total",
+            "Entries that purges by record removed (hard) or marked stale (soft)",
+            ["mode"],
+            registry=r,
+        )
         self.ttls = Gauge(
             "gateway_ttl_seconds",
             "The TTL of each route's answers now (cache.ttl_s)",
@@ -453,6 +474,17 @@ class Metrics:
                 self.cache_results.labels(route, cache).inc(tally.count)
         for (route, changed), ages in refreshed.items():
             self.refreshes.labels(route, changed).inc(ages.count)
+
+    def purged_records(self, mode: str, entries: int | None, seconds: float) -> None:
+        """Count one purge by record in ``mode`` that reached ``entries`` (None: its
+        outcome is unknown) in ``seconds``."""
+        self.record_purges.labels(mode, "unknown" if entries is None else "done").inc()
+        if entries is None:
+            return
+        self.record_purged_entries.labels(mode).inc(entries)
+        timed = _Timed(LATENCY_BUCKETS)
+        timed.add(seconds)
+        self.record_purge_seconds.add((mode,), timed)
 
     def circuit_changed(self, backend: str, state: str) -> None:
         self.circuit_state.labels(backend).set(CIRCUIT_VALUES[state])

@@ -196,6 +196,16 @@ async def test_a_record_purge_on_the_memory_backend(
     assert "instances" not in body
     assert (await read(client, "/clients?limit=3"))[0] == "MISS"
     assert (await read(client, "/clients?page=2&limit=3"))[0] == "HIT"
+    await purge(client, f"record=client:{client_id}&mode=soft")
+    scrape = await (await client.get("/metrics")).text()
+    for sample in (
+        'gateway_cache_record_purges_total{mode="hard",outcome="done"} 1.0',
+        'gateway_cache_record_purges_total{mode="soft",outcome="done"} 1.0',
+        'gateway_cache_record_purged_entries_total{mode="hard"} 1.0',
+        'gateway_cache_record_purged_entries_total{mode="soft"} 1.0',
+        'gateway_cache_record_purge_duration_seconds_count{mode="hard"} 1.0',
+    ):
+        assert sample in scrape, sample
 
 
 async def test_with_no_cache_a_record_purge_finds_nothing(
@@ -228,6 +238,8 @@ async def test_a_record_purge_during_a_redis_stall_says_its_outcome_is_unknown_a
     assert status == 503
     assert problem["type"].endswith(":purge-outcome-unknown")
     assert problem["outcome"] == "unknown"
+    scrape = await (await first.get("/metrics")).text()
+    assert 'gateway_cache_record_purges_total{mode="hard",outcome="unknown"} 1.0' in scrape
     # retried in the background: the other instance drops its copy, Redis's entry goes
     await until(lambda: len(near_of(second)) == 0)
     await until(lambda: near_of(second).live)
