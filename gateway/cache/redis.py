@@ -135,9 +135,19 @@ class ReadBatch:
     the batch runs on its own, bounded by ``timeout_s``, and fails as a whole when
     Redis fails (each waiting read then gets that error)."""
 
-    def __init__(self, client: Commands, *, everything_key: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: Commands,
+        *,
+        everything_key: str,
+        timeout_s: float,
+        pipelines: asyncio.Lock | None = None,
+    ) -> None:
+        """``pipelines``: held while a read spread over a cluster's nodes is sent (see
+        :class:`RedisBackend`)."""
         self._client = client
         self._cluster = isinstance(client, RedisCluster)
+        self._pipelines = pipelines or asyncio.Lock()
         self._everything_key = everything_key
         self._timeout_s = timeout_s
         self._waiting: list[tuple[str, str, asyncio.Future[list[Any]]]] = []
@@ -168,8 +178,7 @@ class ReadBatch:
                 if self._cluster:
                     # the generations share one slot; the entries are spread over many
                     stored, generations = await asyncio.gather(
-                        self._client.mget_nonatomic(entries),  # type: ignore[union-attr]
-                        self._client.mget(generation_keys),
+                        self._spread_read(entries), self._client.mget(generation_keys)
                     )
                 else:
                     values = await self._client.mget([*entries, *generation_keys])
@@ -186,6 +195,10 @@ class ReadBatch:
         for (_, route_key, future), raw in zip(reads, stored, strict=True):
             if not future.done():
                 future.set_result([raw, everything, current[route_key]])
+
+    async def _spread_read(self, keys: list[str]) -> list[Any]:
+        async with self._pipelines:
+            return await self._client.mget_nonatomic(keys)  # type: ignore[union-attr]
 
     async def close(self) -> None:
         """Let the batches sent finish (within the timeout: their reads are answered
@@ -269,7 +282,16 @@ class RedisBackend(QuietBackend):
         self._prefix = prefix
         self._timeout_s = timeout_s
         self._everything_key = generation_key(prefix, None)
-        self._batch = ReadBatch(client, everything_key=self._everything_key, timeout_s=timeout_s)
+        # redis-py's cluster pipelines (8.1) race when several run at once: two of them
+        # can share a connection, and one fails with an AttributeError. On a cluster,
+        # the backend's commands spread over nodes are sent one batch at a time.
+        self._pipelines = asyncio.Lock()
+        self._batch = ReadBatch(
+            client,
+            everything_key=self._everything_key,
+            timeout_s=timeout_s,
+            pipelines=self._pipelines,
+        )
 
     @property
     def invalidations(self) -> InvalidationChannel:
@@ -292,6 +314,16 @@ class RedisBackend(QuietBackend):
             ) from exc
         except REDIS_ERRORS as exc:
             raise CacheUnavailable(f"redis {what}: {type(exc).__name__}: {exc}") from exc
+
+    async def _pipelined(self, commands: Callable[[Any], None]) -> list[Any]:
+        """The answers of the commands ``commands`` adds to a pipeline (not a
+        transaction), sent together; on a cluster, one such batch at a time."""
+        pipeline = self._client.pipeline(transaction=False)
+        commands(pipeline)
+        if not self._cluster:
+            return await pipeline.execute()
+        async with self._pipelines:
+            return await pipeline.execute()
 
     async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         with self._faults(what):
@@ -358,24 +390,20 @@ class RedisBackend(QuietBackend):
         life_ms = max(1, int(lifetime_s * 1000))
         oldest = repr(self._clock() - LONGEST_LIFETIME_S)
 
-        async def note() -> list[Any]:
-            pipeline = self._client.pipeline(transaction=False)
+        def note(pipeline: Any) -> None:
             for ref in held:
                 keys = (record_key(self._prefix, ref), record_purged_key(self._prefix, ref))
                 pipeline.eval(_NOTE, 2, *keys, member, stored_at, life_ms, oldest)
-            return await pipeline.execute()
 
-        async def marks() -> list[Any]:
-            pipeline = self._client.pipeline(transaction=False)
+        def marks(pipeline: Any) -> None:
             for ref in held:
                 pipeline.get(record_purged_key(self._prefix, ref))
-            return await pipeline.execute()
 
-        if _purged_after(await self._call("EVAL", note), since):
+        if _purged_after(await self._call("EVAL", lambda: self._pipelined(note)), since):
             return False
         await self.set(key, entry, lifetime_s)
         try:
-            purged = _purged_after(await self._call("GET", marks), since)
+            purged = _purged_after(await self._call("GET", lambda: self._pipelined(marks)), since)
         except CacheUnavailable:
             purged = True  # unknown: as if purged
         if not purged:
@@ -410,17 +438,15 @@ class RedisBackend(QuietBackend):
         mark_ms = int(RECORD_PURGE_MARK_S * 1000)
         number = await self._sequence(next_one=True)
 
-        async def take() -> list[Any]:
-            pipeline = self._client.pipeline(transaction=False)
+        def take(pipeline: Any) -> None:
             for ref in refs:
                 keys = (record_key(self._prefix, ref), record_purged_key(self._prefix, ref))
                 pipeline.eval(_PURGE_RECORD, 2, *keys, number, mark_ms, int(soft))
-            return await pipeline.execute()
 
         # each entry as it was last noted: a key noted in several sets at different
         # times holds now what it was last noted with
         holders: dict[CacheKey, float] = {}
-        for members in await self._call("EVAL", take):
+        for members in await self._call("EVAL", lambda: self._pipelined(take)):
             for member, score in zip(members[::2], members[1::2], strict=True):
                 key = parse_holder_member(member)
                 if key is not None:
@@ -429,15 +455,13 @@ class RedisBackend(QuietBackend):
             return RecordsPurged()
         keys = list(holders)
 
-        async def touch() -> list[Any]:
-            pipeline = self._client.pipeline(transaction=False)
+        def touch(pipeline: Any) -> None:
             for key in keys:
                 stored_at = holders[key]
                 ttl = _TTL.pack(max(0, math.floor(now - stored_at))) if soft else b""
                 pipeline.eval(_ENTRY_IF_STORED_AT, 1, key.text, _STORED_AT.pack(stored_at), ttl)
-            return await pipeline.execute()
 
-        done = await self._call("EVAL", touch)
+        done = await self._call("EVAL", lambda: self._pipelined(touch))
         return RecordsPurged(tuple(key for key, result in zip(keys, done, strict=True) if result))
 
     async def purge(self, route: str | None) -> Purged:

@@ -39,7 +39,11 @@ log = logging.getLogger("gateway.cache")
 Commands: TypeAlias = "redis.Redis | RedisCluster"
 # What redis-py raises when Redis fails or cannot be reached (its cluster client
 # raises a few errors that are not RedisError: no node for a slot, no cluster at all).
-REDIS_ERRORS = (RedisError, RedisClusterException, OSError)
+# What the Redis clients raise when Redis or the way to it fails. AttributeError
+# among them: redis-py's async cluster client raises it when its view of the cluster
+# is out of date (redis-py issue 3835) or when two of its pipelines race on one
+# connection (8.1); either is a cache fault, which must never fail a request.
+REDIS_ERRORS = (RedisError, RedisClusterException, OSError, AttributeError)
 
 _WATCH_EVERY_S = 1.0
 # how long one sentinel may take to answer

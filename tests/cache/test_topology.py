@@ -6,6 +6,7 @@ Sentinel failover under load that loses no request."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ from redis.asyncio.cluster import RedisCluster as ClusterClient
 from redis.asyncio.connection import SSLConnection
 from redis.crc import key_slot
 
+from gateway.cache.entry import CacheEntry, CacheKey, etag_of
 from gateway.cache.keyspace import generation_key, invalidation_channel
+from gateway.cache.redis import RedisBackend
 from gateway.cache.topology import connect
 from gateway.config.settings import CacheSettings
 from gateway.demo import RequestLog
@@ -185,6 +188,51 @@ async def test_cluster_purges_a_record_whatever_slot_its_entries_live_in(
 ) -> None:
     clients = await instances(gateway_factory, upstream, cluster_cache(redis_cluster_nodes), 2)
     await record_purge_across_slots(clients, upstream_log)
+
+
+async def test_cluster_stores_every_answer_of_a_burst_of_misses(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    upstream_log: RequestLog,
+    redis_cluster_nodes: list[str],
+) -> None:
+    """Many misses at once: each read spread over the nodes, each store noting its
+    records on theirs, all at the same time (redis-py's cluster pipelines race when
+    several run at once): every answer is served, and every one is stored."""
+    (client,) = await instances(
+        gateway_factory, upstream, cluster_cache(redis_cluster_nodes, near_cache=False), 1
+    )
+    paths = [f"/expenses?page={page}&limit=2" for page in range(1, 101)]
+    first = await asyncio.gather(*(fetch(client, path) for path in paths))
+    assert {(status, x_cache) for status, _, x_cache in first} == {(200, "MISS")}
+    again = await asyncio.gather(*(fetch(client, path) for path in paths))
+    assert {(status, x_cache) for status, _, x_cache in again} == {(200, "HIT")}
+    assert len(upstream_log) == len(paths)
+
+
+async def test_cluster_backend_sends_its_spread_commands_one_batch_at_a_time(
+    redis_cluster_nodes: list[str],
+) -> None:
+    """Stores and reads spread over the nodes, 200 at once, all pass: redis-py's
+    cluster pipelines, run several at once, race on a connection (8.1: an
+    AttributeError), so the backend sends them one batch at a time."""
+    host, port = redis_cluster_nodes[0].split(":")
+    backend = RedisBackend(ClusterClient(host=host, port=int(port)), prefix="rg:t", timeout_s=5.0)
+    generations = (await backend.get(CacheKey("users", "rg:t:e:probe"))).generations
+    body = b'{"data":[]}'
+    keys = [CacheKey("users", f"rg:t:e:users||page={n}|caller") for n in range(200)]
+
+    async def store(key: CacheKey) -> bool:
+        entry = CacheEntry(body, etag_of(body), time.time(), 30, generations=generations)
+        held = {f"user:{key.text[-16:]}": "v1", "account:shared": "v1"}
+        return await backend.set_holding(key, entry, 60, held, 0)
+
+    for _ in range(3):
+        assert await asyncio.gather(*(store(key) for key in keys)) == [True] * len(keys)
+        found = await asyncio.gather(*(backend.get(key) for key in keys))
+        assert all(lookup.entry is not None for lookup in found)
+    assert len((await backend.purge_records(["account:shared"], soft=False)).keys) == len(keys)
+    await backend.close()
 
 
 async def test_sentinel_mode_purges_by_record(
