@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test test-aiohttp-latest lint rules bench redis-server promtool wrk lock clean lint-openapi openapi-examples
+.PHONY: run test test-aiohttp-latest lint rules bench bench-records redis-server promtool wrk lock clean lint-openapi openapi-examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -171,6 +171,11 @@ bench: $(VENV)/.installed-run redis-server
 	fi
 	@test -x $(BIN)/py-spy || $(BIN)/python -m pip install --quiet py-spy
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+## bench-records: what purging by record costs (bench/records.py): the store with and
+## without the index, the index's bytes in Redis, a purge on a three-primary cluster
+bench-records: $(VENV)/.installed-run redis-server
+	$(BIN)/python bench/records.py
 
 clean:
 	rm -rf $(VENV) $(LATEST_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -9,11 +9,11 @@ them and ``SCAN MATCH <namespace>:*`` finds all of them:
   ``<prefix>:{<prefix>:gen}:<route>`` that of one route;
 - ``<prefix>:{<prefix>:gen}:invalidate`` and ``...:invalidated``: the near caches'
   invalidations and their confirmations (channels);
-- ``<prefix>:{<prefix>:gen}:records``: the number of the latest purge by record;
-- ``<prefix>:{<prefix>:r:<digest>}``: the entries that hold one record (a sorted set,
-  ``gateway.cache.holdings``), and ``...:purged`` after it, when that record was last
-  purged; the digest is of the record's reference, so that no id (free text for an
-  account) shapes a key;
+- ``<prefix>:{<prefix>:r}``: the number of the latest purge by record, and
+  ``<prefix>:{<prefix>:r}:<digest>`` the entries that hold one record and the number of
+  its last purge (a sorted set); the digest is of the record's reference, so that no
+  id (free text for an account) shapes a key. They share one slot, so that one script
+  notes every record an entry holds;
 - ``<prefix>:fleet``: the fleet's announcements (a hash);
 - ``<prefix>:probe``: the readiness probe's write.
 
@@ -24,6 +24,7 @@ that gateways of other namespaces or upstreams spread over other slots.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,6 @@ LEASE_SUFFIX = ":lease"
 FLEET_PART = "fleet"
 PROBE_PART = "probe"
 RECORD_PART = "r"
-PURGED_SUFFIX = ":purged"
 INVALIDATION_CHANNEL = "invalidate"
 ACK_CHANNEL = "invalidated"
 
@@ -86,19 +86,22 @@ def probe_key(prefix: str) -> str:
     return f"{prefix}:{PROBE_PART}"
 
 
+def record_slot(prefix: str) -> str:
+    """What every key of the records' index begins with, its hash tag after the
+    prefix: one Redis Cluster slot, so that one script notes every record an entry
+    holds, and one purges a record, atomically."""
+    return f"{prefix}:" + "{" + f"{prefix}:{RECORD_PART}" + "}"
+
+
 def record_sequence_key(prefix: str) -> str:
-    """The number of the latest purge by record, in the generations' slot."""
-    return shared_slot(prefix) + ":records"
+    """The number of the latest purge by record."""
+    return record_slot(prefix)
 
 
+@functools.lru_cache(maxsize=16_384)
 def record_key(prefix: str, ref: str) -> str:
-    """The sorted set of the entries that hold the record ``ref`` (``expense:<id>``),
-    in a slot of its own (the hash tag holds the reference's digest), which its purge
-    mark shares."""
+    """The sorted set of the entries that hold the record ``ref`` (``expense:<id>``);
+    remembered, since a store names up to 40 records and most come again (accounts,
+    clients and users are held by many entries)."""
     digest = hashlib.sha256(ref.encode()).hexdigest()[:32]
-    return f"{prefix}:" + "{" + f"{prefix}:{RECORD_PART}:{digest}" + "}"
-
-
-def record_purged_key(prefix: str, ref: str) -> str:
-    """The number of the record ``ref``'s last purge (see :func:`record_key`)."""
-    return record_key(prefix, ref) + PURGED_SUFFIX
+    return f"{record_slot(prefix)}:{digest}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import secrets
@@ -51,7 +52,6 @@ from gateway.cache.keyspace import (
     lease_key,
     probe_key,
     record_key,
-    record_purged_key,
     record_sequence_key,
 )
 from gateway.cache.topology import REDIS_ERRORS, Commands
@@ -68,43 +68,110 @@ return 0
 """
 
 
-# Notes that an entry holds a record: its member (``<route>|<key>``, one per key)
-# scored by when the entry was stored, members stored longer ago than any entry lives
-# let go, the set kept as long as its longest-lived entry; answers the number of the
-# record's last purge (nil: none lately). KEYS: the record's set, its purge mark;
-# ARGV: member, stored at (s), the entry's life (ms), the oldest score kept (s).
+# The counter of purges by record, made when missing (never made, evicted) from the
+# server's time in microseconds: beyond every number it gave before, since no two
+# purges are a microsecond apart. Numbers are written with %d: a Lua number as Redis
+# writes it by itself keeps 14 digits.
+_COUNTER = """
+local function counter(key)
+  if redis.call('EXISTS', key) == 0 then
+    local t = redis.call('TIME')
+    redis.call('SET', key, t[1] .. string.format('%06d', tonumber(t[2])))
+  end
+  return key
+end
+"""
+
+# The number of the latest purge by record. KEYS: the counter.
+_SEQUENCE = (
+    _COUNTER
+    + """
+return tonumber(redis.call('GET', counter(KEYS[1])))
+"""
+)
+
+# Notes that an entry holds records: in each record's set its member (``<route>|<key>``,
+# one per key) scored by when the entry was stored, members stored longer ago than any
+# entry lives let go, the set kept as long as its longest-lived entry. A set's member
+# ``!`` is scored by the number of the record's last purge. Answers the latest of
+# those numbers (0: none); when it is not later than the fill's number and the entry's
+# key is given, stores the entry too, in the same step. KEYS: each record's set, then
+# the entry's key (when it shares the slot); ARGV: how many sets, member, stored at
+# (s), the entry's life (ms), the oldest score kept (s), the fill's number, and with
+# the entry's key, its value.
 _NOTE = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[4])
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local sets = tonumber(ARGV[1])
+local latest = 0
+for i = 1, sets do
+  local set = KEYS[i]
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. ARGV[5])
+  redis.call('ZADD', set, ARGV[3], ARGV[2])
+  if redis.call('PTTL', set) < tonumber(ARGV[4]) then redis.call('PEXPIRE', set, ARGV[4]) end
+  local marked = tonumber(redis.call('ZSCORE', set, '!') or '0')
+  if marked > latest then latest = marked end
 end
-return redis.call('GET', KEYS[2])
+if #KEYS > sets and latest <= tonumber(ARGV[6]) then
+  redis.call('SET', KEYS[#KEYS], ARGV[7], 'PX', ARGV[4])
+end
+return latest
 """
 
-# The number of the latest purge by record, the next one's when ARGV[1] is '1'. A
-# counter that is missing (never made, evicted) starts from the server's time in
-# microseconds: beyond every number it gave before, since no two purges are a
-# microsecond apart.
-_SEQUENCE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local t = redis.call('TIME')
-  redis.call('SET', KEYS[1], t[1] .. string.format('%06d', tonumber(t[2])))
+_NOTE_BYTES = _NOTE.encode()  # sent with every store: encoded once
+
+
+@functools.lru_cache(maxsize=16_384)
+def _record_key_bytes(prefix: str, ref: str) -> bytes:
+    """:func:`record_key`, encoded (a store names up to 40 records, most of them often)."""
+    return record_key(prefix, ref).encode()
+
+
+# The number of the latest purge of records. KEYS: their sets.
+_MARKS = """
+local latest = 0
+for _, set in ipairs(KEYS) do
+  local marked = tonumber(redis.call('ZSCORE', set, '!') or '0')
+  if marked > latest then latest = marked end
 end
-if ARGV[1] == '1' then return redis.call('INCR', KEYS[1]) end
-return tonumber(redis.call('GET', KEYS[1]))
+return latest
 """
 
-# Marks a record purged by the purge numbered ARGV[1] (unless a later one marked it)
-# and takes the members of the entries that hold it, with their scores (hard: the set
-# goes; soft: the set stays, the entries still hold the record). KEYS: the record's
-# set, its purge mark; ARGV: the purge's number, the mark's life (ms), soft.
-_PURGE_RECORD = """
-local marked = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[1]) > marked then redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2]) end
-local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-if ARGV[3] == '0' then redis.call('DEL', KEYS[1]) end
-return members
+# A purge by record: the next number, each record's set marked with it (unless a later
+# purge marked it; the set kept at least the marks' life), and the members of the
+# entries that hold them, with their scores. KEYS: the counter, then each record's
+# set; ARGV: the marks' life (ms). Answers the number, then set by set how many values
+# follow and the set's members and scores.
+_PURGE_RECORDS = (
+    _COUNTER
+    + """
+local number = redis.call('INCR', counter(KEYS[1]))
+local out = {number}
+for i = 2, #KEYS do
+  local set = KEYS[i]
+  redis.call('ZADD', set, 'GT', string.format('%d', number), '!')
+  if redis.call('PTTL', set) < tonumber(ARGV[1]) then redis.call('PEXPIRE', set, ARGV[1]) end
+  local values = redis.call('ZRANGE', set, '(0', '+inf', 'BYSCORE', 'LIMIT', 0, -1, 'WITHSCORES')
+  out[#out + 1] = #values
+  for _, value in ipairs(values) do out[#out + 1] = value end
+end
+return out
+"""
+)
+
+# After a hard purge removed their entries: the members taken from each set, unless
+# noted again since (their score changed). KEYS: the sets; ARGV: for each set, how many
+# values follow, then its members and scores.
+_FORGET_HOLDERS = """
+local at = 1
+for _, set in ipairs(KEYS) do
+  local count = tonumber(ARGV[at])
+  for j = at + 1, at + count, 2 do
+    if ARGV[j] ~= '!' and redis.call('ZSCORE', set, ARGV[j]) == ARGV[j + 1] then
+      redis.call('ZREM', set, ARGV[j])
+    end
+  end
+  at = at + count + 1
+end
+return 1
 """
 
 # Removes an entry (ARGV[2] empty) or gives it a new TTL (ARGV[2], 4 bytes), only if it
@@ -236,20 +303,6 @@ def parse_holder_member(member: bytes | str) -> CacheKey | None:
     return CacheKey(route, key)
 
 
-def _purged_after(marks: list[Any], since: int) -> bool:
-    """Whether one of the purge marks read (purge numbers, or None) is later than
-    ``since``; a mark that is not a number counts as one."""
-    for mark in marks:
-        if mark is None:
-            continue
-        try:
-            if int(mark) > since:
-                return True
-        except ValueError:
-            return True
-    return False
-
-
 def new_generation() -> int:
     """A random generation, never 0 (0 is what an entry stored without a cache has)."""
     return secrets.randbits(63) | 1
@@ -377,36 +430,45 @@ class RedisBackend(QuietBackend):
         held: Mapping[str, str],
         since: int,
     ) -> bool:
-        """Each record's set gains the entry and says the number of the record's last
-        purge (one script per record, sent together); unless one is later than
-        ``since``, the entry is stored, and the marks are read again: a purge whose
-        mark appeared in between took its holders before the entry was there, so the
-        entry is removed again (a purge after that finds it through the sets)."""
+        """One script notes every record the entry holds and reads when each was last
+        purged (the records' index has one slot; a record's set holds its last purge's
+        number); unless one was purged after ``since``, the entry is stored, in the
+        same script where it shares the slot (standalone, Sentinel). On a cluster the
+        entry is stored next, and the marks are read again: a purge that came in
+        between took its holders before the entry was there, so the entry is removed
+        again (a purge after it finds the entry)."""
         if not held:
             await self.set(key, entry, lifetime_s)
             return True
-        member = holder_member(key)
-        stored_at = repr(entry.stored_at)
+        prefix = self._prefix
+        keys: list[bytes] = [_record_key_bytes(prefix, ref) for ref in held]
+        sets = list(keys)
         life_ms = max(1, int(lifetime_s * 1000))
-        oldest = repr(self._clock() - LONGEST_LIFETIME_S)
-
-        def note(pipeline: Any) -> None:
-            for ref in held:
-                keys = (record_key(self._prefix, ref), record_purged_key(self._prefix, ref))
-                pipeline.eval(_NOTE, 2, *keys, member, stored_at, life_ms, oldest)
-
-        def marks(pipeline: Any) -> None:
-            for ref in held:
-                pipeline.get(record_purged_key(self._prefix, ref))
-
-        if _purged_after(await self._call("EVAL", lambda: self._pipelined(note)), since):
+        args: list[Any] = [
+            len(sets),
+            holder_member(key),
+            repr(entry.stored_at),
+            life_ms,
+            repr(self._clock() - LONGEST_LIFETIME_S),
+            since,
+        ]
+        if not self._cluster:
+            keys.append(key.text.encode())
+            args.append(entry.encode())
+        latest = await self._call(
+            "EVAL",
+            lambda: self._client.eval(_NOTE_BYTES, len(keys), *keys, *args),  # type: ignore[arg-type]
+        )
+        if int(latest) > since:
             return False
+        if not self._cluster:
+            return True
         await self.set(key, entry, lifetime_s)
         try:
-            purged = _purged_after(await self._call("GET", lambda: self._pipelined(marks)), since)
+            latest = await self._call("EVAL", lambda: self._client.eval(_MARKS, len(sets), *sets))
         except CacheUnavailable:
-            purged = True  # unknown: as if purged
-        if not purged:
+            latest = since + 1  # unknown: as if purged
+        if int(latest) <= since:
             return True
         await self._call(
             "EVAL",
@@ -417,52 +479,62 @@ class RedisBackend(QuietBackend):
         return False
 
     async def purge_sequence(self) -> int:
-        return await self._sequence(next_one=False)
-
-    async def _sequence(self, *, next_one: bool) -> int:
         key = record_sequence_key(self._prefix)
-        value = await self._call(
-            "EVAL", lambda: self._client.eval(_SEQUENCE, 1, key, "1" if next_one else "0")
-        )
+        value = await self._call("EVAL", lambda: self._client.eval(_SEQUENCE, 1, key))
         try:
             return int(value)
         except (TypeError, ValueError) as exc:
             raise CacheUnavailable(f"redis EVAL: the purge number is not a number: {exc}") from exc
 
     async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:
-        """The purge numbered, each record marked purged by it and its holders taken
-        (one script per record, sent together), then each holder removed or, soft,
-        made stale (one script per entry, only if it is still the entry that was
-        noted, sent together)."""
+        """One script numbers the purge, marks each record purged by it and reads the
+        entries that hold them (the records' index has one slot); then each entry is
+        removed or, soft, made stale, only if it is still the entry that was noted (one
+        script per entry, sent together); then, hard, the members whose entries went
+        are let go. Until the entries are gone the members stay, so that a purge whose
+        outcome is unknown finds them again when it is retried."""
         now = self._clock()
+        sets = [record_key(self._prefix, ref) for ref in refs]
+        keys = [record_sequence_key(self._prefix), *sets]
         mark_ms = int(RECORD_PURGE_MARK_S * 1000)
-        number = await self._sequence(next_one=True)
-
-        def take(pipeline: Any) -> None:
-            for ref in refs:
-                keys = (record_key(self._prefix, ref), record_purged_key(self._prefix, ref))
-                pipeline.eval(_PURGE_RECORD, 2, *keys, number, mark_ms, int(soft))
-
-        # each entry as it was last noted: a key noted in several sets at different
-        # times holds now what it was last noted with
+        taken = await self._call(
+            "EVAL", lambda: self._client.eval(_PURGE_RECORDS, len(keys), *keys, mark_ms)
+        )
+        # each set's members and scores; each entry as it was last noted (a key noted
+        # in several sets at different times holds now what it was last noted with)
+        per_set: list[list[Any]] = []
+        at = 1
+        for _ in sets:
+            count = int(taken[at])
+            per_set.append(taken[at + 1 : at + 1 + count])
+            at += count + 1
         holders: dict[CacheKey, float] = {}
-        for members in await self._call("EVAL", lambda: self._pipelined(take)):
-            for member, score in zip(members[::2], members[1::2], strict=True):
-                key = parse_holder_member(member)
-                if key is not None:
-                    holders[key] = max(float(score), holders.get(key, -math.inf))
+        for values in per_set:
+            for member, score in zip(values[::2], values[1::2], strict=True):
+                holder = parse_holder_member(member)
+                if holder is not None:
+                    holders[holder] = max(float(score), holders.get(holder, -math.inf))
         if not holders:
             return RecordsPurged()
-        keys = list(holders)
+        entries = list(holders)
 
         def touch(pipeline: Any) -> None:
-            for key in keys:
-                stored_at = holders[key]
+            for holder in entries:
+                stored_at = holders[holder]
                 ttl = _TTL.pack(max(0, math.floor(now - stored_at))) if soft else b""
-                pipeline.eval(_ENTRY_IF_STORED_AT, 1, key.text, _STORED_AT.pack(stored_at), ttl)
+                pipeline.eval(_ENTRY_IF_STORED_AT, 1, holder.text, _STORED_AT.pack(stored_at), ttl)
 
         done = await self._call("EVAL", lambda: self._pipelined(touch))
-        return RecordsPurged(tuple(key for key, result in zip(keys, done, strict=True) if result))
+        if not soft:
+            forgotten = [value for values in per_set for value in (len(values), *values)]
+            with contextlib.suppress(CacheUnavailable):  # else they go with their age
+                await self._call(
+                    "EVAL",
+                    lambda: self._client.eval(_FORGET_HOLDERS, len(sets), *sets, *forgotten),
+                )
+        return RecordsPurged(
+            tuple(holder for holder, result in zip(entries, done, strict=True) if result)
+        )
 
     async def purge(self, route: str | None) -> Purged:
         """A new random generation: every entry stored before is a miss from now on.

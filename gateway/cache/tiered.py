@@ -199,15 +199,20 @@ class TieredBackend:
         self, refs: Sequence[str], *, soft: bool, keys: tuple[CacheKey, ...] | None
     ) -> None:
         """Purge by record (unless ``keys`` says it was done, and what it reached) and
-        publish the removals, until both are done or PURGE_RETRY_S has passed."""
+        publish the removals, until both are done or PURGE_RETRY_S has passed. When the
+        first try's outcome is unknown, it may have taken the entries from the records'
+        sets before Redis stopped answering: no try can learn them again, so every
+        process is told to drop all its copies."""
         deadline = time.monotonic() + PURGE_RETRY_S
         while time.monotonic() < deadline:
             await asyncio.sleep(_RETRY_S)
             try:
                 if keys is None:
-                    keys = (await self._far.purge_records(refs, soft=soft)).keys
-                for message in removals_messages(keys, ""):
-                    await self._publish(self._channel, message)
+                    await self._far.purge_records(refs, soft=soft)
+                    await self._tell(None, confirm=False)
+                else:
+                    for message in removals_messages(keys, ""):
+                        await self._publish(self._channel, message)
             except CacheUnavailable:
                 continue
             log.info(

@@ -76,10 +76,10 @@ def version_of(record_bytes: bytes) -> str:
     return hashlib.blake2b(record_bytes, digest_size=_VERSION_BYTES).hexdigest()
 
 
-def records_held(model: RecordModel, canonical: Any, dump: Any) -> dict[str, str]:
+def records_held(model: RecordModel, canonical: Any, dump: Any | None) -> dict[str, str]:
     """``{reference: version}`` of every record in ``canonical`` (a canonical body of
-    ``model``), embedded ones included; ``dump`` makes a record's published bytes. A
-    record met twice keeps the version it was first met with."""
+    ``model``), embedded ones included; ``dump`` makes a record's published bytes (None:
+    no versions, each ""). A record met twice keeps the version it was first met with."""
     held: dict[str, str] = {}
     if isinstance(model, type) and issubclass(model, Page):
         items = canonical.get("data") if isinstance(canonical, dict) else None
@@ -90,12 +90,14 @@ def records_held(model: RecordModel, canonical: Any, dump: Any) -> dict[str, str
     return held
 
 
-def _note(model: type[CanonicalModel], record: Any, dump: Any, held: dict[str, str]) -> None:
+def _note(model: type[CanonicalModel], record: Any, dump: Any | None, held: dict[str, str]) -> None:
     if not isinstance(record, dict):
         return
     kind = _KIND_OF.get(model)
     record_id = record.get("id")
     if kind is not None and isinstance(record_id, str) and record_id:
-        held.setdefault(f"{kind}:{record_id}", version_of(dump(record)))
+        ref = f"{kind}:{record_id}"
+        if ref not in held:
+            held[ref] = "" if dump is None else version_of(dump(record))
     for name, embedded in model._nested:
         _note(embedded, record.get(name), dump, held)

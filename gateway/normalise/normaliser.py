@@ -221,11 +221,13 @@ class Normaliser:
         # which a cached body would otherwise hold for its whole life
         return bytes(memoryview(dump_canonical(self._canonical(query, body))))
 
-    def normalise_held(self, query: NormaliseQuery, body: bytes) -> tuple[bytes, dict[str, str]]:
-        """:meth:`normalise`, and the records the body holds with their versions
-        (``gateway.normalise.holdings``)."""
+    def normalise_held(
+        self, query: NormaliseQuery, body: bytes, *, versions: bool = False
+    ) -> tuple[bytes, dict[str, str]]:
+        """:meth:`normalise`, and the records the body holds, each with its version
+        when ``versions`` (``gateway.normalise.holdings``; otherwise "")."""
         canonical = self._canonical(query, body)
-        held = records_held(query.route.model, canonical, dump_canonical)
+        held = records_held(query.route.model, canonical, dump_canonical if versions else None)
         return bytes(memoryview(dump_canonical(canonical))), held
 
     def _canonical(self, query: NormaliseQuery, body: bytes) -> Any:

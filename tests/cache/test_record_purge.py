@@ -42,9 +42,9 @@ async def store(
 
 
 async def holders(client: redis.Redis, index: str) -> list[bytes]:
-    """The keys of the entries a record's set names, sorted."""
+    """The keys of the entries a record's set names, sorted (not its purge mark)."""
     members: list[bytes] = await client.zrange(index, 0, -1)  # type: ignore[assignment]
-    return sorted(member.split(b"|", 1)[1] for member in members)
+    return sorted(member.split(b"|", 1)[1] for member in members if member != b"!")
 
 
 def k(route: str, text: str) -> CacheKey:
@@ -234,3 +234,18 @@ async def test_the_memory_index_counts_against_the_bound_and_leaves_with_its_ent
     await store.remove(PAGE)
     assert store.size_bytes == 0
     assert (await store.purge_records([EXPENSE], soft=False)).keys == ()
+
+
+async def test_a_hard_purge_lets_go_of_the_members_it_removed_and_keeps_newer_ones(
+    clock: FakeClock, redis_url: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBackend(client, prefix=PREFIX, timeout_s=1.0, clock=clock)
+    await fill(store, clock, PAGE, EXPENSE)
+    await fill(store, clock, DETAIL, EXPENSE)
+    index = record_key(PREFIX, EXPENSE)
+    assert (await store.purge_records([EXPENSE], soft=True)).keys != ()
+    assert len(await holders(client, index)) == 2  # soft: the entries still hold it
+    assert len((await store.purge_records([EXPENSE], soft=False)).keys) == 2
+    assert await holders(client, index) == []
+    await store.close()

@@ -217,7 +217,8 @@ async def test_cluster_backend_sends_its_spread_commands_one_batch_at_a_time(
     cluster pipelines, run several at once, race on a connection (8.1: an
     AttributeError), so the backend sends them one batch at a time."""
     host, port = redis_cluster_nodes[0].split(":")
-    backend = RedisBackend(ClusterClient(host=host, port=int(port)), prefix="rg:t", timeout_s=5.0)
+    client = ClusterClient(host=host, port=int(port), max_connections=256)
+    backend = RedisBackend(client, prefix="rg:t", timeout_s=5.0)
     generations = (await backend.get(CacheKey("users", "rg:t:e:probe"))).generations
     body = b'{"data":[]}'
     keys = [CacheKey("users", f"rg:t:e:users||page={n}|caller") for n in range(200)]

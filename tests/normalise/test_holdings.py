@@ -28,8 +28,10 @@ async def upstream_body(aiohttp_client: AiohttpClient, path: str) -> Any:
 def held(route: Any, body: Any, record_id: str | None = None, **query: str) -> dict[str, str]:
     normaliser = Normaliser(CoercionCounts())
     asked = parse_record_query(route, record_id, list(query.items()), max_limit=100)
-    published, holdings = normaliser.normalise_held(asked, orjson.dumps(body))
+    published, holdings = normaliser.normalise_held(asked, orjson.dumps(body), versions=True)
     assert published == normaliser.normalise(asked, orjson.dumps(body))
+    plain = normaliser.normalise_held(asked, orjson.dumps(body))
+    assert plain == (published, dict.fromkeys(holdings, ""))  # the same records, no versions
     return holdings
 
 
