@@ -116,17 +116,21 @@ class Purged(NamedTuple):
 
 
 class RecordsPurged(NamedTuple):
-    """What a purge by record reached: the entries it removed (or, soft, marked stale),
+    """What a purge by record reached: the entries it removed (or, soft, marked stale);
+    every key the index named for the records, whose copies every process drops (an
+    entry evicted from the store, or stored again since, may still have near copies);
     and as for :class:`Purged`, the processes told and those that confirmed."""
 
     keys: tuple[CacheKey, ...] = ()
     told: int | None = None
     confirmed: int | None = None
+    reached: tuple[CacheKey, ...] = ()
 
 
 # How long a purge by record is remembered, so that a fill that began before it and
-# stores after it is not kept as fresh (longer than any upstream call is waited for).
-RECORD_PURGE_MARK_S = 600.0
+# stores after it is not kept as fresh (longer than any upstream call is waited for:
+# upstream.timeout_s and connect_timeout_s are at most 600 s each).
+RECORD_PURGE_MARK_S = 3600.0
 
 # What take_lease answers to a backend with no one else to share misses with.
 OWN_LEASE = b""

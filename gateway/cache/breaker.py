@@ -119,14 +119,15 @@ class GuardedCache:
         entry holds, noted when the backend purges by record (``set_holding``, with
         ``since`` from :meth:`purge_sequence`; False too when a purge of one of them
         came after it)."""
+        backend = self.backend
+        noted = held is not None and backend.capabilities.purges_records
+        if noted and since is None:
+            return False  # the purge number could not be read: not stored
         breaker = self.breaker
         if not breaker.allow():
             return False
-        backend = self.backend
         try:
-            if held is not None and backend.capabilities.purges_records:
-                if since is None:
-                    return False  # the purge number could not be read: not stored
+            if noted and held is not None and since is not None:
                 if not await backend.set_holding(key, entry, lifetime_s, held, since):
                     breaker.succeeded()
                     return False

@@ -142,9 +142,9 @@ class MemoryBackend(QuietBackend):
     def put(self, text: str, entry: CacheEntry, lifetime_s: float, *, route: str = "") -> None:
         """Store ``entry`` for ``lifetime_s``, evicting the least recently used beyond the bound."""
         size = len(text) + len(entry.body) + ENTRY_OVERHEAD_BYTES
+        self.drop(text)  # the entry it replaces goes, whether this one is kept or not
         if size > self._max_bytes:
             return
-        self.drop(text)
         self._slots[text] = _Slot(entry, self._clock() + lifetime_s, size, route)
         self._bytes += size
         while self._bytes > self._max_bytes:
@@ -181,7 +181,7 @@ class MemoryBackend(QuietBackend):
             return False
         self.put(key.text, entry, lifetime_s, route=key.route)
         slot = self._slots.get(key.text)
-        if slot is None or not held:
+        if slot is None or slot.entry is not entry or not held:
             return True  # larger than the whole bound: not kept
         slot.held = tuple(held)
         added = sum(len(ref) + HOLDING_OVERHEAD_BYTES for ref in slot.held)
@@ -214,7 +214,7 @@ class MemoryBackend(QuietBackend):
                 # stale from now on: its stale windows begin now, and its slot's end
                 # (when the store forgets it) stays
                 slot.entry = replace(slot.entry, ttl_s=math.floor(slot.entry.age(now)))
-        return RecordsPurged(tuple(keys))
+        return RecordsPurged(tuple(keys), reached=tuple(keys))
 
     def drop_route(self, route: str) -> None:
         """Drop every entry of ``route`` (a scan: for purges, never on the request path)."""

@@ -90,29 +90,31 @@ return tonumber(redis.call('GET', counter(KEYS[1])))
 """
 )
 
-# Notes that an entry holds records: in each record's set its member (``<route>|<key>``,
-# one per key) scored by when the entry was stored, members stored longer ago than any
-# entry lives let go, the set kept as long as its longest-lived entry. A set's member
-# ``!`` is scored by the number of the record's last purge. Answers the latest of
-# those numbers (0: none); when it is not later than the fill's number and the entry's
-# key is given, stores the entry too, in the same step. KEYS: each record's set, then
-# the entry's key (when it shares the slot); ARGV: how many sets, member, stored at
-# (s), the entry's life (ms), the oldest score kept (s), the fill's number, and with
-# the entry's key, its value.
+# Notes that an entry holds records, unless one of them was purged after the fill's
+# number: then nothing is written (the sets keep naming the entry that is there). A
+# set's member ``!`` is scored by the number of the record's last purge; the others
+# (``<route>|<key>``, one per key) by when their entry was stored. Members stored
+# longer ago than any entry lives are let go; a set lives as long as its longest-lived
+# entry. Answers the latest purge number of the records (0: none); when it is not later
+# than the fill's and the entry's key is given, stores the entry too, in the same step.
+# KEYS: each record's set, then the entry's key (when it shares the slot); ARGV: how
+# many sets, member, stored at (s), the entry's life (ms), the oldest score kept (s),
+# the fill's number, and with the entry's key, its value.
 _NOTE = """
 local sets = tonumber(ARGV[1])
 local latest = 0
+for i = 1, sets do
+  local marked = tonumber(redis.call('ZSCORE', KEYS[i], '!') or '0')
+  if marked > latest then latest = marked end
+end
+if latest > tonumber(ARGV[6]) then return latest end
 for i = 1, sets do
   local set = KEYS[i]
   redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. ARGV[5])
   redis.call('ZADD', set, ARGV[3], ARGV[2])
   if redis.call('PTTL', set) < tonumber(ARGV[4]) then redis.call('PEXPIRE', set, ARGV[4]) end
-  local marked = tonumber(redis.call('ZSCORE', set, '!') or '0')
-  if marked > latest then latest = marked end
 end
-if #KEYS > sets and latest <= tonumber(ARGV[6]) then
-  redis.call('SET', KEYS[#KEYS], ARGV[7], 'PX', ARGV[4])
-end
+if #KEYS > sets then redis.call('SET', KEYS[#KEYS], ARGV[7], 'PX', ARGV[4]) end
 return latest
 """
 
@@ -135,25 +137,19 @@ end
 return latest
 """
 
-# A purge by record: the next number, each record's set marked with it (unless a later
-# purge marked it; the set kept at least the marks' life), and the members of the
-# entries that hold them, with their scores. KEYS: the counter, then each record's
-# set; ARGV: the marks' life (ms). Answers the number, then set by set how many values
-# follow and the set's members and scores.
-_PURGE_RECORDS = (
+# A purge by record: the next number, and each record's set marked with it (unless a
+# later purge marked it), kept at least the marks' life. KEYS: the counter, then each
+# record's set; ARGV: the marks' life (ms). Answers the number.
+_PURGE_MARK = (
     _COUNTER
     + """
 local number = redis.call('INCR', counter(KEYS[1]))
-local out = {number}
 for i = 2, #KEYS do
   local set = KEYS[i]
   redis.call('ZADD', set, 'GT', string.format('%d', number), '!')
   if redis.call('PTTL', set) < tonumber(ARGV[1]) then redis.call('PEXPIRE', set, ARGV[1]) end
-  local values = redis.call('ZRANGE', set, '(0', '+inf', 'BYSCORE', 'LIMIT', 0, -1, 'WITHSCORES')
-  out[#out + 1] = #values
-  for _, value in ipairs(values) do out[#out + 1] = value end
 end
-return out
+return number
 """
 )
 
@@ -165,7 +161,8 @@ local at = 1
 for _, set in ipairs(KEYS) do
   local count = tonumber(ARGV[at])
   for j = at + 1, at + count, 2 do
-    if ARGV[j] ~= '!' and redis.call('ZSCORE', set, ARGV[j]) == ARGV[j + 1] then
+    local score = redis.call('ZSCORE', set, ARGV[j])
+    if ARGV[j] ~= '!' and score and tonumber(score) == tonumber(ARGV[j + 1]) then
       redis.call('ZREM', set, ARGV[j])
     end
   end
@@ -182,6 +179,11 @@ if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end
 redis.call('SETRANGE', KEYS[1], 12, ARGV[2])
 return 1
 """
+
+# A purge by record works in steps (reading a set's page, removing a batch of entries)
+# of at most this many members or scripts, each step given at least PURGE_STEP_S.
+PURGE_BATCH = 500
+PURGE_STEP_S = 2.0
 
 # a generation fits the entry's unsigned 64-bit fields; one outside (written by hand) is
 # a cache fault, never a crash of the store
@@ -303,6 +305,21 @@ def parse_holder_member(member: bytes | str) -> CacheKey | None:
     return CacheKey(route, key)
 
 
+def _touching(
+    batch: list[CacheKey], holders: dict[CacheKey, float], now: float, *, soft: bool
+) -> Callable[[Any], None]:
+    """What adds to a pipeline the scripts that remove (or, ``soft``, make stale) the
+    entries of ``batch``, each only if it is still the one stored at ``holders[key]``."""
+
+    def touch(pipeline: Any) -> None:
+        for holder in batch:
+            stored_at = holders[holder]
+            ttl = _TTL.pack(max(0, math.floor(now - stored_at))) if soft else b""
+            pipeline.eval(_ENTRY_IF_STORED_AT, 1, holder.text, _STORED_AT.pack(stored_at), ttl)
+
+    return touch
+
+
 def new_generation() -> int:
     """A random generation, never 0 (0 is what an entry stored without a cache has)."""
     return secrets.randbits(63) | 1
@@ -357,14 +374,13 @@ class RedisBackend(QuietBackend):
         return Fleet(self._client, prefix=self._prefix, fingerprint=fingerprint, on_read=on_read)
 
     @contextlib.contextmanager
-    def _faults(self, what: str) -> Iterator[None]:
+    def _faults(self, what: str, timeout_s: float | None = None) -> Iterator[None]:
         """A timeout or a Redis error inside becomes CacheUnavailable."""
         try:
             yield
         except TimeoutError as exc:
-            raise CacheUnavailable(
-                f"redis {what}: no answer within {self._timeout_s * 1000:g} ms"
-            ) from exc
+            waited = self._timeout_s if timeout_s is None else timeout_s
+            raise CacheUnavailable(f"redis {what}: no answer within {waited * 1000:g} ms") from exc
         except REDIS_ERRORS as exc:
             raise CacheUnavailable(f"redis {what}: {type(exc).__name__}: {exc}") from exc
 
@@ -378,9 +394,14 @@ class RedisBackend(QuietBackend):
         async with self._pipelines:
             return await pipeline.execute()
 
-    async def _call(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        with self._faults(what):
-            async with asyncio.timeout(self._timeout_s):
+    async def _call(
+        self, what: str, call: Callable[[], Awaitable[T]], timeout_s: float | None = None
+    ) -> T:
+        """``call()`` within ``timeout_s`` (default ``cache.redis_timeout_ms``), its
+        faults as CacheUnavailable."""
+        waited = self._timeout_s if timeout_s is None else timeout_s
+        with self._faults(what, waited):
+            async with asyncio.timeout(waited):
                 return await call()
 
     async def get(self, key: CacheKey) -> Lookup:
@@ -487,54 +508,66 @@ class RedisBackend(QuietBackend):
             raise CacheUnavailable(f"redis EVAL: the purge number is not a number: {exc}") from exc
 
     async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:
-        """One script numbers the purge, marks each record purged by it and reads the
-        entries that hold them (the records' index has one slot); then each entry is
-        removed or, soft, made stale, only if it is still the entry that was noted (one
-        script per entry, sent together); then, hard, the members whose entries went
-        are let go. Until the entries are gone the members stay, so that a purge whose
-        outcome is unknown finds them again when it is retried."""
+        """One script numbers the purge and marks each record's set with it (the
+        records' index has one slot: a fill that notes after this sees the mark); the
+        sets are then read page by page (ZSCAN), each entry removed or, soft, made
+        stale, only if it is still the entry that was noted, in pipelines of
+        PURGE_BATCH scripts; then, hard, the members of the entries removed are let
+        go. Until the entries are gone the members stay, so that a purge whose outcome
+        is unknown finds them again when it is retried. Each step has its own time
+        (PURGE_STEP_S at least), so that a record held by many entries is purged in
+        steps that each hold Redis briefly."""
         now = self._clock()
+        step_s = max(self._timeout_s, PURGE_STEP_S)
         sets = [record_key(self._prefix, ref) for ref in refs]
         keys = [record_sequence_key(self._prefix), *sets]
         mark_ms = int(RECORD_PURGE_MARK_S * 1000)
-        taken = await self._call(
-            "EVAL", lambda: self._client.eval(_PURGE_RECORDS, len(keys), *keys, mark_ms)
+        await self._call(
+            "EVAL", lambda: self._client.eval(_PURGE_MARK, len(keys), *keys, mark_ms), step_s
         )
-        # each set's members and scores; each entry as it was last noted (a key noted
-        # in several sets at different times holds now what it was last noted with)
-        per_set: list[list[Any]] = []
-        at = 1
-        for _ in sets:
-            count = int(taken[at])
-            per_set.append(taken[at + 1 : at + 1 + count])
-            at += count + 1
+        # each entry as it was last noted (a key noted in several sets at different
+        # times holds now what it was last noted with), and each set's members
         holders: dict[CacheKey, float] = {}
-        for values in per_set:
-            for member, score in zip(values[::2], values[1::2], strict=True):
+        members: dict[str, list[tuple[bytes, float]]] = {}
+        for set_key in sets:
+            found = members[set_key] = await self._holders_of(set_key, step_s)
+            for member, score in found:
                 holder = parse_holder_member(member)
                 if holder is not None:
-                    holders[holder] = max(float(score), holders.get(holder, -math.inf))
-        if not holders:
-            return RecordsPurged()
+                    holders[holder] = max(score, holders.get(holder, -math.inf))
         entries = list(holders)
-
-        def touch(pipeline: Any) -> None:
-            for holder in entries:
-                stored_at = holders[holder]
-                ttl = _TTL.pack(max(0, math.floor(now - stored_at))) if soft else b""
-                pipeline.eval(_ENTRY_IF_STORED_AT, 1, holder.text, _STORED_AT.pack(stored_at), ttl)
-
-        done = await self._call("EVAL", lambda: self._pipelined(touch))
+        done: list[Any] = []
+        for start in range(0, len(entries), PURGE_BATCH):
+            touch = _touching(entries[start : start + PURGE_BATCH], holders, now, soft=soft)
+            done += await self._call("EVAL", functools.partial(self._pipelined, touch), step_s)
         if not soft:
-            forgotten = [value for values in per_set for value in (len(values), *values)]
             with contextlib.suppress(CacheUnavailable):  # else they go with their age
-                await self._call(
-                    "EVAL",
-                    lambda: self._client.eval(_FORGET_HOLDERS, len(sets), *sets, *forgotten),
-                )
-        return RecordsPurged(
-            tuple(holder for holder, result in zip(entries, done, strict=True) if result)
-        )
+                await self._forget(members, step_s)
+        removed = tuple(holder for holder, result in zip(entries, done, strict=True) if result)
+        return RecordsPurged(removed, reached=tuple(entries))
+
+    async def _holders_of(self, set_key: str, step_s: float) -> list[tuple[bytes, float]]:
+        """Every member of a record's set but its purge mark, with its score."""
+        found: list[tuple[bytes, float]] = []
+        cursor = 0
+        while True:
+            scan = functools.partial(self._client.zscan, set_key, cursor, count=PURGE_BATCH)
+            cursor, page = await self._call("ZSCAN", scan, step_s)
+            for member, score in page:
+                if isinstance(member, bytes) and member != b"!":
+                    found.append((member, float(score)))
+            if not cursor:
+                return found
+
+    async def _forget(self, members: dict[str, list[tuple[bytes, float]]], step_s: float) -> None:
+        """Let go of the members a hard purge read (unless noted again since)."""
+        for set_key, found in members.items():
+            for start in range(0, len(found), PURGE_BATCH):
+                args: list[Any] = [2 * len(found[start : start + PURGE_BATCH])]
+                for member, score in found[start : start + PURGE_BATCH]:
+                    args += [member, repr(score)]
+                forget = functools.partial(self._client.eval, _FORGET_HOLDERS, 1, set_key, *args)
+                await self._call("EVAL", forget, step_s)
 
     async def purge(self, route: str | None) -> Purged:
         """A new random generation: every entry stored before is a miss from now on.

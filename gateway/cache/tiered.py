@@ -186,14 +186,15 @@ class TieredBackend:
             self.near.invalidate(None)
             self._in_background(self._retry_records(refs, soft=soft, keys=None))
             raise
-        for key in purged.keys:
+        reached = purged.reached or purged.keys
+        for key in reached:
             self.near.remove(key)
         try:
-            told = await self._confirmed(lambda purge_id: removals_messages(purged.keys, purge_id))
+            told = await self._confirmed(lambda purge_id: removals_messages(reached, purge_id))
         except CacheUnavailable:
-            self._in_background(self._retry_records(refs, soft=soft, keys=purged.keys))
+            self._in_background(self._retry_records(refs, soft=soft, keys=reached))
             raise
-        return RecordsPurged(purged.keys, told.told, told.confirmed)
+        return RecordsPurged(purged.keys, told.told, told.confirmed, reached)
 
     async def _retry_records(
         self, refs: Sequence[str], *, soft: bool, keys: tuple[CacheKey, ...] | None

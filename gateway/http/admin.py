@@ -206,6 +206,15 @@ async def _purge_records(request: web.Request) -> web.StreamResponse:
         metrics.purged_records(mode, None, time.perf_counter() - started)
         return _purge_unconfirmed(request, exc, logged)
     entries = len(purged.keys)
+    if purged.told is not None and (purged.confirmed or 0) < purged.told:
+        # a process Redis told did not confirm: it may still serve what was purged
+        metrics.purged_records(mode, None, time.perf_counter() - started)
+        return _purge_outcome_unknown(
+            request,
+            f"{purged.confirmed} of {purged.told} processes confirmed the purge within"
+            " 1 s; the others may still serve what it purged. Send it again to be sure",
+            instances={"told": purged.told, "confirmed": purged.confirmed},
+        )
     metrics.purged_records(mode, entries, time.perf_counter() - started)
     told = {"told": purged.told, "confirmed": purged.confirmed}
     log.info("cache purged by record", extra={**logged, "entries": entries, **told})

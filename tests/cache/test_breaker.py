@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -491,3 +492,25 @@ async def test_a_hit_held_in_the_process_is_never_the_half_open_trial(
     backend.held = ENTRY  # the near cache holds a copy
     assert await cache.get(KEY) is None  # the trial goes to the backend, and fails
     assert cache.breaker.state is OPEN
+
+
+async def test_a_store_without_its_purge_number_takes_no_trial_of_the_breaker(
+    backend: FaultyBackend, monotonic: Monotonic
+) -> None:
+    """A fill that began while the breaker was open has no purge number and stores
+    nothing; when its upstream call ends after the breaker's reset, the trial stays
+    for the next call that uses the cache (before, it was taken and never ended: the
+    cache was off in the process for good)."""
+    backend.capabilities = replace(SHARED, purges_records=True)
+    backend.reads_fail = backend.writes_fail = True
+    cache = GuardedCache(backend, breaker(monotonic, failures=3, reset_s=5))
+    for _ in range(3):
+        assert await cache.get(KEY) is None
+    assert cache.breaker.state is OPEN
+    since = await cache.purge_sequence()
+    assert since is None
+    monotonic.now += 5  # the upstream answers after the reset
+    backend.reads_fail = backend.writes_fail = False
+    assert await cache.set(KEY, ENTRY, 60, held={"user:1": ""}, since=since) is False
+    assert await cache.get(KEY) == Lookup(None, Generations())  # the trial: a read
+    assert cache.breaker.state is CLOSED

@@ -249,3 +249,69 @@ async def test_a_hard_purge_lets_go_of_the_members_it_removed_and_keeps_newer_on
     assert len((await store.purge_records([EXPENSE], soft=False)).keys) == 2
     assert await holders(client, index) == []
     await store.close()
+
+
+async def test_a_store_refused_for_a_purge_leaves_the_entry_before_it_findable(
+    store: CacheBackend, clock: FakeClock
+) -> None:
+    """A page holding the account is refreshed while an expense its new answer holds
+    is purged: the refreshed answer is not stored, and the page as it was stays
+    reachable by the account's purge."""
+    await fill(store, clock, PAGE, ACCOUNT)
+    since = await store.purge_sequence()
+    await store.purge_records([EXPENSE], soft=False)  # while the refresh is upstream
+    clock.advance(1)
+    refreshed = await entry(store, PAGE, clock())
+    assert not await store.set_holding(PAGE, refreshed, 60, {ACCOUNT: "", EXPENSE: ""}, since)
+    # the memory backend drops the page at once; Redis leaves it, findable
+    await store.purge_records([ACCOUNT], soft=False)
+    assert await stored(store, PAGE) is None
+
+
+async def test_a_purge_names_every_key_it_found_for_the_copies_elsewhere(
+    clock: FakeClock, redis_url: str
+) -> None:
+    """An entry gone from Redis (evicted) may still have copies in other processes:
+    the purge names its key for them to drop, though it removed nothing."""
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBackend(client, prefix=PREFIX, timeout_s=1.0, clock=clock)
+    await fill(store, clock, PAGE, EXPENSE)
+    await fill(store, clock, DETAIL, EXPENSE)
+    await client.delete(PAGE.text)
+    purged = await store.purge_records([EXPENSE], soft=False)
+    assert purged.keys == (DETAIL,)
+    assert sorted(purged.reached) == sorted([PAGE, DETAIL])
+    await store.close()
+
+
+async def test_a_record_held_by_many_entries_is_purged_in_steps_within_the_timeout(
+    clock: FakeClock, redis_url: str
+) -> None:
+    """2,000 holders with the default 50 ms timeout: each step (a page of the set, a
+    batch of entries) has its own time."""
+    client = redis.Redis.from_url(redis_url)
+    store = RedisBackend(client, prefix=PREFIX, timeout_s=0.05, clock=clock)
+    keys = [k("expenses", f"page={n}|caller") for n in range(2000)]
+    generations = (await store.get(keys[0])).generations
+    body = b'{"data":[]}'
+    for key in keys:
+        held = {ACCOUNT: "", f"expense:{key.text[-12:]}": ""}
+        made = CacheEntry(body, etag_of(body), clock(), 30, generations=generations)
+        assert await store.set_holding(key, made, 60, held, 0)
+    purged = await store.purge_records([ACCOUNT], soft=False)
+    assert len(purged.keys) == len(keys)
+    assert await holders(client, record_key(PREFIX, ACCOUNT)) == []
+    await store.close()
+
+
+async def test_an_entry_too_large_for_the_memory_bound_replaces_the_one_before(
+    clock: FakeClock,
+) -> None:
+    store = MemoryBackend(max_bytes=4096, clock=clock)
+    await fill(store, clock, PAGE, ACCOUNT)
+    body = b"x" * 8192
+    huge = CacheEntry(body, etag_of(body), clock(), 30)
+    assert await store.set_holding(PAGE, huge, 60, {EXPENSE: ""}, 0)
+    assert await stored(store, PAGE) is None  # neither the old answer nor the new
+    assert (await store.purge_records([EXPENSE], soft=False)).keys == ()
+    assert (await store.purge_records([ACCOUNT], soft=False)).keys == ()

@@ -96,6 +96,7 @@ async def test_a_single_record_and_a_page_of_users_hold_themselves(
         ),
         ("account:Main account", RecordRef("account", "Main account")),
         ("account:acc:1", RecordRef("account", "acc:1")),
+        ("account: two  spaces ", RecordRef("account", " two  spaces ")),
     ],
 )
 def test_a_reference_names_a_record(text: str, ref: RecordRef) -> None:
@@ -110,8 +111,9 @@ def test_a_reference_names_a_record(text: str, ref: RecordRef) -> None:
         ("bank:1", "the kind must be one of expense, account, client, user"),
         ("client:", "the id is empty"),
         ("client:12", "client ids are UUIDs"),
-        ("account: padded", "no control characters and no outer spaces"),
-        ("account:tab\there", "no control characters"),
+        ("account:zero\u200bwidth", "printable text"),
+        ("account:tab\there", "printable text"),
+        ("account:bad\ufffdutf8", "valid UTF-8"),
         ("account:" + "x" * 201, "longer than 200 characters"),
     ],
 )
