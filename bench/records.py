@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 import redis.asyncio as redis
+from normalise import machine  # bench/normalise.py: the CPU model and count
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 
 from gateway.cache.coding import stored_body
@@ -206,17 +207,6 @@ async def purge_time(nodes: list[str]) -> dict[str, Any]:
     }
 
 
-def machine() -> str:
-    model = platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{model}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-
-
 async def measure() -> dict[str, Any]:
     server = RedisServer()
     server.start()
@@ -226,6 +216,7 @@ async def measure() -> dict[str, Any]:
         return {
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": machine(),
+            "python": platform.python_version(),
             "load_average_1m": round(os.getloadavg()[0], 2),
             "store": await store_cost(server.url),
             "index": await index_size(server.url),
@@ -267,7 +258,8 @@ def report(results: dict[str, Any]) -> str:
         [
             "# Purge by record: what it costs",
             "",
-            f"Measured {results['measured_at']} on {results['machine']}"
+            f"Measured {results['measured_at']} on {results['machine']},"
+            f" Python {results['python']}"
             f" (load {results['load_average_1m']}).",
             "",
             "| what | figure |",
