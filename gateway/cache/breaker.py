@@ -151,19 +151,9 @@ class GuardedCache:
         write, and a success proves only that the store answers (the write that
         follows is what counts; a half-open circuit closes on probation)."""
         backend = self.backend
-        if not backend.capabilities.purges_records or not self.breaker.allow():
+        if not backend.capabilities.purges_records:
             return None
-        try:
-            number = await backend.purge_sequence()
-        except CacheUnavailable as exc:
-            self._failed(self._writes, exc)
-            self.breaker.failed(str(exc))
-            return None
-        except asyncio.CancelledError:
-            self.breaker.abandoned()
-            raise
-        self.breaker.succeeded(conclusive=False)
-        return number
+        return await self._guarded(self._writes, backend.purge_sequence, None, conclusive=False)
 
     async def remove(self, key: CacheKey) -> bool:
         """Remove the entry under ``key`` for every instance (CacheBackend.remove);
@@ -214,8 +204,16 @@ class GuardedCache:
             await self._guarded(self._writes, lambda: self.backend.drop_lease(key, token), None)
 
     async def _guarded(
-        self, window: OutcomeWindow, call: Callable[[], Awaitable[T]], fallback: T
+        self,
+        window: OutcomeWindow,
+        call: Callable[[], Awaitable[T]],
+        fallback: T,
+        *,
+        conclusive: bool = True,
     ) -> T:
+        """``call()`` through the breaker, its failure counted in ``window``; its
+        success too, unless it is not ``conclusive`` (it proves the store answers, not
+        that the call it stands for works)."""
         breaker = self.breaker
         if not breaker.allow():
             return fallback
@@ -228,8 +226,9 @@ class GuardedCache:
         except asyncio.CancelledError:
             breaker.abandoned()
             raise
-        breaker.succeeded()
-        window.add(self._monotonic(), False)
+        breaker.succeeded(conclusive=conclusive)
+        if conclusive:
+            window.add(self._monotonic(), False)
         return result
 
     def outcomes(self) -> CacheOutcomes:

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -201,30 +201,19 @@ class TieredBackend:
     ) -> None:
         """Purge by record (unless ``keys`` says it was done, and what it reached) and
         publish the removals, until both are done or PURGE_RETRY_S has passed. When the
-        first try's outcome is unknown, it may have taken the entries from the records'
-        sets before Redis stopped answering: no try can learn them again, so every
-        process is told to drop all its copies."""
-        deadline = time.monotonic() + PURGE_RETRY_S
-        while time.monotonic() < deadline:
-            await asyncio.sleep(_RETRY_S)
-            try:
-                if keys is None:
-                    await self._far.purge_records(refs, soft=soft)
-                    await self._tell(None, confirm=False)
-                else:
-                    for message in removals_messages(keys, ""):
-                        await self._publish(self._channel, message)
-            except CacheUnavailable:
-                continue
-            log.info(
-                "purge by record done on a retry",
-                extra={"event": "cache_purge", "purged_records": list(refs), "retried": True},
-            )
-            return
-        log.error(
-            "purge by record given up: the shared backend did not confirm it; purge again",
-            extra={"event": "cache_purge", "purged_records": list(refs), "retried": True},
-        )
+        first try's outcome is unknown, it may have removed entries before Redis stopped
+        answering, which no later try finds: every process is told to drop all its
+        copies."""
+
+        async def attempt() -> None:
+            if keys is None:
+                await self._far.purge_records(refs, soft=soft)
+                await self._tell(None, confirm=False)
+            else:
+                for message in removals_messages(keys, ""):
+                    await self._publish(self._channel, message)
+
+        await self._retried(attempt, "purge by record", {"purged_records": list(refs)})
 
     async def remove(self, key: CacheKey) -> bool:
         """Drop this process's copy, remove the shared entry, and when there was one,
@@ -277,29 +266,36 @@ class TieredBackend:
     async def _retry_purge(self, route: str | None, *, purged: bool) -> None:
         """Purge (unless ``purged``) and publish the invalidation, until both are done
         or PURGE_RETRY_S has passed."""
+
+        async def attempt() -> None:
+            nonlocal purged
+            if not purged:
+                await self._far.purge(route)
+                purged = True
+            await self._tell(route, confirm=False)
+
+        await self._retried(attempt, "cache purge", {"purged_route": route or "*"})
+
+    async def _retried(
+        self, attempt: Callable[[], Awaitable[None]], what: str, purged: dict[str, object]
+    ) -> None:
+        """``attempt()`` every _RETRY_S until it passes or PURGE_RETRY_S has passed
+        (CacheUnavailable: not yet); either way logged, as ``what`` of ``purged``."""
         deadline = time.monotonic() + PURGE_RETRY_S
         while time.monotonic() < deadline:
             await asyncio.sleep(_RETRY_S)
             try:
-                if not purged:
-                    await self._far.purge(route)
-                    purged = True
-                await self._tell(route, confirm=False)
+                await attempt()
             except CacheUnavailable:
                 continue
             log.info(
-                "cache purge done on a retry",
-                extra={"event": "cache_purge", "purged_route": route or "*", "retried": True},
+                f"{what} done on a retry",
+                extra={"event": "cache_purge", **purged, "retried": True},
             )
             return
         log.error(
-            "cache purge given up: the shared backend did not confirm it; purge again",
-            extra={
-                "event": "cache_purge",
-                "purged_route": route or "*",
-                "retried": True,
-                "backend": self.name,
-            },
+            f"{what} given up: the shared backend did not confirm it; purge again",
+            extra={"event": "cache_purge", **purged, "retried": True, "backend": self.name},
         )
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
