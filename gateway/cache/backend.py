@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
+from gateway.cache.clock import Clock, system_clock
 from gateway.cache.entry import CacheEntry, CacheKey, Lookup
 
 if TYPE_CHECKING:
@@ -136,6 +137,29 @@ RECORD_PURGE_MARK_S = 3600.0
 OWN_LEASE = b""
 
 
+class ProcessClaims:
+    """:meth:`CacheBackend.claim` in one process: each name held for its lifetime, at
+    most ``limit`` of them (those expired let go first, then the oldest)."""
+
+    def __init__(self, clock: Clock = system_clock, limit: int = 100_000) -> None:
+        self._clock = clock
+        self._limit = limit
+        self._until: dict[str, float] = {}
+
+    def claim(self, name: str, lifetime_s: float) -> bool:
+        now = self._clock()
+        until = self._until.get(name)
+        if until is not None and until > now:
+            return False
+        if len(self._until) >= self._limit:
+            self._until = {held: end for held, end in self._until.items() if end > now}
+            while len(self._until) >= self._limit:
+                del self._until[next(iter(self._until))]
+        self._until.pop(name, None)
+        self._until[name] = now + lifetime_s
+        return True
+
+
 class QuietBackend:
     """Defaults for backends with nothing in the background, no one to tell and
     nothing held in the process."""
@@ -250,6 +274,12 @@ class CacheBackend(Protocol):
 
     async def drop_lease(self, key: CacheKey, token: bytes) -> None:
         """Give the lease back, if it is still the one ``token`` took."""
+        ...
+
+    async def claim(self, name: str, lifetime_s: float) -> bool:
+        """True when no one claimed ``name`` within the last ``lifetime_s`` seconds (it
+        is claimed now): for every instance that shares this backend, or with a backend
+        of one process, in it. What refuses a signed change notice sent again."""
         ...
 
     async def probe(self) -> None:

@@ -15,6 +15,8 @@ them and ``SCAN MATCH <namespace>:*`` finds all of them:
   id (free text for an account) shapes a key. They share one slot, so that one script
   notes every record an entry holds;
 - ``<prefix>:fleet``: the fleet's announcements (a hash);
+- ``<prefix>:claim:<name>``: a name claimed once for a while (``CacheBackend.claim``:
+  the signed change notices already taken);
 - ``<prefix>:probe``: the readiness probe's write.
 
 The braces are a Redis Cluster hash tag, after the prefix: the generations and the
@@ -37,6 +39,7 @@ GENERATION_PART = "gen"
 LEASE_SUFFIX = ":lease"
 FLEET_PART = "fleet"
 PROBE_PART = "probe"
+CLAIM_PART = "claim"
 RECORD_PART = "r"
 INVALIDATION_CHANNEL = "invalidate"
 ACK_CHANNEL = "invalidated"
@@ -84,6 +87,11 @@ def fleet_key(prefix: str) -> str:
 def probe_key(prefix: str) -> str:
     """The key the readiness probe writes and reads."""
     return f"{prefix}:{PROBE_PART}"
+
+
+def claim_key(prefix: str, name: str) -> str:
+    """The key that holds ``name`` claimed (``CacheBackend.claim``)."""
+    return f"{prefix}:{CLAIM_PART}:{name}"
 
 
 def record_slot(prefix: str) -> str:

@@ -12,6 +12,7 @@ from gateway.cache.backend import (
     IN_PROCESS,
     NOTHING,
     RECORD_PURGE_MARK_S,
+    ProcessClaims,
     Purged,
     QuietBackend,
     RecordsPurged,
@@ -61,6 +62,7 @@ class MemoryBackend(QuietBackend):
         self._holders: dict[str, set[str]] = {}
         self._record_purges: dict[str, tuple[int, float]] = {}
         self._purges = 0
+        self._claims = ProcessClaims(clock)
 
     @staticmethod
     def new_secret() -> bytes:
@@ -238,6 +240,9 @@ class MemoryBackend(QuietBackend):
     async def purge_sequence(self) -> int:
         return self._purges
 
+    async def claim(self, name: str, lifetime_s: float) -> bool:
+        return self._claims.claim(name, lifetime_s)
+
     async def close(self) -> None:
         self.clear()
 
@@ -247,6 +252,12 @@ class NullBackend(QuietBackend):
 
     name = "none"
     capabilities = NOTHING
+
+    def __init__(self) -> None:
+        self._claims = ProcessClaims()
+
+    async def claim(self, name: str, lifetime_s: float) -> bool:
+        return self._claims.claim(name, lifetime_s)
 
     async def get(self, key: CacheKey) -> Lookup:
         return Lookup(None, Generations())

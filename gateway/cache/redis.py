@@ -48,6 +48,7 @@ from gateway.cache.entry import (
 )
 from gateway.cache.fleet import Fleet
 from gateway.cache.keyspace import (
+    claim_key,
     generation_key,
     lease_key,
     probe_key,
@@ -594,6 +595,14 @@ class RedisBackend(QuietBackend):
 
     async def drop_lease(self, key: CacheKey, token: bytes) -> None:
         await self._call("EVAL", lambda: self._client.eval(_RELEASE, 1, lease_key(key), token))
+
+    async def claim(self, name: str, lifetime_s: float) -> bool:
+        """One SET NX of the name's key: the instance whose SET wrote it claimed it."""
+        key = claim_key(self._prefix, name)
+        ttl_ms = max(1, math.ceil(lifetime_s * 1000))
+        return bool(
+            await self._call("SET", lambda: self._client.set(key, b"1", nx=True, px=ttl_ms))
+        )
 
     async def probe(self) -> None:
         """A write and a read as traffic makes them, on a probe key of this prefix."""

@@ -312,6 +312,9 @@ class TieredBackend:
     async def drop_lease(self, key: CacheKey, token: bytes) -> None:
         await self._far.drop_lease(key, token)
 
+    async def claim(self, name: str, lifetime_s: float) -> bool:
+        return await self._far.claim(name, lifetime_s)
+
     async def probe(self) -> None:
         await self._far.probe()
 

@@ -451,6 +451,9 @@ def parse_node(node: str) -> tuple[str, int]:
 
 class AdminSettings(_Section):
     token: SecretStr | None = None
+    # the key of the change feed's signed requests (POST /admin/records/changed): a
+    # feed that should not hold the admin token signs with it instead
+    change_feed_secret: SecretStr | None = None
 
     @field_validator("token")
     @classmethod
@@ -458,6 +461,32 @@ class AdminSettings(_Section):
         if value is not None and len(value.get_secret_value()) < 16:
             raise ValueError("must be at least 16 characters")
         return value
+
+    @field_validator("change_feed_secret")
+    @classmethod
+    def _check_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < 32:
+            raise ValueError("must be at least 32 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _apart(self) -> AdminSettings:
+        token, secret = self.token, self.change_feed_secret
+        if (
+            token is not None
+            and secret is not None
+            and token.get_secret_value() == secret.get_secret_value()
+        ):
+            raise ValueError(
+                "admin.change_feed_secret must differ from admin.token: the feed"
+                " that holds it must not be able to do what the token does"
+            )
+        return self
+
+    @property
+    def routes_exist(self) -> bool:
+        """Whether there are admin routes at all: with the token, or the feed's key."""
+        return self.token is not None or self.change_feed_secret is not None
 
 
 class TracingSettings(_Section):

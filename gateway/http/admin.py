@@ -1,8 +1,11 @@
-"""Admin routes under /admin, present only when ``admin.token`` is set.
+"""Admin routes under /admin, present only when ``admin.token`` (or
+``admin.change_feed_secret``) is set.
 
 Without the admin token every request under /admin is answered 401 before anything
 else: neither the methods a path takes (405 and ``Allow``) nor which paths exist
-(404) are shown to anyone else.
+(404) are shown to anyone else. The one exception is a change notice signed with
+``admin.change_feed_secret`` (``POST /admin/records/changed``,
+``gateway.http.change_feed``): it is judged by its signature.
 
 ``DELETE /admin/cache`` purges every entry of this namespace and of the upstream in
 use; ``DELETE /admin/cache?route=expenses`` purges one route for every token. With the
@@ -35,6 +38,19 @@ from gateway.errors import (
     ParameterProblem,
 )
 from gateway.http.binding import UPSTREAMS
+from gateway.http.change_feed import (
+    BODY_MAX_BYTES,
+    CHANGES_MAX,
+    WINDOW_S,
+    TooLarge,
+    Unsigned,
+    check_signature,
+    is_signed,
+    parse_notice,
+    read_body,
+    replay_name,
+    shown,
+)
 from gateway.http.edge import REQUEST_ID, Handler
 from gateway.http.problems import problem_response
 from gateway.http.records import RECORDS
@@ -173,7 +189,7 @@ def _records_asked(request: web.Request) -> tuple[list[str], bool]:
         try:
             refs[str(parse_ref(text))] = None
         except BadReference as exc:
-            problems.append(ParameterProblem("record", f"{_shown(text)}: {exc}"))
+            problems.append(ParameterProblem("record", f"{shown(text)}: {exc}"))
     modes = query.getall("mode", [])
     if len(modes) > 1 or (modes and modes[0] not in _MODES):
         problems.append(ParameterProblem("mode", "must be given once, hard or soft"))
@@ -182,22 +198,120 @@ def _records_asked(request: web.Request) -> tuple[list[str], bool]:
     return list(refs), modes == ["soft"]
 
 
-def _shown(text: str) -> str:
-    """A reference as a problem quotes it: bounded, and as JSON text would show it."""
-    return repr(text if len(text) <= 80 else text[:80] + "...")
-
-
 async def _purge_records(request: web.Request) -> web.StreamResponse:
     """DELETE /admin/cache?record=KIND:ID...[&mode=soft]: every entry of every caller
     that holds one of the records, removed (or marked stale) for every instance."""
     refs, soft = _records_asked(request)
+    return await _purge_refs(request, refs, soft, {})
+
+
+async def records_changed(request: web.Request) -> web.StreamResponse:
+    """POST /admin/records/changed: a change notice (``gateway.http.change_feed``),
+    with the admin token or signed with ``admin.change_feed_secret``; its records
+    purged as :func:`_purge_records` purges them."""
+    metrics = request.app[METRICS]
+    signed = is_signed(request)
+    try:
+        if not signed:
+            check_admin(request)
+        try:
+            body = await read_body(request)
+        except TooLarge:
+            metrics.change_notice("invalid")
+            return _notice_problem(
+                request,
+                413,
+                "content-too-large",
+                "The notice is too large",
+                f"a change notice's body is at most {BODY_MAX_BYTES} bytes;"
+                f" send at most {CHANGES_MAX} records a notice",
+            )
+        digest = None
+        if signed:
+            secret = request.app[LIVE].settings.admin.change_feed_secret
+            try:
+                digest = check_signature(
+                    request, None if secret is None else secret.get_secret_value(), body
+                )
+            except Unsigned as exc:
+                raise AuthenticationRequired(str(exc)) from None
+    except AuthenticationRequired:
+        metrics.change_notice("unauthenticated")
+        raise
+    if request.content_type != "application/json":
+        metrics.change_notice("invalid")
+        return _notice_problem(
+            request,
+            415,
+            "unsupported-media-type",
+            "The notice is not JSON",
+            "a change notice is sent as Content-Type: application/json",
+        )
+    try:
+        _no_query(request)
+        notice = parse_notice(body)
+    except InvalidParameters:
+        metrics.change_notice("invalid")
+        raise
+    if digest is not None:
+        backend = request.app[UPSTREAMS].current.cache.backend
+        try:
+            first = await backend.claim(replay_name(digest), 2 * WINDOW_S)
+        except CacheUnavailable as exc:
+            metrics.change_notice("unknown")
+            return _notice_problem(
+                request,
+                503,
+                "notice-not-taken",
+                "The notice was not taken",
+                f"the cache did not answer whether this notice was taken before ({exc}):"
+                " nothing was purged. Sign it again and send it again",
+            )
+        if not first:
+            metrics.change_notice("replayed")
+            return _notice_problem(
+                request,
+                409,
+                "notice-replayed",
+                "The notice was taken before",
+                "a signed notice is taken once; nothing was purged again. A retry is"
+                " signed again, with its own timestamp",
+            )
+    answer = await _purge_refs(request, notice.records, notice.soft, {"by": "notice"})
+    metrics.change_notice("purged" if answer.status == 200 else "unknown")
+    return answer
+
+
+def _notice_problem(
+    request: web.Request, status: int, slug: str, title: str, detail: str
+) -> web.StreamResponse:
+    return problem_response(
+        request,
+        status=status,
+        slug=slug,
+        title=title,
+        detail=detail,
+        request_id=request[REQUEST_ID],
+    )
+
+
+async def _purge_refs(
+    request: web.Request, refs: list[str], soft: bool, logged_too: dict[str, object]
+) -> web.StreamResponse:
+    """Purge the entries that hold ``refs`` for every instance; the answer says how
+    many, or a 503 when the purge is not confirmed everywhere."""
     backend = request.app[UPSTREAMS].current.cache.backend
     if backend.capabilities.stores and not backend.capabilities.purges_records:
         raise InvalidParameters(
             [ParameterProblem("record", f"the cache backend {backend.name} cannot purge by record")]
         )
     mode = "soft" if soft else "hard"
-    logged: dict[str, object] = {"event": "cache_purge", "purged_records": refs, "mode": mode}
+    logged: dict[str, object] = {
+        "event": "cache_purge",
+        "purged_records": refs,
+        "mode": mode,
+        **logged_too,
+    }
     metrics = request.app[METRICS]
     started = time.perf_counter()
     try:
@@ -392,6 +506,7 @@ ADMIN_PATHS = "/admin{tail:(/.*)?}"
 ADMIN_ROUTES: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     ("/admin/cache", "admin-cache", {"DELETE": purge_cache}),
     ("/admin/config", "admin-config", {"GET": effective_config}),
+    ("/admin/records/changed", "admin-records-changed", {"POST": records_changed}),
     ("/admin/reload", "admin-reload", {"POST": reload_config}),
     ("/admin/shadow", "admin-shadow", {"GET": shadow_report, "DELETE": reset_shadow}),
     ("/admin/ttl", "admin-ttl", {"GET": ttl_advice}),

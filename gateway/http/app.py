@@ -151,7 +151,7 @@ def _add_all_routes(app: web.Application, edge: Edge, live: LiveConfig, routes: 
     add_routes(app, edge, "/readyz", {"GET": edge.wrap(readyz, "readyz")}, "readyz")
     add_routes(app, edge, "/metrics", {"GET": edge.wrap(metrics, "metrics")}, "metrics")
     add_routes(app, edge, "/openapi.json", {"GET": edge.wrap(openapi_json, "openapi")}, "openapi")
-    if settings.admin.token is not None:
+    if settings.admin.routes_exist:
         for path, name, handlers in ADMIN_ROUTES:
             wrapped = {method: edge.wrap(handler, name) for method, handler in handlers.items()}
             add_routes(app, edge, path, wrapped, name, guard=check_admin)

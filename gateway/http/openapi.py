@@ -23,9 +23,11 @@ from pydantic.json_schema import models_json_schema
 from gateway import __version__
 from gateway.config.settings import Settings
 from gateway.http.openapi_admin import (
+    FEED_SCHEME,
     SECURITY_SCHEME,
     admin_paths,
     admin_schemas,
+    feed_scheme,
     route_parameter,
     security_scheme,
 )
@@ -390,10 +392,11 @@ def openapi_document(settings: Settings, routes: RouteTable = ROUTES) -> dict[st
         }
     }
     schemas = {**_model_schemas(routes), **problem_schemas(), **_readiness_schema()}
-    if settings.admin.token is not None:
+    if settings.admin.routes_exist:
         paths.update(admin_paths(route_parameter(routes)))
         tags.append({"name": "admin", "description": "Operations; the admin token."})
         security_schemes[SECURITY_SCHEME] = security_scheme()
+        security_schemes[FEED_SCHEME] = feed_scheme()
         schemas.update(admin_schemas(routes))
     return {
         "openapi": "3.1.0",

@@ -18,6 +18,7 @@ from gateway.routing.routes import RouteTable
 
 _JSON = "application/json"
 SECURITY_SCHEME = "adminToken"
+FEED_SCHEME = "changeFeedSignature"
 
 _NUMBER_OR_NULL = {"type": ["number", "null"]}
 _SHARES = {
@@ -287,6 +288,15 @@ _NOT_CONFIRMED = {
     "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
 }
 
+
+def _notice_problem(description: str, slug: str) -> dict[str, Any]:
+    return {
+        "description": f"{description} Problem type: `urn:records-gateway:problem:{slug}`.",
+        "headers": header_refs("X-Request-ID"),
+        "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
+    }
+
+
 # (operationId, summary, description, body schema, extra responses) by (path, method)
 _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]]] = {
     ("/admin/cache", "DELETE"): (
@@ -307,6 +317,35 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
                 "headers": header_refs("X-Request-ID"),
                 "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
             }
+        },
+    ),
+    ("/admin/records/changed", "POST"): (
+        "recordsChanged",
+        "Tell the gateway which records changed",
+        "A change notice from an upstream's change feed or a CDC pipeline: every answer,"
+        " of every token, that holds one of the records is purged as `DELETE /admin/cache"
+        "?record=` purges it (`soft`: marked stale). Nothing is purged unless every"
+        " reference is valid. With the admin token, or signed with admin.change_feed_secret"
+        " (`X-Gateway-Timestamp` and `X-Gateway-Signature`: `v1=` and the hex HMAC-SHA256"
+        " of `v1`, a newline, the timestamp, a newline and the body), within 300 s of the"
+        " gateway's clock and once. docs/purging.md.",
+        {"$ref": SCHEMAS + "PurgeResult"},
+        {
+            "409": _notice_problem(
+                "The signed notice was taken before: nothing was purged again. A retry is"
+                " signed again, with its own timestamp.",
+                "notice-replayed",
+            ),
+            "413": _notice_problem("The body is over 262144 bytes.", "content-too-large"),
+            "415": _notice_problem(
+                "The body is not sent as `application/json`.", "unsupported-media-type"
+            ),
+            "503": _notice_problem(
+                "The purge was not confirmed everywhere (as for `DELETE /admin/cache`),"
+                " or the cache did not answer whether a signed notice was taken before"
+                " (nothing purged): sign it again and send it again.",
+                "purge-outcome-unknown`, `urn:records-gateway:problem:notice-not-taken",
+            ),
         },
     ),
     ("/admin/config", "GET"): (
@@ -391,6 +430,9 @@ def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
             }
             if path == "/admin/cache":
                 operation["parameters"] = [route_parameter, *_RECORD_PARAMETERS]
+            if path == "/admin/records/changed":
+                operation["security"].append({FEED_SCHEME: []})
+                operation["requestBody"] = _NOTICE_BODY
             paths.setdefault(path, {})[method.lower()] = operation
     return paths
 
@@ -430,6 +472,50 @@ _RECORD_PARAMETERS = [
         "schema": {"type": "string", "enum": ["hard", "soft"], "default": "hard"},
     },
 ]
+
+
+_NOTICE_BODY = {
+    "required": True,
+    "content": {
+        _JSON: {
+            "schema": {
+                "type": "object",
+                "required": ["records"],
+                "additionalProperties": False,
+                "properties": {
+                    "records": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": 1000,
+                        "items": {
+                            "type": "string",
+                            "pattern": "^(expense|account|client|user):.+$",
+                        },
+                        "description": "The records that changed, `<kind>:<id>`.",
+                    },
+                    "soft": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": "Mark their answers stale instead of removing them.",
+                    },
+                },
+            },
+            "example": {"records": ["expense:3f6c1a52-8d0e-4f7b-9a41-2b5d0c7e9f13"]},
+        }
+    },
+}
+
+
+def feed_scheme() -> dict[str, Any]:
+    return {
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Gateway-Signature",
+        "description": "A change notice signed with admin.change_feed_secret: `v1=` and"
+        " the lowercase hex HMAC-SHA256 of `v1`, a newline, `X-Gateway-Timestamp` (whole"
+        " seconds since the Unix epoch, within 300 s of the gateway's clock), a newline"
+        " and the body. Taken once; POST /admin/records/changed alone.",
+    }
 
 
 def security_scheme() -> dict[str, Any]:

@@ -401,6 +401,14 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+        self.change_notices = Counter(
+            "gateway_change_notices_total",
+            "Change notices (POST /admin/records/changed) by outcome: purged; unknown (the"
+            " purge, or the check against replays, was not confirmed); replayed (a signed"
+            " notice sent again); unauthenticated; invalid (refused before any purge)",
+            ["outcome"],
+            registry=r,
+        )
         self.ttls = Gauge(
             "gateway_ttl_seconds",
             "The TTL of each route's answers now (cache.ttl_s)",
@@ -485,6 +493,10 @@ class Metrics:
         timed = _Timed(LATENCY_BUCKETS)
         timed.add(seconds)
         self.record_purge_seconds.add((mode,), timed)
+
+    def change_notice(self, outcome: str) -> None:
+        """Count one change notice by its outcome."""
+        self.change_notices.labels(outcome).inc()
 
     def circuit_changed(self, backend: str, state: str) -> None:
         self.circuit_state.labels(backend).set(CIRCUIT_VALUES[state])

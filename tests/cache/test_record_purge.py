@@ -4,13 +4,14 @@ and no other, and a fill that began before a purge is not kept."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis.asyncio as redis
 
-from gateway.cache.backend import CacheBackend
+from gateway.cache.backend import CacheBackend, ProcessClaims
 from gateway.cache.entry import CacheEntry, CacheKey, etag_of
 from gateway.cache.keyspace import record_key, record_sequence_key
 from gateway.cache.memory import HOLDING_OVERHEAD_BYTES, MemoryBackend
@@ -315,3 +316,29 @@ async def test_an_entry_too_large_for_the_memory_bound_replaces_the_one_before(
     assert await stored(store, PAGE) is None  # neither the old answer nor the new
     assert (await store.purge_records([EXPENSE], soft=False)).keys == ()
     assert (await store.purge_records([ACCOUNT], soft=False)).keys == ()
+
+
+async def test_a_name_is_claimed_once_for_its_lifetime(
+    store: CacheBackend, clock: FakeClock
+) -> None:
+    """What refuses a signed change notice sent again (docs/purging.md)."""
+    assert await store.claim("notice:a", 0.2)
+    assert not await store.claim("notice:a", 0.2)
+    assert await store.claim("notice:b", 0.2)
+    if isinstance(store, MemoryBackend):
+        clock.advance(0.25)
+    else:
+        await asyncio.sleep(0.3)  # Redis's own expiry
+    assert await store.claim("notice:a", 0.2)
+
+
+def test_a_process_holds_at_most_its_limit_of_claims_the_oldest_let_go() -> None:
+    now = [0.0]
+    claims = ProcessClaims(lambda: now[0], limit=3)
+    for name in ("a", "b", "c"):
+        assert claims.claim(name, 10)
+    now[0] = 1.0
+    assert claims.claim("d", 10)  # "a", the oldest, let go
+    assert not claims.claim("b", 10)
+    assert claims.claim("a", 10)
+    assert not claims.claim("d", 10)

@@ -131,6 +131,9 @@ class SharedStore(QuietBackend):
     async def remove(self, key: CacheKey) -> bool:
         return await self.store.remove(key)
 
+    async def claim(self, name: str, lifetime_s: float) -> bool:
+        return await self.store.claim(name, lifetime_s)
+
     async def close(self) -> None:
         return None
 

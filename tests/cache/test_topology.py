@@ -236,6 +236,25 @@ async def test_cluster_backend_sends_its_spread_commands_one_batch_at_a_time(
     await backend.close()
 
 
+async def test_cluster_instances_take_a_signed_notice_once_between_them(
+    redis_cluster_nodes: list[str],
+) -> None:
+    """The memory of signed change notices (docs/purging.md) is one key for the fleet:
+    what one instance claimed, another refuses."""
+    host, port = redis_cluster_nodes[0].split(":")
+    backends = [
+        RedisBackend(ClusterClient(host=host, port=int(port)), prefix="rg:t", timeout_s=5.0)
+        for _ in range(2)
+    ]
+    names = [f"notice:{n:032x}" for n in range(20)]  # spread over the slots
+    assert [await backends[n % 2].claim(name, 60) for n, name in enumerate(names)] == [True] * 20
+    assert [await backends[1 - n % 2].claim(name, 60) for n, name in enumerate(names)] == [
+        False
+    ] * 20
+    for backend in backends:
+        await backend.close()
+
+
 async def test_sentinel_mode_purges_by_record(
     gateway_factory: GatewayFactory,
     upstream: TestServer,

@@ -84,6 +84,14 @@ def test_file_then_environment_then_overrides(
         ("[cache]\nredis_url = 'http://x'\n", "cache.redis_url: must start with redis://"),
         ("[cache]\nkey_secret = 'short'\n", "cache.key_secret: must be at least 16 characters"),
         (
+            "[admin]\nchange_feed_secret = '" + "s" * 31 + "'\n",
+            "admin.change_feed_secret: must be at least 32 characters",
+        ),
+        (
+            "[admin]\ntoken = '" + "t" * 32 + "'\nchange_feed_secret = '" + "t" * 32 + "'\n",
+            "admin.change_feed_secret must differ from admin.token",
+        ),
+        (
             "[cache]\nidentity_memo_max_bytes = -1\n",
             "cache.identity_memo_max_bytes: Input should be greater than or equal to 0",
         ),

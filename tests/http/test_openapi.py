@@ -867,11 +867,28 @@ async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
         # a 405 is documented under the path's GET (or, without one, its own method)
         documented_under = "get" if status == 405 else method
         await contract.check(template, answer, documented_under)
+    notices = [
+        ({"records": [f"user:{UUID}"], "soft": True}, "application/json", 200),
+        ({"records": ["user:1"]}, "application/json", 400),
+        ({"records": [f"user:{UUID}"]}, "text/plain", 415),
+        ({"records": ["account:" + "x" * 200] * 1300}, "application/json", 413),
+    ]
+    for notice, content_type, status in notices:
+        answer = await gateway.post(
+            "/admin/records/changed",
+            data=json.dumps(notice),
+            headers={**admin, "Content-Type": content_type},
+        )
+        assert answer.status == status, notice
+        await contract.check("/admin/records/changed", answer, "post")
     for path, item in contract.document["paths"].items():
-        if path.startswith("/admin/"):
+        if path == "/admin/records/changed":
+            signed: list[dict[str, list[str]]] = [{"adminToken": []}, {"changeFeedSignature": []}]
+            assert item["post"]["security"] == signed
+        elif path.startswith("/admin/"):
             assert all(op["security"] == [{"adminToken": []}] for op in item.values()), path
     schemes = contract.document["components"]["securitySchemes"]
-    assert set(schemes) == {"bearer", "adminToken"}
+    assert set(schemes) == {"bearer", "adminToken", "changeFeedSignature"}
 
 
 @pytest.mark.parametrize("backend", ["memory", "none"])
