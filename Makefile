@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test test-aiohttp-latest lint rules bench bench-records redis-server promtool wrk lock clean lint-openapi openapi-examples
+.PHONY: run test test-aiohttp-latest lint rules bench bench-records bench-consistency redis-server promtool wrk lock clean lint-openapi openapi-examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -176,6 +176,11 @@ bench: $(VENV)/.installed-run redis-server
 ## without the index, the index's bytes in Redis, a purge on a three-primary cluster
 bench-records: $(VENV)/.installed-run redis-server
 	$(BIN)/python bench/records.py
+
+## bench-consistency: what cache.record_consistency costs and buys (bench/consistency.py):
+## upstream calls and answers older than one served, off, caller and all
+bench-consistency: $(VENV)/.installed-run redis-server
+	$(BIN)/python bench/consistency.py
 
 clean:
 	rm -rf $(VENV) $(LATEST_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

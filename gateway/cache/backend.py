@@ -4,7 +4,7 @@ defaults for backends without background work."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
@@ -128,6 +128,26 @@ class RecordsPurged(NamedTuple):
     reached: tuple[CacheKey, ...] = ()
 
 
+class Noted(NamedTuple):
+    """What :meth:`CacheBackend.set_consistent` did: whether the entry was stored
+    (False: its answer may be older than a version of one of its records already
+    noted, or than a purge of one), and the keys of the other entries it removed,
+    each noted with another version of one of its records (their copies in every
+    process are for the caller to drop)."""
+
+    stored: bool
+    invalidated: tuple[CacheKey, ...] = ()
+    # False when a process that keeps copies did not confirm it dropped theirs
+    confirmed: bool = True
+
+
+# The scope of set_consistent that spans every caller (cache.record_consistency = "all").
+EVERY_CALLER = "*"
+
+# What set_consistent awaits between removing the entries that hold an older version
+# and storing its own, with their keys: whether every copy of them is gone.
+BeforeStore = Callable[[tuple[CacheKey, ...]], Awaitable[bool]]
+
 # How long a purge by record is remembered, so that a fill that began before it and
 # stores after it is not kept as fresh (longer than any upstream call is waited for:
 # upstream.timeout_s and connect_timeout_s are at most 600 s each).
@@ -244,10 +264,36 @@ class CacheBackend(Protocol):
         (or removed again)."""
         ...
 
+    async def set_consistent(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+        scope: str,
+        before_store: BeforeStore | None = None,
+    ) -> Noted:
+        """:meth:`set_holding`, keeping one version of each record within ``scope``
+        (:data:`EVERY_CALLER`, or one caller's fingerprint: ``cache.record_consistency``).
+        ``held`` gives each record's version; ``since`` is :meth:`purge_sequence`'s
+        answer before the upstream was asked. Not stored when one of the records was
+        purged after ``since``, or when, within the scope, another version of one of
+        them was noted by a fill whose answer came after ``since``: the two calls
+        overlapped, and this answer may be older than one already served. Otherwise
+        every other entry in the scope noted with another version of one of the
+        records (or before versions were noted) is removed from the store, then
+        ``before_store`` is awaited with their keys (a near cache drops its copies
+        everywhere: whether all confirmed), and only then is the entry stored, so that
+        nobody is served it while an older entry can still be read."""
+        ...
+
     async def purge_sequence(self) -> int:
-        """The number of the latest purge by record (they are numbered in order, for
-        every instance that shares the backend); a fill reads it before it asks the
-        upstream and gives it to :meth:`set_holding`."""
+        """A number that orders this call among the purges by record and the other
+        calls, for every instance that shares the backend: greater than the number of
+        every purge before it, and than every call before it on another fill's behalf
+        (with Redis, the server's time in microseconds, or more). A fill reads it before
+        it asks the upstream and gives it to :meth:`set_holding`."""
         ...
 
     async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:

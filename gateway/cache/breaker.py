@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-from gateway.cache.backend import OWN_LEASE, CacheBackend
+from gateway.cache.backend import OWN_LEASE, CacheBackend, Noted
 from gateway.cache.entry import CacheEntry, CacheKey, Lookup
 from gateway.errors import CacheUnavailable
 from gateway.ops.circuit import CircuitBreaker, CircuitState, OutcomeWindow
@@ -143,6 +143,28 @@ class GuardedCache:
         breaker.succeeded()
         self._writes.add(self._monotonic(), False)
         return True
+
+    async def set_consistent(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int | None,
+        scope: str,
+    ) -> Noted | None:
+        """Store, keeping one version of each record in ``scope``
+        (``CacheBackend.set_consistent``); None when the cache could not take it (or
+        ``since`` could not be read): then the answer is not known to be older than
+        one served, nor newer."""
+        if since is None:
+            return None
+        backend = self.backend
+
+        async def store() -> Noted | None:
+            return await backend.set_consistent(key, entry, lifetime_s, held, since, scope)
+
+        return await self._guarded(self._writes, store, None)
 
     async def purge_sequence(self) -> int | None:
         """The number of the latest purge by record (``CacheBackend.purge_sequence``),

@@ -12,8 +12,9 @@ them and ``SCAN MATCH <namespace>:*`` finds all of them:
 - ``<prefix>:{<prefix>:r}``: the number of the latest purge by record, and
   ``<prefix>:{<prefix>:r}:<digest>`` the entries that hold one record and the number of
   its last purge (a sorted set); the digest is of the record's reference, so that no
-  id (free text for an account) shapes a key. They share one slot, so that one script
-  notes every record an entry holds;
+  id (free text for an account) shapes a key; ``...:<digest>:v``, the versions of the
+  record the latest fills noted, by scope (``cache.record_consistency``). They share
+  one slot, so that one script notes every record an entry holds;
 - ``<prefix>:fleet``: the fleet's announcements (a hash);
 - ``<prefix>:claim:<name>``: a name claimed once for a while (``CacheBackend.claim``:
   the signed change notices already taken);
@@ -40,6 +41,8 @@ LEASE_SUFFIX = ":lease"
 FLEET_PART = "fleet"
 PROBE_PART = "probe"
 CLAIM_PART = "claim"
+# after a record's set: its hash of versions
+VERSIONS_SUFFIX = b":v"
 RECORD_PART = "r"
 INVALIDATION_CHANNEL = "invalidate"
 ACK_CHANNEL = "invalidated"

@@ -9,9 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gateway.cache.backend import (
+    EVERY_CALLER,
     IN_PROCESS,
     NOTHING,
     RECORD_PURGE_MARK_S,
+    BeforeStore,
+    Noted,
     ProcessClaims,
     Purged,
     QuietBackend,
@@ -31,6 +34,10 @@ ENTRY_OVERHEAD_BYTES = 2048
 # What one record an entry holds is charged against the bound besides its reference:
 # its place in the entry's list and in the record's set of holders.
 HOLDING_OVERHEAD_BYTES = 160
+
+# How many records no entry holds any more a memory backend remembers the latest
+# version stamp of (set_consistent); beyond them, one floor for all.
+FORGOTTEN_MAX = 65_536
 
 
 @dataclass(slots=True)
@@ -61,7 +68,15 @@ class MemoryBackend(QuietBackend):
         # latest of them all
         self._holders: dict[str, set[str]] = {}
         self._record_purges: dict[str, tuple[int, float]] = {}
-        self._purges = 0
+        # one number for every purge by record and every fill's purge_sequence
+        self._stamps = 0
+        # each record's version in each scope of set_consistent, with the stamp of when
+        # the latest fill that brought it was noted, while some entry holds the record;
+        # then, for at most FORGOTTEN_MAX records, the latest such stamp (beyond them,
+        # the floor)
+        self._versions: dict[str, dict[str, tuple[int, str]]] = {}
+        self._forgotten: OrderedDict[str, int] = OrderedDict()
+        self._forgotten_floor = 0
         self._claims = ProcessClaims(clock)
 
     @staticmethod
@@ -167,7 +182,22 @@ class MemoryBackend(QuietBackend):
                 holders.discard(text)
                 if not holders:
                     del self._holders[ref]
+                    self._forget_versions(ref)
         return True
+
+    def _forget_versions(self, ref: str) -> None:
+        """Forget the versions of a record no entry holds, keeping the stamp of the
+        latest fill that noted one (a fill that began before it must still not store
+        another version)."""
+        scopes = self._versions.pop(ref, None)
+        if not scopes:
+            return
+        forgotten = self._forgotten
+        forgotten[ref] = max(stamp for stamp, _ in scopes.values())
+        forgotten.move_to_end(ref)
+        while len(forgotten) > FORGOTTEN_MAX:
+            _, stamp = forgotten.popitem(last=False)
+            self._forgotten_floor = max(self._forgotten_floor, stamp)
 
     async def set_holding(
         self,
@@ -195,16 +225,59 @@ class MemoryBackend(QuietBackend):
             self.drop(next(iter(self._slots)))
         return True
 
+    async def set_consistent(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+        scope: str,
+        before_store: BeforeStore | None = None,
+    ) -> Noted:
+        """Decided, noted and stored in one step (nothing else runs in between): no
+        process holds copies of these entries, so ``before_store`` is not needed."""
+        versions = self._versions
+        changed: list[str] = []
+        for ref, version in held.items():
+            noted = versions.get(ref, {}).get(scope)
+            if noted is None:
+                if since <= max(self._forgotten.get(ref, 0), self._forgotten_floor):
+                    self.drop(key.text)
+                    return Noted(False)
+                changed.append(ref)
+            elif noted[1] != version:
+                if noted[0] >= since:
+                    self.drop(key.text)
+                    return Noted(False)
+                changed.append(ref)
+        if not await self.set_holding(key, entry, lifetime_s, held, since):
+            return Noted(False)
+        if key.text not in self._slots:
+            return Noted(True)  # larger than the whole bound: nothing noted
+        self._stamps += 1  # the answer came before this: what a later fill must follow
+        for ref, version in held.items():
+            versions.setdefault(ref, {})[scope] = (self._stamps, version)
+        suffix = "|" + scope
+        invalidated: dict[str, CacheKey] = {}
+        for ref in changed:
+            for text in self._holders.get(ref, ()):
+                if text != key.text and (scope == EVERY_CALLER or text.endswith(suffix)):
+                    invalidated[text] = CacheKey(self._slots[text].route, text)
+        for text in invalidated:
+            self.drop(text)
+        return Noted(True, tuple(invalidated.values()))
+
     async def purge_records(self, refs: Sequence[str], *, soft: bool) -> RecordsPurged:
         now = self._clock()
         purges = self._record_purges
         for ref, (_, when) in list(purges.items()):
             if when < now - RECORD_PURGE_MARK_S:
                 del purges[ref]
-        self._purges += 1
+        self._stamps += 1
         texts: dict[str, None] = {}
         for ref in refs:
-            purges[ref] = (self._purges, now)
+            purges[ref] = (self._stamps, now)
             texts.update(dict.fromkeys(self._holders.get(ref, ())))
         keys = []
         for text in texts:
@@ -227,6 +300,8 @@ class MemoryBackend(QuietBackend):
         self._slots.clear()
         self._holders.clear()
         self._bytes = 0
+        for ref in list(self._versions):
+            self._forget_versions(ref)
 
     async def purge(self, route: str | None) -> Purged:
         if route is None:
@@ -238,7 +313,8 @@ class MemoryBackend(QuietBackend):
         return Purged()
 
     async def purge_sequence(self) -> int:
-        return self._purges
+        self._stamps += 1
+        return self._stamps
 
     async def claim(self, name: str, lifetime_s: float) -> bool:
         return self._claims.claim(name, lifetime_s)
@@ -274,6 +350,18 @@ class NullBackend(QuietBackend):
         since: int,
     ) -> bool:
         return True
+
+    async def set_consistent(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+        scope: str,
+        before_store: BeforeStore | None = None,
+    ) -> Noted:
+        return Noted(True)
 
     async def purge_sequence(self) -> int:
         return 0

@@ -33,7 +33,9 @@ from gateway.cache.backend import (
     PUBLISHING_INDEXED,
     RECORD_PURGE_MARK_S,
     SHARED,
+    BeforeStore,
     InvalidationChannel,
+    Noted,
     Purged,
     QuietBackend,
     RecordsPurged,
@@ -48,6 +50,7 @@ from gateway.cache.entry import (
 )
 from gateway.cache.fleet import Fleet
 from gateway.cache.keyspace import (
+    VERSIONS_SUFFIX,
     claim_key,
     generation_key,
     lease_key,
@@ -83,11 +86,21 @@ local function counter(key)
 end
 """
 
-# The number of the latest purge by record. KEYS: the counter.
+# The server's time in microseconds, as a number.
+_NOW = """
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+"""
+
+# A fill's stamp: the server's time in microseconds, or the latest purge's number when
+# that is later (the server's clock went back). KEYS: the counter.
 _SEQUENCE = (
     _COUNTER
+    + _NOW
     + """
-return tonumber(redis.call('GET', counter(KEYS[1])))
+return math.max(tonumber(redis.call('GET', counter(KEYS[1]))), now())
 """
 )
 
@@ -121,6 +134,107 @@ return latest
 
 _NOTE_BYTES = _NOTE.encode()  # sent with every store: encoded once
 
+# _NOTE, keeping one version of each record within a scope (``*``, or a caller's
+# fingerprint). Each record's hash of versions (``<set>:v``) holds, by scope,
+# ``<stamp>:<settled>:<version>``: the version noted last; the latest time (a stamp,
+# as _SEQUENCE makes them) at which a fill that brought it had its answer; and 1 once
+# the entries holding another version are gone everywhere, 0 until then. The fill is
+# refused (nothing written, answers {0}) when one of its records was purged after its
+# stamp (taken before it asked the upstream), or has another version noted by a fill
+# whose answer came after this fill asked: the two calls overlapped, and which answer
+# is the newer cannot be known. Otherwise it is noted, and for each record whose
+# version changed in the scope (or was never noted there, or whose change is not
+# settled yet), the set's other members in the scope are answered, with their scores:
+# {1, member, score, ...}: the entries the fill removes before it stores its own
+# (_STORE_IF_CURRENT, which settles the change). KEYS: the counter, the sets, their
+# hashes; ARGV: how many sets, member, stored at (s), the entry's life (ms), the
+# oldest score kept (s), the fill's stamp, the scope, how long a hash lives at least
+# (ms), each set's version.
+_NOTE_VERSIONS = (
+    _COUNTER
+    + _NOW
+    + """
+local n = tonumber(ARGV[1])
+local since = tonumber(ARGV[6])
+local scope = ARGV[7]
+local answered = math.max(tonumber(redis.call('GET', counter(KEYS[1]))), now())
+for i = 2, n + 1 do
+  if tonumber(redis.call('ZSCORE', KEYS[i], '!') or '0') > since then return {0} end
+end
+local changed = {}
+local noted = {}
+for i = 1, n do
+  local seen = redis.call('HGET', KEYS[1 + n + i], scope)
+  local at, settled, version
+  if seen then at, settled, version = string.match(seen, '^(%d+):(%d):(.*)$') end
+  if not version then
+    changed[#changed + 1] = i
+    noted[i] = string.format('%d', answered) .. ':0:'
+  elseif version ~= ARGV[8 + i] then
+    if tonumber(at) >= since then return {0} end
+    changed[#changed + 1] = i
+    noted[i] = string.format('%d', answered) .. ':0:'
+  else
+    if settled ~= '1' then changed[#changed + 1] = i end
+    noted[i] = string.format('%d', math.max(tonumber(at), answered)) .. ':' .. settled .. ':'
+  end
+end
+local member = ARGV[2]
+for i = 1, n do
+  local set, versions = KEYS[1 + i], KEYS[1 + n + i]
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', '(' .. ARGV[5])
+  redis.call('ZADD', set, ARGV[3], member)
+  if redis.call('PTTL', set) < tonumber(ARGV[4]) then redis.call('PEXPIRE', set, ARGV[4]) end
+  redis.call('HSET', versions, scope, noted[i] .. ARGV[8 + i])
+  local keep = math.max(tonumber(ARGV[4]), tonumber(ARGV[8]))
+  if redis.call('PTTL', versions) < keep then redis.call('PEXPIRE', versions, keep) end
+end
+local out = {1}
+local suffix = '|' .. scope
+for _, i in ipairs(changed) do
+  local members = redis.call('ZRANGE', KEYS[1 + i], 0, -1, 'WITHSCORES')
+  for j = 1, #members, 2 do
+    local other = members[j]
+    if other ~= '!' and other ~= member
+        and (scope == '*' or string.sub(other, -#suffix) == suffix) then
+      out[#out + 1] = other
+      out[#out + 1] = members[j + 1]
+    end
+  end
+end
+return out
+"""
+)
+
+# Whether a fill noted by _NOTE_VERSIONS still holds: none of its records purged after
+# its stamp, and each still at its version in the scope (else a later fill noted
+# another); if so, and ARGV says so (its removals confirmed everywhere), each record's
+# change is settled; and, where the entry's key is given, the entry is stored in the
+# same step. KEYS: the sets, their hashes, and the entry's key (where it shares the
+# slot); ARGV: the stamp, the scope, 1 to settle (or 0), each set's version, and with
+# the key, the entry's value and life (ms). Answers 1 or 0.
+_STORE_IF_CURRENT = """
+local n = math.floor(#KEYS / 2)
+local seen = {}
+for i = 1, n do
+  if tonumber(redis.call('ZSCORE', KEYS[i], '!') or '0') > tonumber(ARGV[1]) then return 0 end
+  seen[i] = redis.call('HGET', KEYS[n + i], ARGV[2])
+  if not seen[i] or string.match(seen[i], '^%d+:%d:(.*)$') ~= ARGV[3 + i] then return 0 end
+end
+if ARGV[3] == '1' then
+  for i = 1, n do
+    local at = string.match(seen[i], '^(%d+):')
+    redis.call('HSET', KEYS[n + i], ARGV[2], at .. ':1:' .. ARGV[3 + i])
+  end
+end
+if #KEYS > 2 * n then redis.call('SET', KEYS[#KEYS], ARGV[4 + n], 'PX', ARGV[5 + n]) end
+return 1
+"""
+
+# How long a record's hash of versions lives at least after a fill noted it: longer
+# than any fill takes (the upstream's timeouts are at most 600 s each).
+VERSIONS_KEPT_S = RECORD_PURGE_MARK_S
+
 
 @functools.lru_cache(maxsize=16_384)
 def _record_key_bytes(prefix: str, ref: str) -> bytes:
@@ -138,13 +252,18 @@ end
 return latest
 """
 
-# A purge by record: the next number, and each record's set marked with it (unless a
-# later purge marked it), kept at least the marks' life. KEYS: the counter, then each
-# record's set; ARGV: the marks' life (ms). Answers the number.
+# A purge by record: the next number (beyond the latest, and beyond the server's time
+# in microseconds, so beyond every fill's stamp before it), and each record's set
+# marked with it (unless a later purge marked it), kept at least the marks' life.
+# KEYS: the counter, then each record's set; ARGV: the marks' life (ms). Answers the
+# number.
 _PURGE_MARK = (
     _COUNTER
+    + _NOW
     + """
-local number = redis.call('INCR', counter(KEYS[1]))
+local key = counter(KEYS[1])
+local number = math.max(tonumber(redis.call('GET', key)), now()) + 1
+redis.call('SET', key, string.format('%d', number))
 for i = 2, #KEYS do
   local set = KEYS[i]
   redis.call('ZADD', set, 'GT', string.format('%d', number), '!')
@@ -492,13 +611,142 @@ class RedisBackend(QuietBackend):
             latest = since + 1  # unknown: as if purged
         if int(latest) <= since:
             return True
-        await self._call(
-            "EVAL",
-            lambda: self._client.eval(
-                _ENTRY_IF_STORED_AT, 1, key.text, _STORED_AT.pack(entry.stored_at), b""
-            ),
-        )
+        await self._remove_if_stored_at(key, entry)
         return False
+
+    async def set_consistent(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+        scope: str,
+        before_store: BeforeStore | None = None,
+    ) -> Noted:
+        """One script decides and notes the records and their versions in the scope
+        (``_NOTE_VERSIONS``; the records' index has one slot); the entries it names
+        are removed, each only if it is still the one noted (in batches, as a hard
+        purge removes them), and their members let go; ``before_store`` is awaited;
+        then one script checks the decision still holds and stores the entry
+        (``_STORE_IF_CURRENT``). On a cluster the entry lives in another slot: it is
+        stored, the decision checked, and the entry removed again if it no longer
+        holds (a later fill noted another version in between: until this removal, the
+        entry can be read, for about one round trip)."""
+        if not held:
+            await self.set(key, entry, lifetime_s)
+            return Noted(True)
+        prefix = self._prefix
+        sets = [_record_key_bytes(prefix, ref) for ref in held]
+        hashes = [set_key + VERSIONS_SUFFIX for set_key in sets]
+        versions = list(held.values())
+        life_ms = max(1, int(lifetime_s * 1000))
+        note = functools.partial(
+            self._client.eval,
+            _NOTE_VERSIONS,
+            1 + 2 * len(sets),
+            record_sequence_key(prefix).encode(),
+            *sets,
+            *hashes,
+            len(sets),
+            holder_member(key),
+            repr(entry.stored_at),
+            life_ms,
+            repr(self._clock() - LONGEST_LIFETIME_S),
+            since,
+            scope,
+            int(VERSIONS_KEPT_S * 1000),
+            *versions,
+        )
+        answer = await self._call("EVAL", note)
+        if not answer or int(answer[0]) != 1:
+            return Noted(False)
+        invalidated, removed = await self._invalidate(answer[1:], sets)
+        confirmed = True
+        if invalidated and before_store is not None:
+            confirmed = await before_store(invalidated)
+        settle = 1 if confirmed else 0
+        stored = await self._store_if_current(
+            key, entry, lifetime_s, [*sets, *hashes], [since, scope, settle, *versions]
+        )
+        if stored and confirmed and removed:
+            with contextlib.suppress(CacheUnavailable):  # else they go with their age
+                await self._forget(removed, max(self._timeout_s, PURGE_STEP_S))
+        return Noted(stored, invalidated, confirmed)
+
+    async def _store_if_current(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        current: list[bytes],
+        checked: list[Any],
+    ) -> bool:
+        """Store the entry if ``_STORE_IF_CURRENT`` says the fill's note still holds:
+        in one script where the entry shares the slot; on a cluster, stored first and
+        removed again when it does not."""
+        if not self._cluster:
+            store = functools.partial(
+                self._client.eval,
+                _STORE_IF_CURRENT,
+                len(current) + 1,
+                *current,
+                key.text.encode(),
+                *checked,
+                entry.encode(),
+                max(1, int(lifetime_s * 1000)),
+            )
+            return bool(int(await self._call("EVAL", store)))
+        await self.set(key, entry, lifetime_s)
+        check = functools.partial(
+            self._client.eval, _STORE_IF_CURRENT, len(current), *current, *checked
+        )
+        try:
+            still = int(await self._call("EVAL", check))
+        except CacheUnavailable:
+            still = 0  # unknown: as if a later fill came
+        if not still:
+            await self._remove_if_stored_at(key, entry)
+        return bool(still)
+
+    async def _remove_if_stored_at(self, key: CacheKey, entry: CacheEntry) -> None:
+        """Remove the entry under ``key`` if it is still ``entry`` (stored at its time)."""
+        stored_at = _STORED_AT.pack(entry.stored_at)
+        await self._call(
+            "EVAL", lambda: self._client.eval(_ENTRY_IF_STORED_AT, 1, key.text, stored_at, b"")
+        )
+
+    async def _invalidate(
+        self, found: list[Any], sets: list[bytes]
+    ) -> tuple[tuple[CacheKey, ...], dict[str, list[tuple[bytes, float]]]]:
+        """Remove the entries ``found`` names (members and scores, as _NOTE_VERSIONS
+        answers them), each only if it is still the one noted. The keys named, removed
+        or not (copies may be held), and the members of the entries removed, to let go
+        of ``sets`` once the change is settled (until then, a fill of the same version
+        finds them again). A member whose entry was not there stays: its fill may be
+        about to store it, and a later change must find it then."""
+        holders: dict[CacheKey, float] = {}
+        members: dict[CacheKey, list[tuple[bytes, float]]] = {}
+        for member, score in zip(found[::2], found[1::2], strict=True):
+            holder = parse_holder_member(member)
+            if holder is not None:
+                holders[holder] = max(float(score), holders.get(holder, -math.inf))
+                members.setdefault(holder, []).append((member, float(score)))
+        if not holders:
+            return (), {}
+        step_s = max(self._timeout_s, PURGE_STEP_S)
+        entries = list(holders)
+        done: list[Any] = []
+        for start in range(0, len(entries), PURGE_BATCH):
+            touch = _touching(entries[start : start + PURGE_BATCH], holders, 0.0, soft=False)
+            done += await self._call("EVAL", functools.partial(self._pipelined, touch), step_s)
+        removed = [
+            pair
+            for holder, result in zip(entries, done, strict=True)
+            if result
+            for pair in members[holder]
+        ]
+        return tuple(entries), {set_key.decode(): removed for set_key in sets}
 
     async def purge_sequence(self) -> int:
         key = record_sequence_key(self._prefix)

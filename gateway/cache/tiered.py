@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.cache.backend import (
+    BeforeStore,
     CacheBackend,
     Heard,
     InvalidationChannel,
+    Noted,
     Publishing,
     Purged,
     RecordsPurged,
@@ -118,7 +120,9 @@ class TieredBackend:
         epoch = self.near.epoch
         lookup = await self._far.get(key)
         self.near.learn(key.route, lookup.generations, epoch)
-        if lookup.entry is not None:
+        if lookup.entry is not None and self.near.epoch == epoch:
+            # not after an invalidation that overlapped the read: the entry may be one
+            # it removed, even when a later read learnt the route again meanwhile
             self.near.put(key, lookup.entry)
         return lookup
 
@@ -129,8 +133,10 @@ class TieredBackend:
         return None  # the shared backend's entries are read by get
 
     async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
+        epoch = self.near.epoch
         await self._far.set(key, entry, lifetime_s)
-        self.near.put(key, entry)
+        if self.near.epoch == epoch:
+            self.near.put(key, entry)
 
     async def purge(self, route: str | None) -> Purged:
         """The purge in the shared backend, then every subscribed process told and
@@ -160,16 +166,67 @@ class TieredBackend:
         held: Mapping[str, str],
         since: int,
     ) -> bool:
+        epoch = self.near.epoch
         stored = await self._far.set_holding(key, entry, lifetime_s, held, since)
-        if stored:
-            self.near.put(key, entry)
-        else:
-            # it may have been in the store for a moment, and copied near by a read
-            self.near.remove(key)
-            with contextlib.suppress(CacheUnavailable, TimeoutError):
-                async with asyncio.timeout(CONFIRM_WAIT_S):
-                    await self._invalidations.publish(self._channel, removal_message(key))
+        await self._kept(key, entry, stored, epoch)
         return stored
+
+    async def set_consistent(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+        scope: str,
+        before_store: BeforeStore | None = None,
+    ) -> Noted:
+        """:meth:`set_holding`, one version of each record kept in ``scope``: before
+        the shared backend stores the entry, the entries it removed for holding another
+        version are dropped here, and every subscribed process is told to drop its
+        copies of them and waited for (up to CONFIRM_WAIT_S). When a process does not
+        confirm, the removals are published again in the background for
+        PURGE_RETRY_S (a copy a process keeps meanwhile ends with its freshness);
+        ``confirmed`` says so."""
+        epoch = self.near.epoch
+        noted = await self._far.set_consistent(
+            key, entry, lifetime_s, held, since, scope, self._dropped_everywhere
+        )
+        await self._kept(key, entry, noted.stored, epoch)
+        return noted
+
+    async def _dropped_everywhere(self, keys: tuple[CacheKey, ...]) -> bool:
+        """Drop the copies of ``keys`` in every process, waiting for their confirmations;
+        whether every process confirmed (if not, the removals go again in the background)."""
+        for other in keys:
+            self.near.remove(other)
+        try:
+            told = await self._confirmed(lambda purge_id: removals_messages(keys, purge_id))
+        except CacheUnavailable:
+            told = Purged(None, None)
+        if told.told is not None and (told.confirmed or 0) >= told.told:
+            return True
+
+        async def attempt() -> None:
+            for message in removals_messages(keys, ""):
+                await self._publish(self._channel, message)
+
+        self._in_background(self._retried(attempt, "consistency removals", {"entries": len(keys)}))
+        return False
+
+    async def _kept(self, key: CacheKey, entry: CacheEntry, stored: bool, epoch: int) -> None:
+        """The near copy of an entry the shared backend stored, unless an invalidation
+        came while it was stored (``epoch``: the near cache's before; it may have removed
+        this very entry); or, refused, none anywhere (it may have been in the store for
+        a moment, and copied by a read)."""
+        if stored:
+            if self.near.epoch == epoch:
+                self.near.put(key, entry)
+            return
+        self.near.remove(key)
+        with contextlib.suppress(CacheUnavailable, TimeoutError):
+            async with asyncio.timeout(CONFIRM_WAIT_S):
+                await self._invalidations.publish(self._channel, removal_message(key))
 
     async def purge_sequence(self) -> int:
         return await self._far.purge_sequence()

@@ -252,6 +252,7 @@ else:
 
 
 RedisMode = Literal["standalone", "sentinel", "cluster"]
+Consistency = Literal["off", "caller", "all"]
 
 
 class CacheSettings(_Section):
@@ -276,6 +277,10 @@ class CacheSettings(_Section):
     stale_while_revalidate_s: int = Field(default=30, ge=0, le=86_400)
     stale_if_error_s: int = Field(default=600, ge=0, le=7 * 86_400)
     honor_client_no_cache: bool = True
+    # one version of a record across views (docs/purging.md): "caller", a caller once
+    # served a record's version is never served an older one; "all", nobody is once
+    # anybody was; "off", entries are kept as they were fetched
+    record_consistency: Consistency = "off"
     near_cache: bool = True
     near_max_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
     # the process's memo of decompressed (identity) bodies of gzip entries, for callers

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -210,89 +211,100 @@ async def records_changed(request: web.Request) -> web.StreamResponse:
     with the admin token or signed with ``admin.change_feed_secret``; its records
     purged as :func:`_purge_records` purges them."""
     metrics = request.app[METRICS]
-    signed = is_signed(request)
     try:
-        if not signed:
-            check_admin(request)
-        try:
-            body = await read_body(request)
-        except TooLarge:
-            metrics.change_notice("invalid")
-            return _notice_problem(
-                request,
-                413,
-                "content-too-large",
-                "The notice is too large",
-                f"a change notice's body is at most {BODY_MAX_BYTES} bytes;"
-                f" send at most {CHANGES_MAX} records a notice",
+        body, digest = await _notice_body(request)
+        if request.content_type != "application/json":
+            raise _NoticeRefused(
+                "invalid",
+                415,
+                "unsupported-media-type",
+                "The notice is not JSON",
+                "a change notice is sent as Content-Type: application/json",
             )
-        digest = None
-        if signed:
-            secret = request.app[LIVE].settings.admin.change_feed_secret
-            try:
-                digest = check_signature(
-                    request, None if secret is None else secret.get_secret_value(), body
-                )
-            except Unsigned as exc:
-                raise AuthenticationRequired(str(exc)) from None
+        _no_query(request)
+        notice = parse_notice(body)
+        if digest is not None:
+            await _taken_once(request, digest)
+    except _NoticeRefused as refused:
+        metrics.change_notice(refused.outcome)
+        return problem_response(request, **refused.problem, request_id=request[REQUEST_ID])
     except AuthenticationRequired:
         metrics.change_notice("unauthenticated")
         raise
-    if request.content_type != "application/json":
-        metrics.change_notice("invalid")
-        return _notice_problem(
-            request,
-            415,
-            "unsupported-media-type",
-            "The notice is not JSON",
-            "a change notice is sent as Content-Type: application/json",
-        )
-    try:
-        _no_query(request)
-        notice = parse_notice(body)
     except InvalidParameters:
         metrics.change_notice("invalid")
         raise
-    if digest is not None:
-        backend = request.app[UPSTREAMS].current.cache.backend
-        try:
-            first = await backend.claim(replay_name(digest), 2 * WINDOW_S)
-        except CacheUnavailable as exc:
-            metrics.change_notice("unknown")
-            return _notice_problem(
-                request,
-                503,
-                "notice-not-taken",
-                "The notice was not taken",
-                f"the cache did not answer whether this notice was taken before ({exc}):"
-                " nothing was purged. Sign it again and send it again",
-            )
-        if not first:
-            metrics.change_notice("replayed")
-            return _notice_problem(
-                request,
-                409,
-                "notice-replayed",
-                "The notice was taken before",
-                "a signed notice is taken once; nothing was purged again. A retry is"
-                " signed again, with its own timestamp",
-            )
     answer = await _purge_refs(request, notice.records, notice.soft, {"by": "notice"})
     metrics.change_notice("purged" if answer.status == 200 else "unknown")
     return answer
 
 
-def _notice_problem(
-    request: web.Request, status: int, slug: str, title: str, detail: str
-) -> web.StreamResponse:
-    return problem_response(
-        request,
-        status=status,
-        slug=slug,
-        title=title,
-        detail=detail,
-        request_id=request[REQUEST_ID],
-    )
+class _NoticeRefused(Exception):
+    """A change notice answered with a problem before anything is purged, counted as
+    ``outcome``."""
+
+    def __init__(self, outcome: str, status: int, slug: str, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.outcome = outcome
+        self.problem: dict[str, Any] = {
+            "status": status,
+            "slug": slug,
+            "title": title,
+            "detail": detail,
+        }
+
+
+async def _notice_body(request: web.Request) -> tuple[bytes, str | None]:
+    """A notice's body, once its sender is known: the admin token, or a signature
+    (then its digest too); raises AuthenticationRequired or _NoticeRefused."""
+    signed = is_signed(request)
+    if not signed:
+        check_admin(request)
+    try:
+        body = await read_body(request)
+    except TooLarge:
+        raise _NoticeRefused(
+            "invalid",
+            413,
+            "content-too-large",
+            "The notice is too large",
+            f"a change notice's body is at most {BODY_MAX_BYTES} bytes;"
+            f" send at most {CHANGES_MAX} records a notice",
+        ) from None
+    if not signed:
+        return body, None
+    secret = request.app[LIVE].settings.admin.change_feed_secret
+    try:
+        key = None if secret is None else secret.get_secret_value()
+        return body, check_signature(request, key, body)
+    except Unsigned as exc:
+        raise AuthenticationRequired(str(exc)) from None
+
+
+async def _taken_once(request: web.Request, digest: str) -> None:
+    """Claim a signed notice for the fleet; raises _NoticeRefused when it was taken
+    before, or the cache cannot say."""
+    backend = request.app[UPSTREAMS].current.cache.backend
+    try:
+        first = await backend.claim(replay_name(digest), 2 * WINDOW_S)
+    except CacheUnavailable as exc:
+        raise _NoticeRefused(
+            "unknown",
+            503,
+            "notice-not-taken",
+            "The notice was not taken",
+            f"the cache did not answer whether this notice was taken before ({exc}):"
+            " nothing was purged. Sign it again and send it again",
+        ) from None
+    if not first:
+        raise _NoticeRefused(
+            "replayed",
+            409,
+            "notice-replayed",
+            "The notice was taken before",
+            "a signed notice is taken once; nothing was purged again. A retry is"
+            " signed again, with its own timestamp",
+        )
 
 
 async def _purge_refs(

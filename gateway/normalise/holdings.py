@@ -3,7 +3,8 @@
 Every record of the published schema in a body is named by its kind and id
 (``expense:<uuid>``, ``account:<id>``, ``client:<uuid>``, ``user:<uuid>``), embedded
 records included (an expense's account, client and user), with a version: a digest
-of the record's published bytes as that body holds it. The cache notes them beside
+of the record's published bytes as that body holds it, but for the fields some views
+leave out (:data:`VIEW_FIELDS`), versioned on their own. The cache notes them beside
 each entry it stores, so that a purge by record finds every entry holding one
 (docs/purging.md). A reference is never a caller's: nothing in it comes from a token.
 """
@@ -32,6 +33,18 @@ _UUID_KINDS = frozenset({"expense", "client", "user"})
 ID_MAX = 200
 # the bytes of a version: 64 bits of BLAKE2b, as 16 hexadecimal digits
 _VERSION_BYTES = 8
+# Fields that some views of a record leave out (null) and others carry (the upstream's
+# reference document): an account's bank (in lists only) and last balance (not in the
+# account embedded in an expense); a client's description (embedded only). A record's
+# version leaves them out, so that every view of it agrees; each is versioned on its
+# own where a view carries it, under the record's reference, FIELD_SEPARATOR and its
+# name: compared only between views that carry it.
+VIEW_FIELDS: dict[str, tuple[str, ...]] = {
+    "account": ("bank", "lastBalance"),
+    "client": ("description",),
+}
+# between a reference and a field's name (no reference holds it: an id is printable)
+FIELD_SEPARATOR = "\x1f"
 
 
 class RecordRef(NamedTuple):
@@ -98,6 +111,19 @@ def _note(model: type[CanonicalModel], record: Any, dump: Any | None, held: dict
     if kind is not None and isinstance(record_id, str) and 0 < len(record_id) <= ID_MAX:
         ref = f"{kind}:{record_id}"
         if ref not in held:
-            held[ref] = "" if dump is None else version_of(dump(record))
+            held[ref] = "" if dump is None else _versions(kind, ref, record, dump, held)
     for name, embedded in model._nested:
         _note(embedded, record.get(name), dump, held)
+
+
+def _versions(kind: str, ref: str, record: dict[str, Any], dump: Any, held: dict[str, str]) -> str:
+    """The version of ``record`` without the fields some views leave out; each of
+    those this view carries noted in ``held`` with its own version."""
+    fields = VIEW_FIELDS.get(kind)
+    if not fields:
+        return version_of(dump(record))
+    for name in fields:
+        value = record.get(name)
+        if value is not None:
+            held.setdefault(ref + FIELD_SEPARATOR + name, version_of(dump(value)))
+    return version_of(dump({name: v for name, v in record.items() if name not in fields}))

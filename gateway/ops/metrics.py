@@ -24,7 +24,7 @@ import contextlib
 import os
 import tempfile
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -401,6 +401,26 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+        self.consistency_invalidations = Counter(
+            "gateway_consistency_invalidations_total",
+            "Entries removed because a fetch brought another version of a record they"
+            " hold (cache.record_consistency), by the removed entry's route",
+            ["route"],
+            registry=r,
+        )
+        self.consistency_unconfirmed = Counter(
+            "gateway_consistency_unconfirmed_total",
+            "Such removals that a process keeping copies did not confirm in time (its"
+            " copies may be served until their freshness ends)",
+            registry=r,
+        )
+        self.consistency_refetches = Counter(
+            "gateway_consistency_refetches_total",
+            "Upstream calls made again because the first answer may have been older"
+            " than one already served (cache.record_consistency), by route",
+            ["route"],
+            registry=r,
+        )
         self.change_notices = Counter(
             "gateway_change_notices_total",
             "Change notices (POST /admin/records/changed) by outcome: purged; unknown (the"
@@ -493,6 +513,17 @@ class Metrics:
         timed = _Timed(LATENCY_BUCKETS)
         timed.add(seconds)
         self.record_purge_seconds.add((mode,), timed)
+
+    def consistency_invalidated(self, routes: Iterable[str], confirmed: bool) -> None:
+        """Count the entries (by their routes) a fetch removed for holding another
+        version of a record; ``confirmed``: every process dropped its copies."""
+        for route in routes:
+            self.consistency_invalidations.labels(route).inc()
+        if not confirmed:
+            self.consistency_unconfirmed.inc()
+
+    def consistency_refetched(self, route: str) -> None:
+        self.consistency_refetches.labels(route).inc()
 
     def change_notice(self, outcome: str) -> None:
         """Count one change notice by its outcome."""

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from gateway.cache.backend import OWN_LEASE
+from gateway.cache.backend import EVERY_CALLER, OWN_LEASE
 from gateway.cache.breaker import GuardedCache
 from gateway.cache.clock import Clock
 from gateway.cache.coding import stored_body
@@ -38,6 +38,7 @@ from gateway.normalise.normaliser import Normaliser
 from gateway.ops.metrics import Metrics
 from gateway.records.coalesce import Coalescer
 from gateway.records.credentials import Credentials
+from gateway.records.keys import caller_of
 from gateway.records.policy import CachePolicy
 from gateway.records.routes import RecordQuery
 from gateway.upstream.client import UpstreamClient, UpstreamReply
@@ -248,29 +249,58 @@ class Filler:
         when ``generations`` says the cache is usable.
         The body is compressed for the store, or else only when ``compress`` (a bypass
         whose one caller accepts gzip): a bypass for an identity caller, such as every
-        request with ``cache.backend = "none"``, does not pay for a compression."""
-        key, query, credentials, request_id, ttl, replaced = job
+        request with ``cache.backend = "none"``, does not pay for a compression.
+
+        With ``cache.record_consistency`` on, an answer the cache refuses as possibly
+        older than one already served (a fill that began later noted another version
+        of one of its records, or one was purged after this call began) is asked for
+        once more, and that second answer is the one returned."""
         upstream = self._upstream
 
         def ask() -> Awaitable[UpstreamReply]:
             return upstream.fetch(
-                query, authorization=credentials.authorization, request_id=request_id
+                job.query, authorization=job.credentials.authorization, request_id=job.request_id
             )
 
+        try:
+            filled, older, fetched = await self._fetch_once(job, generations, compress, ask)
+            if older:
+                if self._metrics is not None:
+                    self._metrics.consistency_refetched(job.key.route)
+                filled, _, fetched = await self._fetch_once(job, generations, compress, ask)
+        except UpstreamRejected as exc:
+            self._offer(job, exc.upstream_status or 0, None, ask)
+            raise
+        # once stored: a comparison is not begun before what its caller waits for is done
+        self._offer(job, fetched.status, fetched.body, ask, published=filled.plain)
+        return filled
+
+    async def _fetch_once(
+        self,
+        job: FillJob,
+        generations: Generations | None,
+        compress: bool,
+        ask: Callable[[], Awaitable[UpstreamReply]],
+    ) -> tuple[Filled, bool, UpstreamReply]:
+        """One upstream call, normalised and stored: what :meth:`fetch` returns, whether
+        the cache refused it as possibly older than an answer served (consistency),
+        and the upstream's reply."""
+        key, query, _, _, ttl, replaced = job
         cache = self._cache
+        policy = self.policy
         # what a purge by record after this point must not miss (read before asking)
         since = None if cache is None or generations is None else await cache.purge_sequence()
         try:
             fetched = await ask()
         except UpstreamRejected as exc:
             await self._refused(job, exc, generations)
-            self._offer(job, exc.upstream_status or 0, None, ask)
             raise
         started = time.perf_counter()
-        stores = generations is not None and self._cache is not None and ttl > 0
+        stores = generations is not None and cache is not None and ttl > 0
+        consistent = stores and policy.record_consistency != "off"
         held: dict[str, str] | None = None
         if stores:
-            body, held = self._normaliser.normalise_held(query, fetched.body)
+            body, held = self._normaliser.normalise_held(query, fetched.body, versions=consistent)
         else:
             body = self._normaliser.normalise(query, fetched.body)
         etag = etag_of(body)
@@ -289,14 +319,20 @@ class Filler:
             generations=generations or Generations(),
             coding=coding,
         )
-        stored = False
-        if stores and self._cache is not None:
-            stored = await self._cache.set(
-                key, entry, self.policy.lifetime_s(ttl), held=held, since=since
-            )
-        # once stored: a comparison is not begun before what its caller waits for is done
-        self._offer(job, fetched.status, fetched.body, ask, published=body)
-        return Filled(entry, stored, plain=body)
+        stored = older = False
+        if consistent and cache is not None and held is not None:
+            scope = EVERY_CALLER if policy.record_consistency == "all" else caller_of(key)
+            lifetime_s = policy.lifetime_s(ttl)
+            noted = await cache.set_consistent(key, entry, lifetime_s, held, since, scope)
+            if noted is not None:
+                stored, older = noted.stored, not noted.stored
+                if metrics is not None and noted.invalidated:
+                    metrics.consistency_invalidated(
+                        (other.route for other in noted.invalidated), noted.confirmed
+                    )
+        elif stores and cache is not None:
+            stored = await cache.set(key, entry, policy.lifetime_s(ttl), held=held, since=since)
+        return Filled(entry, stored, plain=body), older, fetched
 
     async def _refused(
         self, job: FillJob, exc: UpstreamRejected, generations: Generations | None

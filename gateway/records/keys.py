@@ -50,3 +50,10 @@ class Keyer:
         """The key of ``query`` for the caller whose token has ``fingerprint``."""
         text = f"{self._entries}{query.canonical_text}|{fingerprint}"
         return CacheKey(query.route.name, text)
+
+
+def caller_of(key: CacheKey) -> str:
+    """The fingerprint of the caller whose entry ``key`` names: what follows its last
+    ``|`` (a fingerprint has none); the cache keeps one version of a record per caller
+    by it (``cache.record_consistency = "caller"``)."""
+    return key.text.rpartition("|")[2]

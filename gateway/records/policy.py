@@ -19,6 +19,8 @@ class CachePolicy:
     stale_if_error_s: int
     negative_ttl_s: int
     honor_client_no_cache: bool
+    # cache.record_consistency: "off", "caller" or "all"
+    record_consistency: str = "off"
 
     @classmethod
     def from_settings(cls, settings: CacheSettings, routes: RouteTable = ROUTES) -> CachePolicy:
@@ -30,6 +32,7 @@ class CachePolicy:
             stale_if_error_s=settings.stale_if_error_s,
             negative_ttl_s=settings.negative_ttl_s,
             honor_client_no_cache=settings.honor_client_no_cache,
+            record_consistency=settings.record_consistency,
         )
 
     def lifetime_s(self, ttl_s: int) -> int:

@@ -11,15 +11,26 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient
 
-from gateway.cache.backend import PUBLISHING_INDEXED, Heard, Purged, QuietBackend, RecordsPurged
+from gateway.cache.backend import (
+    PUBLISHING_INDEXED,
+    BeforeStore,
+    Heard,
+    Noted,
+    Purged,
+    QuietBackend,
+    RecordsPurged,
+)
 from gateway.cache.clock import Clock, system_clock
-from gateway.cache.entry import CacheEntry, CacheKey, Lookup
+from gateway.cache.entry import CacheEntry, CacheKey, Lookup, etag_of
 from gateway.cache.memory import MemoryBackend
+from gateway.cache.near import NearCache
 from gateway.cache.registry import BackendRegistry
+from gateway.cache.tiered import TieredBackend
 from gateway.config.settings import CacheSettings
 from gateway.demo import RequestLog
 from gateway.http.app import create_app
@@ -118,6 +129,18 @@ class SharedStore(QuietBackend):
         since: int,
     ) -> bool:
         return await self.store.set_holding(key, entry, lifetime_s, held, since)
+
+    async def set_consistent(
+        self,
+        key: CacheKey,
+        entry: CacheEntry,
+        lifetime_s: float,
+        held: Mapping[str, str],
+        since: int,
+        scope: str,
+        before_store: BeforeStore | None = None,
+    ) -> Noted:
+        return await self.store.set_consistent(key, entry, lifetime_s, held, since, scope)
 
     async def purge_sequence(self) -> int:
         return await self.store.purge_sequence()
@@ -240,3 +263,59 @@ async def test_a_silent_channel_turns_the_near_cache_off_until_it_answers_again(
     store.clear()
     assert await x_cache(client, "/users") == "HIT"  # the near copy answers again
     assert len(upstream_log.entries) == 3
+
+
+class PausedStore(SharedStore):
+    """A shared store whose reads and writes can be held up once they are done in the
+    store, before their caller has the answer."""
+
+    def __init__(self, store: MemoryBackend, hub: Hub) -> None:
+        super().__init__(store, hub)
+        self.hold: asyncio.Event | None = None
+        self.reached = asyncio.Event()
+
+    async def _held(self) -> None:
+        hold = self.hold
+        if hold is not None:
+            self.hold = None
+            self.reached.set()
+            await hold.wait()
+
+    async def get(self, key: CacheKey) -> Lookup:
+        lookup = await super().get(key)
+        await self._held()
+        return lookup
+
+    async def set(self, key: CacheKey, entry: CacheEntry, lifetime_s: float) -> None:
+        await super().set(key, entry, lifetime_s)
+        await self._held()
+
+
+@pytest.mark.parametrize("step", ["read", "write"])
+async def test_no_copy_is_kept_of_an_entry_removed_while_it_was_read_or_written(
+    step: str,
+) -> None:
+    """A removal (a purge by record, a consistency removal) that comes while the store
+    is read or written: the entry read or written may be the one removed, even once
+    another read has told the near cache the route's generations again; it is not
+    kept near (docs/near-cache.md)."""
+    store = MemoryBackend(max_bytes=1 << 20, clock=system_clock)
+    far = PausedStore(store, Hub())
+    tiered = TieredBackend(far, NearCache(max_bytes=1 << 20, clock=system_clock), prefix="t")
+    tiered.near.set_live(True)
+    key, other = CacheKey("users", "t:e:users|a|c"), CacheKey("users", "t:e:users|b|c")
+    generations = (await tiered.get(other)).generations
+    body = b'{"data":[]}'
+    entry = CacheEntry(body, etag_of(body), system_clock(), 30, generations=generations)
+    await store.set(key, entry, 60)
+    gate = far.hold = asyncio.Event()
+    slow = asyncio.ensure_future(tiered.get(key) if step == "read" else tiered.set(key, entry, 60))
+    await far.reached.wait()
+    tiered.near.remove(key)  # the removal message, heard meanwhile
+    await tiered.get(other)  # a later read learns the route's generations again
+    gate.set()
+    await slow
+    assert tiered.near.get(key) is None
+    # with nothing in between, a read keeps its copy
+    await tiered.get(key)
+    assert tiered.near.get(key) == entry

@@ -236,6 +236,46 @@ async def test_cluster_backend_sends_its_spread_commands_one_batch_at_a_time(
     await backend.close()
 
 
+async def test_cluster_keeps_one_version_of_a_record_whatever_slot_its_entries_live_in(
+    redis_cluster_nodes: list[str],
+) -> None:
+    """cache.record_consistency on a cluster (docs/purging.md): a newer version noted
+    by one instance removes the entries of every slot holding the older one; an older
+    fill of another instance is refused."""
+    host, port = redis_cluster_nodes[0].split(":")
+    backends = [
+        RedisBackend(ClusterClient(host=host, port=int(port)), prefix="rg:v", timeout_s=5.0)
+        for _ in range(2)
+    ]
+    body = b'{"data":[]}'
+    generations = (await backends[0].get(CacheKey("users", "rg:v:e:probe"))).generations
+    caller = "c" * 32
+    keys = [CacheKey("expenses", f"rg:v:e:expenses||page={n}|{caller}") for n in range(30)]
+    assert len({key_slot(key.text.encode()) for key in keys}) > 20
+
+    def made() -> CacheEntry:
+        return CacheEntry(body, etag_of(body), time.time(), 30, generations=generations)
+
+    held = {"account:shared": "v1"}
+    old = await backends[0].purge_sequence()
+    for n, key in enumerate(keys):
+        noted = await backends[n % 2].set_consistent(key, made(), 60, held, old, caller)
+        assert noted.stored
+    newer = await backends[1].purge_sequence()
+    detail = CacheKey("account", f"rg:v:e:account||shared|{caller}")
+    noted = await backends[1].set_consistent(
+        detail, made(), 60, {"account:shared": "v2"}, newer, caller
+    )
+    assert set(noted.invalidated) == set(keys)
+    found = await asyncio.gather(*(backends[0].get(key) for key in keys))
+    assert [lookup.entry for lookup in found] == [None] * len(keys)
+    refused = await backends[0].set_consistent(keys[0], made(), 60, held, old, caller)
+    assert not refused.stored
+    assert (await backends[1].get(keys[0])).entry is None
+    for backend in backends:
+        await backend.close()
+
+
 async def test_cluster_instances_take_a_signed_notice_once_between_them(
     redis_cluster_nodes: list[str],
 ) -> None:
