@@ -37,9 +37,13 @@ DEPLOY_README = ROOT / "deploy" / "README.md"
 SEVERITIES = {"critical", "warning", "info"}
 # names a query may use that the traffic of the scrape test gives no sample of: the
 # family must still be in the scrape (its HELP and TYPE), with the type the suffix needs
+ADMIN_TOKEN = "admin-token-0123456789abcdef"
 NO_SAMPLE_IN_THE_SCRAPE_TEST = {
     # needs an upstream that drops a pooled connection (tests/upstream/test_retry.py)
     "gateway_upstream_retries_total",
+    # need records that change upstream (tests/http/test_record_consistency.py)
+    "gateway_consistency_invalidations_total",
+    "gateway_consistency_refetches_total",
 }
 Client = TestClient[web.Request, web.Application]
 
@@ -189,7 +193,16 @@ def test_the_dashboard_has_the_shape_grafana_imports() -> None:
             assert target["datasource"] == panel["datasource"], panel["title"]
             assert target["expr"].strip(), panel["title"]
     rows = [panel["title"] for panel in data["panels"] if panel["type"] == "row"]
-    assert rows == ["Traffic", "Cache", "Latency", "Upstream", "TTL", "Redis", "Shadow"]
+    assert rows == [
+        "Traffic",
+        "Cache",
+        "Latency",
+        "Upstream",
+        "TTL",
+        "Redis",
+        "Shadow",
+        "Purges and consistency",
+    ]
 
 
 def test_every_dashboard_query_is_promql_promtool_parses(tmp_path: Path) -> None:
@@ -254,9 +267,19 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_in_a_real_scrap
             "shadow": {"base_url": base_url(candidate), "sample_ratio": 1.0, "recheck_ratio": 0},
             "breaker_reset_s": 3600,  # still open at the scrape, however slow the machine
         },
+        admin={"token": ADMIN_TOKEN},
     )
     client = await gateway_client(aiohttp_client, create_app(settings, clock=clock))
     metrics = client.app[METRICS]
+    # a purge by record, and a change notice
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    record = "user:0c6f8d3e-1111-4000-8000-000000000001"
+    assert (await client.delete(f"/admin/cache?record={record}", headers=admin)).status == 200
+    notice = {**admin, "Content-Type": "application/json"}
+    posted = await client.post(
+        "/admin/records/changed", data=f'{{"records":["{record}"]}}', headers=notice
+    )
+    assert posted.status == 200
 
     # misses, a hit, coercions, a shadow comparison that differs (amounts scaled)
     assert await get(client, "/expenses") == (200, "MISS")

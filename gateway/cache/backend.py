@@ -148,6 +148,17 @@ EVERY_CALLER = "*"
 # and storing its own, with their keys: whether every copy of them is gone.
 BeforeStore = Callable[[tuple[CacheKey, ...]], Awaitable[bool]]
 
+
+class IndexSize(NamedTuple):
+    """The records' index of a backend that purges by record: its keys (with Redis,
+    each record's set and hash of versions, and the counter of purges; in memory, the
+    records noted) and their bytes (with Redis, estimated from a sample's MEMORY USAGE;
+    in memory, what it is charged against the bound)."""
+
+    keys: int
+    bytes: int
+
+
 # How long a purge by record is remembered, so that a fill that began before it and
 # stores after it is not kept as fresh (longer than any upstream call is waited for:
 # upstream.timeout_s and connect_timeout_s are at most 600 s each).
@@ -216,6 +227,9 @@ class QuietBackend:
 
     async def purge_sequence(self) -> int:
         return 0
+
+    async def index_size(self) -> IndexSize | None:
+        return None
 
 
 class CacheBackend(Protocol):
@@ -320,6 +334,12 @@ class CacheBackend(Protocol):
 
     async def drop_lease(self, key: CacheKey, token: bytes) -> None:
         """Give the lease back, if it is still the one ``token`` took."""
+        ...
+
+    async def index_size(self) -> IndexSize | None:
+        """The size of the records' index (None: the backend keeps none). Cheap to ask
+        every minute: with Redis, one instance of the fleet measures it at most every
+        few minutes and the others read its figure."""
         ...
 
     async def claim(self, name: str, lifetime_s: float) -> bool:

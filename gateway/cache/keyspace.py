@@ -16,6 +16,7 @@ them and ``SCAN MATCH <namespace>:*`` finds all of them:
   record the latest fills noted, by scope (``cache.record_consistency``). They share
   one slot, so that one script notes every record an entry holds;
 - ``<prefix>:fleet``: the fleet's announcements (a hash);
+- ``<prefix>:index-size``: the records' index's size, as one instance last measured it;
 - ``<prefix>:claim:<name>``: a name claimed once for a while (``CacheBackend.claim``:
   the signed change notices already taken);
 - ``<prefix>:probe``: the readiness probe's write.
@@ -90,6 +91,11 @@ def fleet_key(prefix: str) -> str:
 def probe_key(prefix: str) -> str:
     """The key the readiness probe writes and reads."""
     return f"{prefix}:{PROBE_PART}"
+
+
+def index_size_key(prefix: str) -> str:
+    """The records' index's size as last measured (``<keys> <bytes>``)."""
+    return f"{prefix}:index-size"
 
 
 def claim_key(prefix: str, name: str) -> str:

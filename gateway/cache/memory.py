@@ -14,6 +14,7 @@ from gateway.cache.backend import (
     NOTHING,
     RECORD_PURGE_MARK_S,
     BeforeStore,
+    IndexSize,
     Noted,
     ProcessClaims,
     Purged,
@@ -60,6 +61,7 @@ class MemoryBackend(QuietBackend):
         self._clock = clock
         self._slots: OrderedDict[str, _Slot] = OrderedDict()
         self._bytes = 0
+        self._holding_bytes = 0  # of _bytes, what the records' index is charged
         self._everything = 0
         self._routes: dict[str, int] = {}
         self._generations: dict[str, Generations] = {}
@@ -176,6 +178,7 @@ class MemoryBackend(QuietBackend):
         if slot is None:
             return False
         self._bytes -= slot.size
+        self._holding_bytes -= sum(len(ref) + HOLDING_OVERHEAD_BYTES for ref in slot.held)
         for ref in slot.held:
             holders = self._holders.get(ref)
             if holders is not None:
@@ -219,6 +222,7 @@ class MemoryBackend(QuietBackend):
         added = sum(len(ref) + HOLDING_OVERHEAD_BYTES for ref in slot.held)
         slot.size += added
         self._bytes += added
+        self._holding_bytes += added
         for ref in slot.held:
             self._holders.setdefault(ref, set()).add(key.text)
         while self._bytes > self._max_bytes:
@@ -300,6 +304,7 @@ class MemoryBackend(QuietBackend):
         self._slots.clear()
         self._holders.clear()
         self._bytes = 0
+        self._holding_bytes = 0
         for ref in list(self._versions):
             self._forget_versions(ref)
 
@@ -318,6 +323,9 @@ class MemoryBackend(QuietBackend):
 
     async def claim(self, name: str, lifetime_s: float) -> bool:
         return self._claims.claim(name, lifetime_s)
+
+    async def index_size(self) -> IndexSize:
+        return IndexSize(len(self._holders), self._holding_bytes)
 
     async def close(self) -> None:
         self.clear()

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from gateway.cache.backend import (
@@ -34,6 +35,7 @@ from gateway.cache.backend import (
     RECORD_PURGE_MARK_S,
     SHARED,
     BeforeStore,
+    IndexSize,
     InvalidationChannel,
     Noted,
     Purged,
@@ -53,10 +55,12 @@ from gateway.cache.keyspace import (
     VERSIONS_SUFFIX,
     claim_key,
     generation_key,
+    index_size_key,
     lease_key,
     probe_key,
     record_key,
     record_sequence_key,
+    record_slot,
 )
 from gateway.cache.topology import REDIS_ERRORS, Commands
 from gateway.errors import CacheUnavailable
@@ -299,6 +303,11 @@ if ARGV[2] == '' then return redis.call('DEL', KEYS[1]) end
 redis.call('SETRANGE', KEYS[1], 12, ARGV[2])
 return 1
 """
+
+# How often one instance of the fleet measures the records' index, and how many of
+# its keys it asks the MEMORY USAGE of.
+INDEX_MEASURED_S = 300.0
+INDEX_SAMPLE = 50
 
 # A purge by record works in steps (reading a set's page, removing a batch of entries)
 # of at most this many members or scripts, each step given at least PURGE_STEP_S.
@@ -747,6 +756,50 @@ class RedisBackend(QuietBackend):
             for pair in members[holder]
         ]
         return tuple(entries), {set_key.decode(): removed for set_key in sets}
+
+    async def index_size(self) -> IndexSize | None:
+        """The index's size as one instance of the fleet last measured it (at most
+        every INDEX_MEASURED_S, by whichever instance claims it first: a cluster's
+        exact count of the index's slot, or a SCAN of the keyspace for it elsewhere;
+        bytes from the MEMORY USAGE of up to INDEX_SAMPLE keys); None before any did."""
+        figure_key = index_size_key(self._prefix)
+        if await self.claim("index-size", INDEX_MEASURED_S):
+            size = await self._measure_index()
+            value = f"{size.keys} {size.bytes}".encode()
+            await self._call("SET", lambda: self._client.set(figure_key, value))
+            return size
+        raw: Any = await self._call("GET", lambda: self._client.get(figure_key))
+        keys, _, size_bytes = (raw or b"").partition(b" ")
+        if not keys.isdigit() or not size_bytes.isdigit():
+            return None
+        return IndexSize(int(keys), int(size_bytes))
+
+    async def _measure_index(self) -> IndexSize:
+        slot = record_slot(self._prefix)
+        step_s = max(self._timeout_s, PURGE_STEP_S)
+        sample: list[Any] = []
+        client: Any = self._client  # typed loosely: MEMORY USAGE may answer nothing
+        if self._cluster:
+            number = key_slot(slot.encode())
+            count = int(await self._call("CLUSTER", lambda: client.cluster_countkeysinslot(number)))
+            sample = await self._call(
+                "CLUSTER", lambda: client.cluster_get_keys_in_slot(number, INDEX_SAMPLE), step_s
+            )
+        else:
+            count, cursor, pattern = 0, 0, slot.replace("{", "\\{").replace("}", "\\}") + "*"
+            while True:
+                scan = functools.partial(self._client.scan, cursor, match=pattern, count=1000)
+                cursor, keys = await self._call("SCAN", scan, step_s)
+                count += len(keys)
+                sample += keys[: INDEX_SAMPLE - len(sample)]
+                if not cursor:
+                    break
+        sizes = []
+        for key in sample:
+            usage = functools.partial(client.memory_usage, key)
+            sizes.append(int(await self._call("MEMORY", usage) or 0))
+        average = sum(sizes) / len(sizes) if sizes else 0
+        return IndexSize(count, int(average * count))
 
     async def purge_sequence(self) -> int:
         key = record_sequence_key(self._prefix)

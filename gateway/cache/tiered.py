@@ -22,6 +22,7 @@ from gateway.cache.backend import (
     BeforeStore,
     CacheBackend,
     Heard,
+    IndexSize,
     InvalidationChannel,
     Noted,
     Publishing,
@@ -371,6 +372,9 @@ class TieredBackend:
 
     async def claim(self, name: str, lifetime_s: float) -> bool:
         return await self._far.claim(name, lifetime_s)
+
+    async def index_size(self) -> IndexSize | None:
+        return await self._far.index_size()
 
     async def probe(self) -> None:
         await self._far.probe()

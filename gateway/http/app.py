@@ -30,7 +30,7 @@ from gateway.cache.registry import BackendRegistry, default_registry
 from gateway.comparison.shadow import Shadow
 from gateway.config.live import ConfigSource, LiveConfig, cache_fingerprint, live_fingerprint
 from gateway.config.settings import CacheSettings, Settings, UpstreamSettings
-from gateway.errors import ConfigError
+from gateway.errors import CacheUnavailable, ConfigError
 from gateway.http.admin import (
     ADMIN_PATHS,
     ADMIN_ROUTES,
@@ -59,7 +59,7 @@ from gateway.normalise.normaliser import CoercionCounts, Normaliser
 from gateway.ops.circuit import CircuitBreaker, CircuitState
 from gateway.ops.health import Readiness
 from gateway.ops.logs import set_level
-from gateway.ops.metrics import METRICS_FLUSH_S, Metrics, multiprocess_dir
+from gateway.ops.metrics import INDEX_SIZE_S, METRICS_FLUSH_S, Metrics, multiprocess_dir
 from gateway.ops.siblings import Siblings
 from gateway.ops.tracers import tracer_for
 from gateway.ops.tracing import Tracer
@@ -112,6 +112,7 @@ def create_app(
     )
     app.cleanup_ctx.append(pipeline_ctx)
     app.cleanup_ctx.append(_metrics_flush_ctx)
+    app.cleanup_ctx.append(_index_size_ctx)
     if siblings is not None:
         app[SIBLINGS] = siblings
         app.cleanup_ctx.append(_siblings_ctx)
@@ -265,6 +266,29 @@ async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
         with contextlib.suppress(asyncio.CancelledError):
             await flushing
         flush()
+
+
+async def _index_size_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Ask the cache backend the size of its records' index every INDEX_SIZE_S (cheap:
+    with Redis one instance measures it at most every 5 minutes) for the gauges."""
+    metrics_ = app[METRICS]
+
+    async def every_minute() -> None:
+        while True:
+            backend = app[UPSTREAMS].current.cache.backend
+            with contextlib.suppress(CacheUnavailable):
+                size = await backend.index_size()
+                if size is not None:
+                    metrics_.record_index(size.keys, size.bytes)
+            await asyncio.sleep(INDEX_SIZE_S)
+
+    asking = asyncio.ensure_future(every_minute())
+    try:
+        yield
+    finally:
+        asking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asking
 
 
 def _fleet_of(backend: CacheBackend, live: LiveConfig, metrics_: Metrics) -> Fleet | None:

@@ -61,6 +61,7 @@ AGE_BUCKETS = (
     3000, 4500, 7200, 10800, 16200, 24300, 36000, 54000, 86400, 129600, 172800,
 )  # fmt: skip
 METRICS_FLUSH_S = 1.0  # how often every process hands its request tallies over
+INDEX_SIZE_S = 60.0  # how often every process asks the size of the records' index
 CIRCUIT_VALUES = {"closed": 0, "half-open": 1, "open": 2}
 
 
@@ -421,6 +422,20 @@ class Metrics:
             ["route"],
             registry=r,
         )
+        self.record_index_keys = Gauge(
+            "gateway_cache_record_index_keys",
+            "Keys of the records' index (docs/purging.md): with Redis, each record's set"
+            " and hash of versions, as one instance measured them last (every 5 minutes)",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.record_index_bytes = Gauge(
+            "gateway_cache_record_index_bytes",
+            "Bytes of the records' index: with Redis, estimated from the MEMORY USAGE of a"
+            " sample of its keys; in memory, what it is charged against memory_max_bytes",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.change_notices = Counter(
             "gateway_change_notices_total",
             "Change notices (POST /admin/records/changed) by outcome: purged; unknown (the"
@@ -521,6 +536,11 @@ class Metrics:
             self.consistency_invalidations.labels(route).inc()
         if not confirmed:
             self.consistency_unconfirmed.inc()
+
+    def record_index(self, keys: int, size_bytes: int) -> None:
+        """The records' index's size, as the cache backend last gave it."""
+        self.record_index_keys.set(keys)
+        self.record_index_bytes.set(size_bytes)
 
     def consistency_refetched(self, route: str) -> None:
         self.consistency_refetches.labels(route).inc()

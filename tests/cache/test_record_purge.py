@@ -5,6 +5,7 @@ and no other, and a fill that began before a purge is not kept."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -342,3 +343,36 @@ def test_a_process_holds_at_most_its_limit_of_claims_the_oldest_let_go() -> None
     assert not claims.claim("b", 10)
     assert claims.claim("a", 10)
     assert not claims.claim("d", 10)
+
+
+async def test_the_index_says_its_size(
+    store: CacheBackend, clock: FakeClock, redis_url: str
+) -> None:
+    """What gateway_cache_record_index_keys and _bytes show (docs/purging.md): in
+    memory, the records noted and what they are charged; with Redis, the index's keys
+    (the records' sets and the counter of purges) and their bytes, measured by one
+    instance and read by the others."""
+    if isinstance(store, RedisBackend):
+        await store.close()
+        prefix = f"rg:size{time.time_ns()}"
+        store = RedisBackend(redis.Redis.from_url(redis_url), prefix=prefix, timeout_s=1.0)
+    await store.purge_records([OTHER], soft=False)  # the counter, with Redis
+    held = {EXPENSE: "", ACCOUNT: ""}
+    for n in range(3):
+        key = k("expenses", f"page={n}")
+        await store.set_holding(key, await entry(store, key, clock()), 60, held, 0)
+    size = await store.index_size()
+    assert size is not None
+    if isinstance(store, MemoryBackend):
+        assert size == (2, 3 * (len(EXPENSE) + len(ACCOUNT) + 2 * HOLDING_OVERHEAD_BYTES))
+        await store.remove(k("expenses", "page=0"))
+        assert await store.index_size() == (2, 2 * (len(EXPENSE) + len(ACCOUNT) + 320))
+        return
+    assert size.keys == 4  # two sets, the purged record's set, the counter
+    assert 4 * 50 < size.bytes < 4 * 2000
+    # another instance reads the figure measured (for 5 minutes)
+    other = RedisBackend(redis.Redis.from_url(redis_url), prefix=prefix, timeout_s=1.0)
+    await other.purge_records([EXPENSE], soft=False)
+    assert await other.index_size() == size
+    await other.close()
+    await store.close()

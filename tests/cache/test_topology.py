@@ -276,6 +276,26 @@ async def test_cluster_keeps_one_version_of_a_record_whatever_slot_its_entries_l
         await backend.close()
 
 
+async def test_cluster_counts_the_records_index_in_its_slot(
+    redis_cluster_nodes: list[str],
+) -> None:
+    """The index's size on a cluster (docs/purging.md): its slot's keys, counted."""
+    host, port = redis_cluster_nodes[0].split(":")
+    prefix = f"rg:n{time.time_ns()}"
+    backend = RedisBackend(ClusterClient(host=host, port=int(port)), prefix=prefix, timeout_s=5.0)
+    generations = (await backend.get(CacheKey("users", f"{prefix}:e:probe"))).generations
+    body = b'{"data":[]}'
+    for n in range(20):
+        key = CacheKey("users", f"{prefix}:e:users||page={n}|caller")
+        entry = CacheEntry(body, etag_of(body), time.time(), 30, generations=generations)
+        assert await backend.set_holding(key, entry, 60, {f"user:{n}": "", "account:x": ""}, 0)
+    size = await backend.index_size()
+    assert size is not None
+    assert size.keys == 21  # a set for each of 20 users and for the account
+    assert size.bytes > 21 * 50
+    await backend.close()
+
+
 async def test_cluster_instances_take_a_signed_notice_once_between_them(
     redis_cluster_nodes: list[str],
 ) -> None:
