@@ -136,7 +136,7 @@ if #KEYS > sets then redis.call('SET', KEYS[#KEYS], ARGV[7], 'PX', ARGV[4]) end
 return latest
 """
 
-_NOTE_BYTES = _NOTE.encode()  # sent with every store: encoded once
+_NOTE_BYTES = _NOTE.encode()
 
 # _NOTE, keeping one version of each record within a scope (``*``, or a caller's
 # fingerprint). Each record's hash of versions (``<set>:v``) holds, by scope,
@@ -485,6 +485,9 @@ class RedisBackend(QuietBackend):
         # can share a connection, and one fails with an AttributeError. On a cluster,
         # the backend's commands spread over nodes are sent one batch at a time.
         self._pipelines = asyncio.Lock()
+        # sent by its digest (EVALSHA; loaded again where a server does not know it):
+        # it goes with every store
+        self._note = client.register_script(_NOTE_BYTES)
         self._batch = ReadBatch(
             client,
             everything_key=self._everything_key,
@@ -607,7 +610,7 @@ class RedisBackend(QuietBackend):
             args.append(entry.encode())
         latest = await self._call(
             "EVAL",
-            lambda: self._client.eval(_NOTE_BYTES, len(keys), *keys, *args),  # type: ignore[arg-type]
+            lambda: self._note(keys, args),
         )
         if int(latest) > since:
             return False

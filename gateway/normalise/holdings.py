@@ -11,7 +11,9 @@ each entry it stores, so that a purge by record finds every entry holding one
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from gateway.normalise.coercions import CANONICAL_UUID
@@ -94,26 +96,43 @@ def records_held(model: RecordModel, canonical: Any, dump: Any | None) -> dict[s
     ``model``), embedded ones included; ``dump`` makes a record's published bytes (None:
     no versions, each ""). A record met twice keeps the version it was first met with."""
     held: dict[str, str] = {}
+    records: Sequence[Any]
     if isinstance(model, type) and issubclass(model, Page):
         items = canonical.get("data") if isinstance(canonical, dict) else None
-        for item in items if isinstance(items, list) else ():
-            _note(model.item_model, item, dump, held)
+        records = items if isinstance(items, list) else ()
+        plan = _plan(model.item_model)
     else:
-        _note(model, canonical, dump, held)
+        records, plan = (canonical,), _plan(model)
+    for record in records:
+        for kind, path in plan:
+            found = record
+            for name in path:
+                found = found.get(name) if isinstance(found, dict) else None
+            if not isinstance(found, dict):
+                continue
+            record_id = found.get("id")
+            if isinstance(record_id, str) and 0 < len(record_id) <= ID_MAX:
+                ref = kind + ":" + record_id
+                if ref not in held:
+                    held[ref] = "" if dump is None else _versions(kind, ref, found, dump, held)
     return held
 
 
-def _note(model: type[CanonicalModel], record: Any, dump: Any | None, held: dict[str, str]) -> None:
-    if not isinstance(record, dict):
-        return
-    kind = _KIND_OF.get(model)
-    record_id = record.get("id")
-    if kind is not None and isinstance(record_id, str) and 0 < len(record_id) <= ID_MAX:
-        ref = f"{kind}:{record_id}"
-        if ref not in held:
-            held[ref] = "" if dump is None else _versions(kind, ref, record, dump, held)
-    for name, embedded in model._nested:
-        _note(embedded, record.get(name), dump, held)
+@functools.cache
+def _plan(model: type[CanonicalModel]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Where the records of a ``model`` record are: each kind, and the path of field
+    names from the record to it (the record itself first, then what it embeds)."""
+    plan: list[tuple[str, tuple[str, ...]]] = []
+
+    def visit(current: type[CanonicalModel], path: tuple[str, ...]) -> None:
+        kind = _KIND_OF.get(current)
+        if kind is not None:
+            plan.append((kind, path))
+        for name, embedded in current._nested:
+            visit(embedded, (*path, name))
+
+    visit(model, ())
+    return tuple(plan)
 
 
 def _versions(kind: str, ref: str, record: dict[str, Any], dump: Any, held: dict[str, str]) -> str:
