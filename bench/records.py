@@ -38,6 +38,7 @@ import redis.asyncio as redis
 from normalise import machine  # bench/normalise.py: the CPU model and count
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 
+from gateway.cache.backend import EVERY_CALLER
 from gateway.cache.coding import stored_body
 from gateway.cache.entry import GZIP, CacheEntry, CacheKey, Generations, etag_of
 from gateway.cache.redis import RedisBackend
@@ -46,6 +47,7 @@ from gateway.demo.params import PageRequest
 from gateway.demo.representations import expense_json
 from gateway.demo.store import page_envelope
 from gateway.normalise.normaliser import CoercionCounts, Normaliser
+from gateway.records.keys import caller_of
 from gateway.records.routes import parse_record_query
 from gateway.routing.standard import EXPENSES
 
@@ -56,7 +58,8 @@ from tests.redis_topologies import RedisCluster
 RESULTS = Path(__file__).parent / "results"
 CALLERS = 24
 PAGE_SIZE = 10
-STORES = 600
+STORES = 200
+STORE_ROUNDS = 21
 HOLDERS = 10_000
 PURGES = 15
 TARGET_STORE_RATIO = 1.10
@@ -113,18 +116,21 @@ async def store_cost(url: str) -> dict[str, Any]:
         else:
             await backend.set(target, entry, 60)
 
+    # short rounds, the two ways taking turns, so that what else the machine does
+    # falls on both alike
     rounds: dict[bool, list[float]] = {False: [], True: []}
-    for _ in range(5):
-        for held in (False, True):
+    for turn in range(STORE_ROUNDS):
+        for held in (False, True) if turn % 2 else (True, False):
             started = time.process_time()
             for index in range(STORES):
-                await one(index, held)
+                await one(turn * STORES + index, held)
             rounds[held].append((time.process_time() - started) / STORES * 1e6)
     await backend.close()
     plain = statistics.median(rounds[False])
     indexed = statistics.median(rounds[True])
     return {
         "stores_per_round": STORES,
+        "rounds": STORE_ROUNDS,
         "without_index_us": round(plain, 1),
         "with_index_us": round(indexed, 1),
         "ratio": round(indexed / plain, 3),
@@ -132,8 +138,10 @@ async def store_cost(url: str) -> dict[str, Any]:
     }
 
 
-async def index_size(url: str) -> dict[str, Any]:
-    """MEMORY USAGE of the index and of the entries, per entry, every page of 24 callers."""
+async def index_size(url: str, consistency: str = "off") -> dict[str, Any]:
+    """MEMORY USAGE of the index and of the entries, per entry, every page of 24 callers;
+    with ``consistency`` ("caller" or "all", cache.record_consistency), each record's
+    versions noted too (its hash of versions beside its set)."""
     client = redis.Redis.from_url(url)
     await client.flushall()
     normaliser = Normaliser(CoercionCounts())
@@ -144,10 +152,17 @@ async def index_size(url: str) -> dict[str, Any]:
     work = pages()
     for caller in range(CALLERS):
         for page, body in work:
-            published, holdings = normaliser.normalise_held(query_of(page), body)
+            versions = consistency != "off"
+            published, holdings = normaliser.normalise_held(query_of(page), body, versions=versions)
             coded, coding = stored_body(published)
             entry = CacheEntry(coded, etag_of(published), time.time(), 30, 200, generations, coding)
-            await backend.set_holding(key(page, caller), entry, 60, holdings, 0)
+            target = key(page, caller)
+            if versions:
+                scope = EVERY_CALLER if consistency == "all" else caller_of(target)
+                since = await backend.purge_sequence()
+                await backend.set_consistent(target, entry, 60, holdings, since, scope)
+            else:
+                await backend.set_holding(target, entry, 60, holdings, 0)
             records_per_entry.append(len(holdings))
             entries += 1
     sizes = {"entries": 0, "index": 0, "sets": 0}
@@ -229,6 +244,9 @@ async def measure() -> dict[str, Any]:
             "load_average_1m": round(os.getloadavg()[0], 2),
             "store": await store_cost(server.url),
             "index": await index_size(server.url),
+            "index_with_versions": {
+                mode: await index_size(server.url, mode) for mode in ("caller", "all")
+            },
             "purge": await purge_time(cluster.nodes),
         }
     finally:
@@ -255,6 +273,14 @@ def report(results: dict[str, Any]) -> str:
             "Redis memory per entry: its part of the index",
             f"{index['index_bytes_per_entry']} bytes"
             f" ({index['index_bytes_per_member']} per record it holds)",
+        ),
+        *(
+            (
+                f"the same, with cache.record_consistency = {mode!r} (versions noted)",
+                f"{sized['index_bytes_per_entry']} bytes"
+                f" ({sized['index_bytes_per_member']} per record it holds)",
+            )
+            for mode, sized in results["index_with_versions"].items()
         ),
         (
             f"purge of one record held by {purge['holders']:,} entries of"

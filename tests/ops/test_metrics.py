@@ -404,6 +404,9 @@ def test_flushed_tallies_expose_what_one_call_per_request_would() -> None:
     Gauge("gateway_upstream_circuit_state", "", registry=direct).set(0)
     Counter("gateway_upstream_switches_total", "", registry=direct)
     Counter("gateway_identity_decompressions_total", "", registry=direct)
+    Counter("gateway_consistency_unconfirmed_total", "", registry=direct)
+    Gauge("gateway_cache_record_index_keys", "", registry=direct).set(0)
+    Gauge("gateway_cache_record_index_bytes", "", registry=direct).set(0)
     for route, status, cache, seconds in answers:
         requests.labels(route, str(status), cache).inc()
         durations.labels(route, cache).observe(seconds)
