@@ -162,6 +162,9 @@ local n = tonumber(ARGV[1])
 local since = tonumber(ARGV[6])
 local scope = ARGV[7]
 local answered = math.max(tonumber(redis.call('GET', counter(KEYS[1]))), now())
+-- the counter follows the stamps noted, so that a fill's stamp is never below one
+-- noted before it, even when the server's clock goes back (a failover)
+redis.call('SET', KEYS[1], string.format('%d', answered))
 for i = 2, n + 1 do
   if tonumber(redis.call('ZSCORE', KEYS[i], '!') or '0') > since then return {0} end
 end
@@ -677,11 +680,13 @@ class RedisBackend(QuietBackend):
         confirmed = True
         if invalidated and before_store is not None:
             confirmed = await before_store(invalidated)
-        settle = 1 if confirmed else 0
+        # settled once removed from Redis: a process that did not confirm is told again
+        # in the background (before_store), not by every later fill of this version
+        settle = 1
         stored = await self._store_if_current(
             key, entry, lifetime_s, [*sets, *hashes], [since, scope, settle, *versions]
         )
-        if stored and confirmed and removed:
+        if stored and removed:
             with contextlib.suppress(CacheUnavailable):  # else they go with their age
                 await self._forget(removed, max(self._timeout_s, PURGE_STEP_S))
         return Noted(stored, invalidated, confirmed)

@@ -51,6 +51,7 @@ from gateway.http.change_feed import (
     read_body,
     replay_name,
     shown,
+    signature_fields,
 )
 from gateway.http.edge import REQUEST_ID, Handler
 from gateway.http.problems import problem_response
@@ -256,9 +257,18 @@ class _NoticeRefused(Exception):
 
 async def _notice_body(request: web.Request) -> tuple[bytes, str | None]:
     """A notice's body, once its sender is known: the admin token, or a signature
-    (then its digest too); raises AuthenticationRequired or _NoticeRefused."""
-    signed = is_signed(request)
-    if not signed:
+    (then its digest too), its fields checked before the body is read; raises
+    AuthenticationRequired or _NoticeRefused."""
+    signed = None
+    secret = None
+    if is_signed(request):
+        held = request.app[LIVE].settings.admin.change_feed_secret
+        secret = None if held is None else held.get_secret_value()
+        try:
+            signed = signature_fields(request, secret)
+        except Unsigned as exc:
+            raise AuthenticationRequired(str(exc)) from None
+    else:
         check_admin(request)
     try:
         body = await read_body(request)
@@ -271,12 +281,10 @@ async def _notice_body(request: web.Request) -> tuple[bytes, str | None]:
             f"a change notice's body is at most {BODY_MAX_BYTES} bytes;"
             f" send at most {CHANGES_MAX} records a notice",
         ) from None
-    if not signed:
+    if signed is None or secret is None:
         return body, None
-    secret = request.app[LIVE].settings.admin.change_feed_secret
     try:
-        key = None if secret is None else secret.get_secret_value()
-        return body, check_signature(request, key, body)
+        return body, check_signature(signed, secret, body)
     except Unsigned as exc:
         raise AuthenticationRequired(str(exc)) from None
 
@@ -286,7 +294,7 @@ async def _taken_once(request: web.Request, digest: str) -> None:
     before, or the cache cannot say."""
     backend = request.app[UPSTREAMS].current.cache.backend
     try:
-        first = await backend.claim(replay_name(digest), 2 * WINDOW_S)
+        first = await backend.claim(replay_name(digest), 2 * WINDOW_S + 60)
     except CacheUnavailable as exc:
         raise _NoticeRefused(
             "unknown",
@@ -302,8 +310,9 @@ async def _taken_once(request: web.Request, digest: str) -> None:
             409,
             "notice-replayed",
             "The notice was taken before",
-            "a signed notice is taken once; nothing was purged again. A retry is"
-            " signed again, with its own timestamp",
+            "a notice with this signature was taken before, and is not taken again. A"
+            " retry is signed again, with its own timestamp; two notices of the same"
+            " records in the same second are told apart by their id",
         )
 
 

@@ -4,10 +4,12 @@ are purged as ``DELETE /admin/cache?record=...`` purges them.
 
 The body is a JSON object::
 
-    {"records": ["expense:3f6c...", "account:ACC-1"], "soft": false}
+    {"records": ["expense:3f6c...", "account:ACC-1"], "soft": false, "id": "feed-81723"}
 
 ``records`` names 1 to :data:`CHANGES_MAX` records (``gateway.normalise.holdings``);
-``soft`` (false when absent) marks their entries stale instead of removing them. Nothing
+``soft`` (false when absent) marks their entries stale instead of removing them; ``id``
+(optional, up to :data:`ID_MAX` characters) tells apart two notices of the same records
+signed in the same second, which would otherwise be one notice, taken once. Nothing
 is purged unless every reference is valid; the problem names each bad one by its index.
 
 A notice carries the admin token, or, for a feed that should not hold it, a signature
@@ -18,7 +20,8 @@ with ``admin.change_feed_secret``:
   of ``v1``, a newline, the timestamp as sent, a newline and the body's bytes.
 
 A signed notice is taken within :data:`WINDOW_S` of this machine's clock, either way,
-and once: the signature is remembered for twice that (for every instance sharing the
+and once: the signature is remembered for twice that and a minute (the instances'
+clocks may differ) (for every instance sharing the
 cache backend; with a backend of one process, by that process), and a notice sent
 again with it is refused. A retry is signed again, with its own timestamp.
 """
@@ -49,7 +52,9 @@ CHANGES_MAX = 1000
 BODY_MAX_BYTES = 256 * 1024
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _SIGNATURE = re.compile(r"v1=([0-9a-f]{64})")
-_FIELDS = ("records", "soft")
+_FIELDS = ("records", "soft", "id")
+# the longest id a notice may carry
+ID_MAX = 200
 
 
 class Notice(NamedTuple):
@@ -79,9 +84,17 @@ def is_signed(request: web.Request) -> bool:
     return SIGNATURE_HEADER in request.headers or TIMESTAMP_HEADER in request.headers
 
 
-def check_signature(request: web.Request, secret: str | None, body: bytes) -> str:
-    """The signature's digest, when it is ``body``'s under ``secret`` and was made
-    within :data:`WINDOW_S`; raises Unsigned otherwise."""
+class Signed(NamedTuple):
+    """A notice's signature fields, well formed and within their window."""
+
+    stamp: str
+    given: str
+
+
+def signature_fields(request: web.Request, secret: str | None) -> Signed:
+    """The signature fields, checked before the body is read: a secret to check them
+    with, one of each, well formed, and a timestamp within :data:`WINDOW_S` of this
+    machine's clock; raises Unsigned otherwise."""
     if secret is None:
         raise Unsigned("signed change notices are not taken: admin.change_feed_secret is unset")
     stamps = request.headers.getall(TIMESTAMP_HEADER, [])
@@ -93,11 +106,8 @@ def check_signature(request: web.Request, secret: str | None, body: bytes) -> st
     stamp, given = stamps[0].strip(), signatures[0].strip()
     if not _TIMESTAMP.fullmatch(stamp):
         raise Unsigned(f"{TIMESTAMP_HEADER} must be whole seconds since the Unix epoch")
-    matched = _SIGNATURE.fullmatch(given)
-    if matched is None:
+    if _SIGNATURE.fullmatch(given) is None:
         raise Unsigned(f"{SIGNATURE_HEADER} must be v1= and 64 lowercase hex digits")
-    if not hmac.compare_digest(given, sign(secret, stamp, body)):
-        raise Unsigned(f"{SIGNATURE_HEADER} is not the body's signature at {TIMESTAMP_HEADER}")
     skew = int(stamp) - time.time()
     if abs(skew) > WINDOW_S:
         raise Unsigned(
@@ -105,7 +115,15 @@ def check_signature(request: web.Request, secret: str | None, body: bytes) -> st
             + ("future" if skew > 0 else "past")
             + f"; a signed notice is taken within {WINDOW_S} s of the gateway's clock"
         )
-    return matched.group(1)
+    return Signed(stamp, given)
+
+
+def check_signature(signed: Signed, secret: str, body: bytes) -> str:
+    """The signature's digest, when it is ``body``'s under ``secret``; raises Unsigned
+    otherwise."""
+    if not hmac.compare_digest(signed.given, sign(secret, signed.stamp, body)):
+        raise Unsigned(f"{SIGNATURE_HEADER} is not the body's signature at {TIMESTAMP_HEADER}")
+    return signed.given.removeprefix(f"{SCHEME}=")
 
 
 async def read_body(request: web.Request) -> bytes:
@@ -145,6 +163,9 @@ def parse_notice(body: bytes) -> Notice:
     soft = data.get("soft", False)
     if not isinstance(soft, bool):
         problems.append(ParameterProblem("soft", "must be true or false"))
+    notice_id = data.get("id", "")
+    if not isinstance(notice_id, str) or len(notice_id) > ID_MAX:
+        problems.append(ParameterProblem("id", f"must be text of at most {ID_MAX} characters"))
     refs = _references(data.get("records"), problems)
     if problems:
         raise InvalidParameters(problems)

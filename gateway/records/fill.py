@@ -14,9 +14,10 @@ negative entry (a single record's, for ``cache.negative_ttl_s``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -33,7 +34,12 @@ from gateway.cache.entry import (
     etag_of,
 )
 from gateway.comparison.shadow import Shadow
-from gateway.errors import UpstreamCircuitOpen, UpstreamError, UpstreamRejected
+from gateway.errors import (
+    CacheUnavailable,
+    UpstreamCircuitOpen,
+    UpstreamError,
+    UpstreamRejected,
+)
 from gateway.normalise.normaliser import Normaliser
 from gateway.ops.metrics import Metrics
 from gateway.records.coalesce import Coalescer
@@ -264,10 +270,12 @@ class Filler:
 
         try:
             filled, older, fetched = await self._fetch_once(job, generations, compress, ask)
-            if older:
+            if older is not None:
                 if self._metrics is not None:
                     self._metrics.consistency_refetched(job.key.route)
-                filled, _, fetched = await self._fetch_once(job, generations, compress, ask)
+                filled, older, fetched = await self._fetch_once(job, generations, compress, ask)
+                if older is not None:
+                    await self._purge_unordered(job, older)
         except UpstreamRejected as exc:
             self._offer(job, exc.upstream_status or 0, None, ask)
             raise
@@ -281,10 +289,10 @@ class Filler:
         generations: Generations | None,
         compress: bool,
         ask: Callable[[], Awaitable[UpstreamReply]],
-    ) -> tuple[Filled, bool, UpstreamReply]:
-        """One upstream call, normalised and stored: what :meth:`fetch` returns, whether
-        the cache refused it as possibly older than an answer served (consistency),
-        and the upstream's reply."""
+    ) -> tuple[Filled, Sequence[str] | None, UpstreamReply]:
+        """One upstream call, normalised and stored: what :meth:`fetch` returns, the
+        records it holds when the cache refused it as possibly older than an answer
+        served (consistency; otherwise None), and the upstream's reply."""
         key, query, _, _, ttl, replaced = job
         cache = self._cache
         policy = self.policy
@@ -319,13 +327,15 @@ class Filler:
             generations=generations or Generations(),
             coding=coding,
         )
-        stored = older = False
+        stored = False
+        older: Sequence[str] | None = None
         if consistent and cache is not None and held is not None:
             scope = EVERY_CALLER if policy.record_consistency == "all" else caller_of(key)
             lifetime_s = policy.lifetime_s(ttl)
             noted = await cache.set_consistent(key, entry, lifetime_s, held, since, scope)
             if noted is not None:
-                stored, older = noted.stored, not noted.stored
+                stored = noted.stored
+                older = None if stored else list(held)
                 if metrics is not None and noted.invalidated:
                     metrics.consistency_invalidated(
                         (other.route for other in noted.invalidated), noted.confirmed
@@ -333,6 +343,21 @@ class Filler:
         elif stores and cache is not None:
             stored = await cache.set(key, entry, policy.lifetime_s(ttl), held=held, since=since)
         return Filled(entry, stored, plain=body), older, fetched
+
+    async def _purge_unordered(self, job: FillJob, records: Sequence[str]) -> None:
+        """An answer asked for twice and refused twice (each time a fill of another
+        version overlapped it): which version is the newer cannot be known, and this
+        one goes to its caller; every entry holding its records is purged (for every
+        caller), so that the next reads fetch them anew, newer than both."""
+        cache = self._cache
+        if cache is None:
+            return
+        with contextlib.suppress(CacheUnavailable):
+            await cache.backend.purge_records(records, soft=False)
+            log.info(
+                "consistency: an answer refused twice; its records purged",
+                extra={"route": job.query.route.template, "records": len(records)},
+            )
 
     async def _refused(
         self, job: FillJob, exc: UpstreamRejected, generations: Generations | None

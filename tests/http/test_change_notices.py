@@ -347,3 +347,49 @@ async def test_the_shell_example_of_the_docs_is_taken(
     out, _ = await process.communicate()
     answer = json.loads(out)
     assert answer["records"] == ["expense:3f6c1a52-8d0e-4f7b-9a41-2b5d0c7e9f13"], answer
+
+
+async def test_two_notices_of_the_same_records_in_one_second_are_told_apart_by_their_id(
+    gateway_factory: GatewayFactory, upstream: TestServer
+) -> None:
+    client = await gateway(
+        gateway_factory, upstream, {"backend": "memory"}, change_feed_secret=SECRET
+    )
+    expense = await first_expense(client)
+    at = time.time()
+    notices = [
+        orjson.dumps({"records": [f"expense:{expense}"], "id": f"change-{n}"}) for n in (1, 2)
+    ]
+    for body in notices:
+        status, answer = await notify(client, body, signed(body, at=at))
+        assert status == 200, answer
+    # without an id, the second is the first again
+    bare = orjson.dumps({"records": [f"expense:{expense}"]})
+    assert (await notify(client, bare, signed(bare, at=at)))[0] == 200
+    status, problem = await notify(client, bare, signed(bare, at=at))
+    assert status == 409
+    assert "told apart by their id" in problem["detail"]
+    too_long = orjson.dumps({"records": [f"expense:{expense}"], "id": "x" * 201})
+    status, problem = await notify(client, too_long, signed(too_long, at=at))
+    assert (status, problem["errors"][0]["parameter"]) == (400, "id")
+
+
+async def test_a_signed_notice_out_of_its_window_is_refused_before_its_body_is_read(
+    gateway_factory: GatewayFactory, upstream: TestServer
+) -> None:
+    """Nothing of the body is read for fields that cannot be right: a request with a
+    stale timestamp is answered 401 while its body is still being sent."""
+    client = await gateway(
+        gateway_factory, upstream, {"backend": "memory"}, change_feed_secret=SECRET
+    )
+    never_ends = asyncio.Event()
+
+    async def body() -> Any:
+        yield b'{"records": ['
+        await never_ends.wait()
+
+    headers = signed(b"", at=time.time() - 400)
+    async with asyncio.timeout(5):
+        response = await client.post("/admin/records/changed", data=body(), headers=headers)
+    assert response.status == 401
+    never_ends.set()

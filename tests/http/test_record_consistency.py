@@ -147,3 +147,58 @@ async def test_an_answer_older_than_one_served_is_asked_for_again(
     # the older page of two, fetched before the detail, was removed by it
     again = await gateway.get("/expenses?limit=2", headers=auth)
     assert again.headers["X-Cache"] == "MISS"
+
+
+async def test_an_answer_refused_twice_purges_its_records_for_every_caller(
+    gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
+) -> None:
+    """Asked again, the page is refused again (a fill of a third version overlapped
+    it): it is served, and every entry holding its records is purged, so that no
+    caller is served the versions it may be newer than (docs/purging.md)."""
+    clock = FakeClock()
+    demo = await aiohttp_server(
+        create_demo_app(tokens=frozenset(CALLERS), change_rates={"expenses": 60.0}, clock=clock)
+    )
+    gates: list[asyncio.Event] = []
+    reached: list[str] = []
+
+    async def relay(request: web.Request) -> web.Response:
+        """The demo's answer; the pages of three are held back, each until its gate."""
+        async with (
+            ClientSession() as session,
+            session.get(f"{base_url(demo)}{request.path_qs}", headers=request.headers) as got,
+        ):
+            body, status = await got.read(), got.status
+        if "limit=3" in request.path_qs:
+            gate = asyncio.Event()
+            gates.append(gate)
+            reached.append(request.path_qs)
+            await gate.wait()
+        return web.Response(body=body, status=status, content_type="application/json")
+
+    relay_app = web.Application()
+    relay_app.router.add_get("/{tail:.*}", relay)
+    upstream = await aiohttp_server(relay_app)
+    gateway = await gateway_factory(
+        base_url(upstream), clock=clock, cache={"backend": "memory", "record_consistency": "caller"}
+    )
+    auth = {"Authorization": f"Bearer {CALLERS[0]}"}
+    first = (await (await gateway.get("/expenses?limit=2", headers=auth)).json())["data"][0]
+    page = asyncio.ensure_future(gateway.get("/expenses?limit=3", headers=auth))
+    await until(lambda: len(gates) == 1)  # the page at its first version, held back
+    clock.advance(120.0)
+    await gateway.get(f"/expenses/{first['id']}", headers=auth)  # the next version, noted
+    gates[0].set()
+    await until(lambda: len(gates) == 2)  # refused, asked again: held back too
+    clock.advance(120.0)
+    again = await gateway.get("/expenses?limit=2", headers=auth)  # a third version, noted
+    assert again.headers["X-Cache"] == "MISS"
+    gates[1].set()
+    answer = await page
+    assert answer.status == 200
+    # refused twice: every entry holding its records is gone
+    for path in ("/expenses?limit=2", f"/expenses/{first['id']}"):
+        response = await gateway.get(path, headers=auth)
+        assert response.headers["X-Cache"] == "MISS", path
+    metrics = await (await gateway.get("/metrics")).text()
+    assert 'gateway_consistency_refetches_total{route="expenses"} 1.0' in metrics
