@@ -311,6 +311,9 @@ return 1
 # its keys it asks the MEMORY USAGE of.
 INDEX_MEASURED_S = 300.0
 INDEX_SAMPLE = 50
+# at most this many pages of 1,000 keys read of a standalone keyspace; past them, the
+# index's keys are estimated from the share found
+INDEX_SCAN_PAGES = 100
 
 # A purge by record works in steps (reading a set's page, removing a batch of entries)
 # of at most this many members or scripts, each step given at least PURGE_STEP_S.
@@ -795,13 +798,17 @@ class RedisBackend(QuietBackend):
             )
         else:
             count, cursor, pattern = 0, 0, slot.replace("{", "\\{").replace("}", "\\}") + "*"
-            while True:
+            for _ in range(INDEX_SCAN_PAGES):
                 scan = functools.partial(self._client.scan, cursor, match=pattern, count=1000)
                 cursor, keys = await self._call("SCAN", scan, step_s)
                 count += len(keys)
                 sample += keys[: INDEX_SAMPLE - len(sample)]
                 if not cursor:
                     break
+            else:
+                # a keyspace larger than the pages read: the share found, of all its keys
+                total = int(await self._call("DBSIZE", lambda: client.dbsize(), step_s))
+                count = round(count * total / (INDEX_SCAN_PAGES * 1000))
         sizes = []
         for key in sample:
             usage = functools.partial(client.memory_usage, key)

@@ -270,25 +270,27 @@ async def _metrics_flush_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _index_size_ctx(app: web.Application) -> AsyncIterator[None]:
     """Ask the cache backend the size of its records' index every INDEX_SIZE_S (cheap:
-    with Redis one instance measures it at most every 5 minutes) for the gauges."""
+    with Redis one instance measures it at most every 5 minutes) for the gauges; until
+    the first answer they show 0."""
     metrics_ = app[METRICS]
 
     async def every_minute() -> None:
         while True:
+            # the first a minute after the start: a process that lives less asks nothing
+            await asyncio.sleep(INDEX_SIZE_S)
             backend = app[UPSTREAMS].current.cache.backend
             with contextlib.suppress(CacheUnavailable):
                 size = await backend.index_size()
                 if size is not None:
                     metrics_.record_index(size.keys, size.bytes)
-            await asyncio.sleep(INDEX_SIZE_S)
 
     asking = asyncio.ensure_future(every_minute())
     try:
         yield
     finally:
         asking.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asking
+        # a measurement under way may not end at once: it is not waited for
+        await asyncio.wait([asking], timeout=1.0)
 
 
 def _fleet_of(backend: CacheBackend, live: LiveConfig, metrics_: Metrics) -> Fleet | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import redis.asyncio as redis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -309,3 +310,47 @@ async def test_a_record_purge_that_a_process_did_not_confirm_is_not_said_done(
     assert problem["type"].endswith(":purge-outcome-unknown")
     assert problem["instances"] == {"told": 2, "confirmed": 1}
     assert (await read(client, "/expenses?limit=1"))[0] == "MISS"  # done here all the same
+
+
+async def test_the_index_size_reaches_the_metrics(
+    gateway_factory: GatewayFactory,
+    upstream: TestServer,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gateway_cache_record_index_keys and _bytes (docs/purging.md), asked of the
+    backend every minute (here every 50 ms): with Redis, the sets of the records an
+    entry holds."""
+    monkeypatch.setattr("gateway.http.app.INDEX_SIZE_S", 0.05)
+    client = await gateway(gateway_factory, upstream, redis_cache(redis_url, namespace="sized"))
+    _, page = await read(client, "/expenses?limit=2")
+    records = {f"expense:{item['id']}" for item in page["data"]}
+    records |= {
+        f"{kind}:{item[kind]['id']}"
+        for item in page["data"]
+        for kind in ("account", "client", "user")
+    }
+
+    async def gauges() -> tuple[float, float]:
+        scrape = await (await client.get("/metrics")).text()
+        found = dict(
+            line.split(" ")
+            for line in scrape.splitlines()
+            if line.startswith("gateway_cache_record_index_")
+        )
+        return float(found["gateway_cache_record_index_keys"]), float(
+            found["gateway_cache_record_index_bytes"]
+        )
+
+    sized: list[tuple[float, float]] = []
+
+    async def measured() -> bool:
+        sized.append(await gauges())
+        return sized[-1][0] > 0
+
+    async with asyncio.timeout(10):
+        while not await measured():
+            await asyncio.sleep(0.05)
+    keys, size_bytes = sized[-1]
+    assert keys >= len(records)  # every record's set (and the purge counter, if made)
+    assert size_bytes > keys * 50
