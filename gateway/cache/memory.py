@@ -39,6 +39,8 @@ HOLDING_OVERHEAD_BYTES = 160
 # How many records no entry holds any more a memory backend remembers the latest
 # version stamp of (set_consistent); beyond them, one floor for all.
 FORGOTTEN_MAX = 65_536
+# past this many scopes (callers) for one record, the older half is let go
+VERSIONS_PRUNED_PAST = 256
 
 
 @dataclass(slots=True)
@@ -188,19 +190,31 @@ class MemoryBackend(QuietBackend):
                     self._forget_versions(ref)
         return True
 
+    def _prune_scopes(self, ref: str, scopes: dict[str, tuple[int, str]]) -> None:
+        """Let go of the older half of a record's scopes (callers), keeping the stamp
+        of the latest let go, as for a record forgotten."""
+        ordered = sorted(scopes.items(), key=lambda item: item[1][0])
+        dropped = ordered[: len(ordered) // 2]
+        for scope, _ in dropped:
+            del scopes[scope]
+        latest = max(stamp for _, (stamp, _) in dropped)
+        self._remember_forgotten(ref, latest)
+
+    def _remember_forgotten(self, ref: str, stamp: int) -> None:
+        forgotten = self._forgotten
+        forgotten[ref] = max(forgotten.get(ref, 0), stamp)
+        forgotten.move_to_end(ref)
+        while len(forgotten) > FORGOTTEN_MAX:
+            _, oldest = forgotten.popitem(last=False)
+            self._forgotten_floor = max(self._forgotten_floor, oldest)
+
     def _forget_versions(self, ref: str) -> None:
         """Forget the versions of a record no entry holds, keeping the stamp of the
         latest fill that noted one (a fill that began before it must still not store
         another version)."""
         scopes = self._versions.pop(ref, None)
-        if not scopes:
-            return
-        forgotten = self._forgotten
-        forgotten[ref] = max(stamp for stamp, _ in scopes.values())
-        forgotten.move_to_end(ref)
-        while len(forgotten) > FORGOTTEN_MAX:
-            _, stamp = forgotten.popitem(last=False)
-            self._forgotten_floor = max(self._forgotten_floor, stamp)
+        if scopes:
+            self._remember_forgotten(ref, max(stamp for stamp, _ in scopes.values()))
 
     async def set_holding(
         self,
@@ -244,7 +258,8 @@ class MemoryBackend(QuietBackend):
         versions = self._versions
         changed: list[str] = []
         for ref, version in held.items():
-            noted = versions.get(ref, {}).get(scope)
+            scopes = versions.get(ref)
+            noted = None if scopes is None else scopes.get(scope)
             if noted is None:
                 if since <= max(self._forgotten.get(ref, 0), self._forgotten_floor):
                     self.drop(key.text)
@@ -261,7 +276,10 @@ class MemoryBackend(QuietBackend):
             return Noted(True)  # larger than the whole bound: nothing noted
         self._stamps += 1  # the answer came before this: what a later fill must follow
         for ref, version in held.items():
-            versions.setdefault(ref, {})[scope] = (self._stamps, version)
+            scopes = versions.setdefault(ref, {})
+            scopes[scope] = (self._stamps, version)
+            if len(scopes) > VERSIONS_PRUNED_PAST:
+                self._prune_scopes(ref, scopes)
         suffix = "|" + scope
         invalidated: dict[str, CacheKey] = {}
         for ref in changed:

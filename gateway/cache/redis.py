@@ -138,6 +138,10 @@ return latest
 
 _NOTE_BYTES = _NOTE.encode()
 
+# past this many scopes in a record's hash of versions, a fill's note lets go of those
+# noted longer ago than VERSIONS_KEPT_S
+VERSIONS_PRUNED_PAST = 256
+
 # _NOTE, keeping one version of each record within a scope (``*``, or a caller's
 # fingerprint). Each record's hash of versions (``<set>:v``) holds, by scope,
 # ``<stamp>:<settled>:<version>``: the version noted last; the latest time (a stamp,
@@ -157,6 +161,7 @@ _NOTE_BYTES = _NOTE.encode()
 _NOTE_VERSIONS = (
     _COUNTER
     + _NOW
+    + f"local VERSIONS_PRUNED_PAST = {VERSIONS_PRUNED_PAST}\n"
     + """
 local n = tonumber(ARGV[1])
 local since = tonumber(ARGV[6])
@@ -195,6 +200,16 @@ for i = 1, n do
   redis.call('HSET', versions, scope, noted[i] .. ARGV[8 + i])
   local keep = math.max(tonumber(ARGV[4]), tonumber(ARGV[8]))
   if redis.call('PTTL', versions) < keep then redis.call('PEXPIRE', versions, keep) end
+  -- many callers' versions of one record: let go of those noted longer ago than a
+  -- hash is kept (their callers' entries are gone; a fill of theirs starts afresh)
+  if redis.call('HLEN', versions) > VERSIONS_PRUNED_PAST then
+    local fields = redis.call('HGETALL', versions)
+    local oldest = answered - tonumber(ARGV[8]) * 1000
+    for j = 1, #fields, 2 do
+      local at = tonumber(string.match(fields[j + 1], '^(%d+):') or '0')
+      if at < oldest then redis.call('HDEL', versions, fields[j]) end
+    end
+  end
 end
 local out = {1}
 local suffix = '|' .. scope

@@ -6,6 +6,7 @@ is not stored; another caller's entries stay in the caller scope."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ import redis.asyncio as redis
 
 from gateway.cache.backend import EVERY_CALLER, CacheBackend
 from gateway.cache.entry import CacheEntry, CacheKey, etag_of
+from gateway.cache.keyspace import record_key
 from gateway.cache.memory import MemoryBackend
 from gateway.cache.redis import RedisBackend
 
@@ -263,3 +265,43 @@ async def test_an_entry_noted_and_not_yet_stored_is_found_by_the_next_change(
     assert set(last.invalidated) >= {slow_key, fast_key}
     assert await present(store, slow_key, fast_key, last_key) == [False, False, True]
     await store.close()
+
+
+async def test_the_versions_of_many_callers_stay_bounded(
+    store: CacheBackend, clock: FakeClock, redis_url: str
+) -> None:
+    """With tokens that rotate, every caller adds its scope to the records it reads:
+    past 256 scopes, those noted long ago go (Redis: older than an hour; memory: the
+    older half), and a fill of a caller let go that began before is still refused."""
+    detail = k("expense", "1", ALICE)
+    if isinstance(store, RedisBackend):
+        client = redis.Redis.from_url(redis_url)
+        versions = record_key(PREFIX, EXPENSE) + ":v"
+        hour_ago = (time.time() - 7200) * 1_000_000
+        await client.hset(
+            versions, mapping={f"{n:032x}": f"{hour_ago:.0f}:1:v1" for n in range(300)}
+        )
+        since = await store.purge_sequence()
+        noted = await store.set_consistent(
+            detail, await entry(store, detail, clock()), 60, {EXPENSE: "v1"}, since, ALICE
+        )
+        assert noted.stored
+        assert await client.hlen(versions) == 1  # the old ones let go, Alice's kept
+        await client.aclose()
+        return
+    early = await store.purge_sequence()  # a fill of caller 0 begins, and takes long
+    for n in range(300):
+        key = k("expense", "1", f"{n:032x}")
+        since = await store.purge_sequence()
+        assert (
+            await store.set_consistent(
+                key, await entry(store, key, clock()), 60, {EXPENSE: "v1"}, since, f"{n:032x}"
+            )
+        ).stored
+    assert isinstance(store, MemoryBackend)
+    assert len(store._versions[EXPENSE]) <= 256
+    first = k("expense", "page", f"{0:032x}")
+    late = await store.set_consistent(
+        first, await entry(store, first, clock()), 60, {EXPENSE: "v0"}, early, f"{0:032x}"
+    )
+    assert not late.stored  # caller 0's scope was let go; its older fill is not kept
