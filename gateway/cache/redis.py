@@ -31,6 +31,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from gateway.cache.backend import (
+    EVERY_CALLER,
     PUBLISHING_INDEXED,
     RECORD_PURGE_MARK_S,
     SHARED,
@@ -141,6 +142,8 @@ _NOTE_BYTES = _NOTE.encode()
 # past this many scopes in a record's hash of versions, a fill's note lets go of those
 # noted longer ago than VERSIONS_KEPT_S
 VERSIONS_PRUNED_PAST = 256
+# a changed record's set of more members than this is read in pages by the fill
+CHANGED_READ_IN_SCRIPT = 500
 
 # _NOTE, keeping one version of each record within a scope (``*``, or a caller's
 # fingerprint). Each record's hash of versions (``<set>:v``) holds, by scope,
@@ -162,6 +165,7 @@ _NOTE_VERSIONS = (
     _COUNTER
     + _NOW
     + f"local VERSIONS_PRUNED_PAST = {VERSIONS_PRUNED_PAST}\n"
+    + f"local CHANGED_READ_IN_SCRIPT = {CHANGED_READ_IN_SCRIPT}\n"
     + """
 local n = tonumber(ARGV[1])
 local since = tonumber(ARGV[6])
@@ -211,20 +215,25 @@ for i = 1, n do
     end
   end
 end
-local out = {1}
+local found, large = {}, {}
 local suffix = '|' .. scope
 for _, i in ipairs(changed) do
-  local members = redis.call('ZRANGE', KEYS[1 + i], 0, -1, 'WITHSCORES')
-  for j = 1, #members, 2 do
-    local other = members[j]
-    if other ~= '!' and other ~= member
-        and (scope == '*' or string.sub(other, -#suffix) == suffix) then
-      out[#out + 1] = other
-      out[#out + 1] = members[j + 1]
+  local set = KEYS[1 + i]
+  if redis.call('ZCARD', set) > CHANGED_READ_IN_SCRIPT then
+    large[#large + 1] = i
+  else
+    local members = redis.call('ZRANGE', set, 0, -1, 'WITHSCORES')
+    for j = 1, #members, 2 do
+      local other = members[j]
+      if other ~= '!' and other ~= member
+          and (scope == '*' or string.sub(other, -#suffix) == suffix) then
+        found[#found + 1] = other
+        found[#found + 1] = members[j + 1]
+      end
     end
   end
 end
-return out
+return {1, found, large}
 """
 )
 
@@ -694,7 +703,15 @@ class RedisBackend(QuietBackend):
         answer = await self._call("EVAL", note)
         if not answer or int(answer[0]) != 1:
             return Noted(False)
-        invalidated, removed = await self._invalidate(answer[1:], sets)
+        member = holder_member(key).encode()
+        suffix = b"" if scope == EVERY_CALLER else b"|" + scope.encode()
+        found: list[Any] = list(answer[1])
+        step_s = max(self._timeout_s, PURGE_STEP_S)
+        for place in answer[2]:
+            for other, score in await self._holders_of(sets[int(place) - 1].decode(), step_s):
+                if other != member and other.endswith(suffix):
+                    found += [other, score]
+        invalidated, removed = await self._invalidate(found, sets)
         confirmed = True
         if invalidated and before_store is not None:
             confirmed = await before_store(invalidated)

@@ -305,3 +305,30 @@ async def test_the_versions_of_many_callers_stay_bounded(
         first, await entry(store, first, clock()), 60, {EXPENSE: "v0"}, early, f"{0:032x}"
     )
     assert not late.stored  # caller 0's scope was let go; its older fill is not kept
+
+
+async def test_a_change_of_a_record_held_by_many_entries_removes_them_all(
+    redis_url: str, clock: FakeClock
+) -> None:
+    """A set of more members than one script reads is read by the fill in pages: all
+    600 entries holding the older version go."""
+    client = redis.Redis.from_url(redis_url)
+    for old in await client.keys(PREFIX + ":*"):
+        await client.delete(old)
+    await client.aclose()
+    store = RedisBackend(redis.Redis.from_url(redis_url), prefix=PREFIX, timeout_s=1.0, clock=clock)
+    keys = [k("expenses", f"page={n}", f"{n:032x}") for n in range(600)]
+    since = await store.purge_sequence()
+    for key in keys:
+        made = await entry(store, key, clock())
+        assert (
+            await store.set_consistent(key, made, 60, {ACCOUNT: "a1"}, since, EVERY_CALLER)
+        ).stored
+    detail = k("account", "Main", ALICE)
+    later = await store.purge_sequence()
+    noted = await store.set_consistent(
+        detail, await entry(store, detail, clock()), 60, {ACCOUNT: "a2"}, later, EVERY_CALLER
+    )
+    assert set(noted.invalidated) == set(keys)
+    assert await present(store, keys[0], keys[-1], detail) == [False, False, True]
+    await store.close()
