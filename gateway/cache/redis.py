@@ -666,15 +666,11 @@ class RedisBackend(QuietBackend):
         scope: str,
         before_store: BeforeStore | None = None,
     ) -> Noted:
-        """One script decides and notes the records and their versions in the scope
-        (``_NOTE_VERSIONS``; the records' index has one slot); the entries it names
-        are removed, each only if it is still the one noted (in batches, as a hard
-        purge removes them), and their members let go; ``before_store`` is awaited;
-        then one script checks the decision still holds and stores the entry
-        (``_STORE_IF_CURRENT``). On a cluster the entry lives in another slot: it is
-        stored, the decision checked, and the entry removed again if it no longer
-        holds (a later fill noted another version in between: until this removal, the
-        entry can be read, for about one round trip)."""
+        """``_NOTE_VERSIONS`` decides and notes; the entries it names are removed (as
+        a hard purge removes them); ``before_store`` is awaited; ``_STORE_IF_CURRENT``
+        checks the decision still holds and stores the entry, in the same step where
+        it shares the slot (on a cluster, stored first and removed again if not: it
+        can be read for about one round trip); the members removed are let go."""
         if not held:
             await self.set(key, entry, lifetime_s)
             return Noted(True)
@@ -703,6 +699,28 @@ class RedisBackend(QuietBackend):
         answer = await self._call("EVAL", note)
         if not answer or int(answer[0]) != 1:
             return Noted(False)
+        invalidated, removed = await self._invalidate(
+            await self._in_scope(answer, sets, key, scope), sets
+        )
+        confirmed = True
+        if invalidated and before_store is not None:
+            confirmed = await before_store(invalidated)
+        # settled (the 1) once removed from Redis: a process that did not confirm is
+        # told again in the background (before_store), not by every later fill
+        stored = await self._store_if_current(
+            key, entry, lifetime_s, [*sets, *hashes], [since, scope, 1, *versions]
+        )
+        if stored and removed:
+            with contextlib.suppress(CacheUnavailable):  # else they go with their age
+                await self._forget(removed, max(self._timeout_s, PURGE_STEP_S))
+        return Noted(stored, invalidated, confirmed)
+
+    async def _in_scope(
+        self, answer: list[Any], sets: list[bytes], key: CacheKey, scope: str
+    ) -> list[Any]:
+        """The other members in ``scope`` of the changed records' sets, with their
+        scores: those ``_NOTE_VERSIONS`` read, and those of the large sets it named,
+        read here in pages."""
         member = holder_member(key).encode()
         suffix = b"" if scope == EVERY_CALLER else b"|" + scope.encode()
         found: list[Any] = list(answer[1])
@@ -711,20 +729,7 @@ class RedisBackend(QuietBackend):
             for other, score in await self._holders_of(sets[int(place) - 1].decode(), step_s):
                 if other != member and other.endswith(suffix):
                     found += [other, score]
-        invalidated, removed = await self._invalidate(found, sets)
-        confirmed = True
-        if invalidated and before_store is not None:
-            confirmed = await before_store(invalidated)
-        # settled once removed from Redis: a process that did not confirm is told again
-        # in the background (before_store), not by every later fill of this version
-        settle = 1
-        stored = await self._store_if_current(
-            key, entry, lifetime_s, [*sets, *hashes], [since, scope, settle, *versions]
-        )
-        if stored and removed:
-            with contextlib.suppress(CacheUnavailable):  # else they go with their age
-                await self._forget(removed, max(self._timeout_s, PURGE_STEP_S))
-        return Noted(stored, invalidated, confirmed)
+        return found
 
     async def _store_if_current(
         self,
