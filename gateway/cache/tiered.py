@@ -209,11 +209,15 @@ class TieredBackend:
             return True
 
         async def attempt() -> None:
-            for message in removals_messages(keys, ""):
-                await self._publish(self._channel, message)
+            await self._publish_removals(keys)
 
         self._in_background(self._retried(attempt, "consistency removals", {"entries": len(keys)}))
         return False
+
+    async def _publish_removals(self, keys: tuple[CacheKey, ...]) -> None:
+        """Tell every process again to drop its copies of ``keys`` (no confirmation)."""
+        for message in removals_messages(keys, ""):
+            await self._publish(self._channel, message)
 
     async def _kept(self, key: CacheKey, entry: CacheEntry, stored: bool, epoch: int) -> None:
         """The near copy of an entry the shared backend stored, unless an invalidation
@@ -268,8 +272,7 @@ class TieredBackend:
                 await self._far.purge_records(refs, soft=soft)
                 await self._tell(None, confirm=False)
             else:
-                for message in removals_messages(keys, ""):
-                    await self._publish(self._channel, message)
+                await self._publish_removals(keys)
 
         await self._retried(attempt, "purge by record", {"purged_records": list(refs)})
 

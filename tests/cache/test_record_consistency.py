@@ -20,6 +20,7 @@ from gateway.cache.memory import MemoryBackend
 from gateway.cache.redis import RedisBackend
 
 from ..conftest import FakeClock, until
+from .stores import fresh_redis, indexed_store
 
 PREFIX = "rg:consistency"
 EXPENSE = "expense:0c6f8d3e-1111-4000-8000-000000000001"
@@ -31,14 +32,7 @@ ALICE, BOB = "a" * 32, "b" * 32
 async def store(
     request: pytest.FixtureRequest, clock: FakeClock, redis_url: str
 ) -> AsyncIterator[CacheBackend]:
-    made: Any
-    if request.param == "memory":
-        made = MemoryBackend(max_bytes=1 << 20, clock=clock)
-    else:
-        client = redis.Redis.from_url(redis_url)
-        for old in await client.keys(PREFIX + ":*"):
-            await client.delete(old)
-        made = RedisBackend(client, prefix=PREFIX, timeout_s=1.0, clock=clock)
+    made = await indexed_store(request.param, clock, redis_url, PREFIX)
     yield made
     await made.close()
 
@@ -169,10 +163,7 @@ async def test_a_fill_of_the_new_version_waits_for_copies_of_the_old_to_go_too(
     entry (and so no caller is served the new version from it) before every copy of an
     entry holding the old one is gone: until the first fill's removals are confirmed
     everywhere, it removes them itself and waits for its own."""
-    client = redis.Redis.from_url(redis_url)
-    for old in await client.keys(PREFIX + ":*"):
-        await client.delete(old)
-    store = RedisBackend(client, prefix=PREFIX, timeout_s=1.0, clock=clock)
+    store = await fresh_redis(redis_url, PREFIX, clock)
     old_page, detail, users = (
         k("expenses", "page=1", ALICE),
         k("expense", "1", ALICE),
@@ -234,10 +225,7 @@ async def test_an_entry_noted_and_not_yet_stored_is_found_by_the_next_change(
     """A fill's removals may name an entry another fill has noted and not stored yet:
     nothing is removed then, and the entry's note stays, so that the next change of the
     record finds the entry once it is stored."""
-    client = redis.Redis.from_url(redis_url)
-    for old in await client.keys(PREFIX + ":*"):
-        await client.delete(old)
-    store = RedisBackend(client, prefix=PREFIX, timeout_s=1.0, clock=clock)
+    store = await fresh_redis(redis_url, PREFIX, clock)
     old_key, slow_key, fast_key, last_key = (k("expenses", f"page={n}", ALICE) for n in range(4))
 
     async def fill(key: CacheKey, version: str, hook: Any = None) -> Any:
@@ -312,11 +300,7 @@ async def test_a_change_of_a_record_held_by_many_entries_removes_them_all(
 ) -> None:
     """A set of more members than one script reads is read by the fill in pages: all
     600 entries holding the older version go."""
-    client = redis.Redis.from_url(redis_url)
-    for old in await client.keys(PREFIX + ":*"):
-        await client.delete(old)
-    await client.aclose()
-    store = RedisBackend(redis.Redis.from_url(redis_url), prefix=PREFIX, timeout_s=1.0, clock=clock)
+    store = await fresh_redis(redis_url, PREFIX, clock)
     keys = [k("expenses", f"page={n}", f"{n:032x}") for n in range(600)]
     since = await store.purge_sequence()
     for key in keys:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 import redis.asyncio as redis
@@ -21,6 +20,7 @@ from gateway.config.settings import CacheSettings
 from gateway.routing.routes import MAX_TTL_S
 
 from ..conftest import FakeClock
+from .stores import indexed_store
 
 PREFIX = "rg:test"
 EXPENSE = "expense:0c6f8d3e-1111-4000-8000-000000000001"
@@ -32,13 +32,7 @@ ACCOUNT = "account:Main account"
 async def store(
     request: pytest.FixtureRequest, clock: FakeClock, redis_url: str
 ) -> AsyncIterator[CacheBackend]:
-    made: Any
-    if request.param == "memory":
-        made = MemoryBackend(max_bytes=1 << 20, clock=clock)
-    else:
-        made = RedisBackend(
-            redis.Redis.from_url(redis_url), prefix=PREFIX, timeout_s=1.0, clock=clock
-        )
+    made = await indexed_store(request.param, clock, redis_url, PREFIX)
     yield made
     await made.close()
 

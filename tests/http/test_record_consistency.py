@@ -94,54 +94,69 @@ async def test_a_caller_is_never_served_a_record_older_than_one_it_was_served(
     assert calls_off < calls_caller <= calls_all <= READS * 2, (calls_off, calls_caller, calls_all)
 
 
+class HeldBack:
+    """The reference upstream, its expenses changing on ``clock``, behind a relay that
+    holds back the first ``holding`` answers to pages of three expenses, each as the
+    upstream made it, until its gate is set."""
+
+    def __init__(self, clock: FakeClock, holding: int) -> None:
+        self.clock = clock
+        self.holding = holding
+        self.asked: list[str] = []
+        self.gates: list[asyncio.Event] = []
+
+    async def start(self, aiohttp_server: AiohttpServer) -> str:
+        """The relay's base URL."""
+        demo = await aiohttp_server(
+            create_demo_app(
+                tokens=frozenset(CALLERS), change_rates={"expenses": 60.0}, clock=self.clock
+            )
+        )
+
+        async def relay(request: web.Request) -> web.Response:
+            self.asked.append(request.path_qs)
+            async with (
+                ClientSession() as session,
+                session.get(f"{base_url(demo)}{request.path_qs}", headers=request.headers) as got,
+            ):
+                body, status = await got.read(), got.status
+            if "limit=3" in request.path_qs and len(self.gates) < self.holding:
+                gate = asyncio.Event()
+                self.gates.append(gate)
+                await gate.wait()
+            return web.Response(body=body, status=status, content_type="application/json")
+
+        relay_app = web.Application()
+        relay_app.router.add_get("/{tail:.*}", relay)
+        return base_url(await aiohttp_server(relay_app))
+
+
 async def test_an_answer_older_than_one_served_is_asked_for_again(
     gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
 ) -> None:
     """A page fetched before a detail that brought an expense's next version, and
     answered after it: not stored, and asked for once more (docs/purging.md)."""
     clock = FakeClock()
-    demo = await aiohttp_server(
-        create_demo_app(tokens=frozenset(CALLERS), change_rates={"expenses": 60.0}, clock=clock)
-    )
-    held_back = asyncio.Event()
-    holding = [False]
-    asked: list[str] = []
-
-    async def relay(request: web.Request) -> web.Response:
-        """The demo's answer; while ``holding``, a page's answer is held back (as the
-        demo made it) until ``held_back`` is set."""
-        asked.append(request.path_qs)
-        async with (
-            ClientSession() as session,
-            session.get(f"{base_url(demo)}{request.path_qs}", headers=request.headers) as got,
-        ):
-            body, status = await got.read(), got.status
-        if request.path == "/expenses" and holding[0]:
-            holding[0] = False
-            await held_back.wait()
-        return web.Response(body=body, status=status, content_type="application/json")
-
-    relay_app = web.Application()
-    relay_app.router.add_get("/{tail:.*}", relay)
-    upstream = await aiohttp_server(relay_app)
+    upstream = HeldBack(clock, holding=1)
     gateway = await gateway_factory(
-        base_url(upstream), clock=clock, cache={"backend": "memory", "record_consistency": "caller"}
+        await upstream.start(aiohttp_server),
+        clock=clock,
+        cache={"backend": "memory", "record_consistency": "caller"},
     )
     auth = {"Authorization": f"Bearer {CALLERS[0]}"}
     first = (await (await gateway.get("/expenses?limit=2", headers=auth)).json())["data"][0]
-    holding[0] = True
     page = asyncio.ensure_future(gateway.get("/expenses?limit=3", headers=auth))
-    await until(lambda: not holding[0])  # the page's answer is made, and held back
+    await until(lambda: len(upstream.gates) == 1)  # the page's answer is made, held back
     clock.advance(120.0)  # the expense changed upstream, about twice a second
     detail = await (await gateway.get(f"/expenses/{first['id']}", headers=auth)).json()
     assert detail["method"] != first["method"]
-    held_back.set()
+    upstream.gates[0].set()
     answer = await page
     assert answer.status == 200
     newest = (await answer.json())["data"][0]
     assert newest["id"] == first["id"]
     assert newest["method"] == detail["method"]  # not the page made before the detail
-    assert len([path for path in asked if "limit=3" in path]) == 2
+    assert len([path for path in upstream.asked if "limit=3" in path]) == 2
     metrics = await (await gateway.get("/metrics")).text()
     assert 'gateway_consistency_refetches_total{route="expenses"} 1.0' in metrics
     # the older page of two, fetched before the detail, was removed by it
@@ -156,32 +171,13 @@ async def test_an_answer_refused_twice_purges_its_records_for_every_caller(
     it): it is served, and every entry holding its records is purged, so that no
     caller is served the versions it may be newer than (docs/purging.md)."""
     clock = FakeClock()
-    demo = await aiohttp_server(
-        create_demo_app(tokens=frozenset(CALLERS), change_rates={"expenses": 60.0}, clock=clock)
-    )
-    gates: list[asyncio.Event] = []
-    reached: list[str] = []
-
-    async def relay(request: web.Request) -> web.Response:
-        """The demo's answer; the pages of three are held back, each until its gate."""
-        async with (
-            ClientSession() as session,
-            session.get(f"{base_url(demo)}{request.path_qs}", headers=request.headers) as got,
-        ):
-            body, status = await got.read(), got.status
-        if "limit=3" in request.path_qs:
-            gate = asyncio.Event()
-            gates.append(gate)
-            reached.append(request.path_qs)
-            await gate.wait()
-        return web.Response(body=body, status=status, content_type="application/json")
-
-    relay_app = web.Application()
-    relay_app.router.add_get("/{tail:.*}", relay)
-    upstream = await aiohttp_server(relay_app)
+    upstream = HeldBack(clock, holding=2)
     gateway = await gateway_factory(
-        base_url(upstream), clock=clock, cache={"backend": "memory", "record_consistency": "caller"}
+        await upstream.start(aiohttp_server),
+        clock=clock,
+        cache={"backend": "memory", "record_consistency": "caller"},
     )
+    gates = upstream.gates
     auth = {"Authorization": f"Bearer {CALLERS[0]}"}
     first = (await (await gateway.get("/expenses?limit=2", headers=auth)).json())["data"][0]
     page = asyncio.ensure_future(gateway.get("/expenses?limit=3", headers=auth))
