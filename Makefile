@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test test-aiohttp-latest lint rules bench bench-records bench-consistency redis-server promtool wrk lock clean lint-openapi openapi-examples
+.PHONY: config-example swagger-ui run test test-aiohttp-latest lint rules bench bench-records bench-consistency redis-server promtool wrk lock clean lint-openapi openapi-examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -126,6 +126,21 @@ lint: $(VENV)/.installed-test
 ## tests/http/test_openapi_examples.py fails until then)
 openapi-examples: $(VENV)/.installed-test
 	$(BIN)/python -m tests.http.openapi_examples
+
+## config-example: write config.example.toml again from the settings model (every key at
+## its default, its description above it); tests/config/test_reference.py fails until then
+config-example: $(VENV)/.installed-run
+	$(BIN)/python -m gateway.config.reference example config.example.toml
+
+## swagger-ui: fetch Swagger UI's files for GET /docs again from the npm registry, at the
+## release gateway/http/api_docs.py pins (after changing SWAGGER_UI_VERSION and PINNED,
+## which the tests compare the files with)
+swagger-ui: $(VENV)/.installed-run
+	version="$$($(BIN)/python -c 'from gateway.http.api_docs import SWAGGER_UI_VERSION as v; print(v)')" && \
+	tmp="$$(mktemp -d)" && (cd "$$tmp" && npm pack --silent "swagger-ui-dist@$$version" >/dev/null && tar xzf swagger-ui-dist-*.tgz) && \
+	cp "$$tmp"/package/swagger-ui-bundle.js "$$tmp"/package/swagger-ui.css "$$tmp"/package/LICENSE \
+		"$$tmp"/package/NOTICE "$$tmp"/package/swagger-ui-bundle.js.LICENSE.txt gateway/http/swagger_ui/; \
+	status=$$?; rm -rf "$$tmp"; exit $$status
 
 ## lint-openapi: the served document (with its admin routes) through redocly's recommended
 ## rules (0 errors, 0 warnings) and spectral's spectral:oas (0 warnings). Needs npm and the

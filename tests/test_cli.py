@@ -67,6 +67,7 @@ async def test_check_config_prints_the_effective_configuration() -> None:
         "shutdown_timeout_s": 15.0,
         "keepalive_timeout_s": 75.0,
         "fast_path": True,
+        "docs": True,
     }
     assert config["cache"]["backend"] == "redis"
     assert config["cache"]["key_secret"] == "**********"

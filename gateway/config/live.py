@@ -80,6 +80,12 @@ def _taken_live(key: str) -> bool:
     return key in LIVE_KEYS or key.startswith(_WHOLE_SECTIONS)
 
 
+def applied_by_reload(key: str) -> bool:
+    """Whether a reload applies a change of the dotted ``key`` (``cache.ttl_s.users``:
+    the TTLs are applied as one); every other change needs a restart."""
+    return any(key == live or key.startswith(f"{live}.") for live in LIVE_KEYS)
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigSource:
     """Where the settings come from: the file and the command line's overrides."""

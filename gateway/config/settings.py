@@ -44,30 +44,55 @@ from gateway.routing.standard import ROUTES
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # every key's description is the docstring under it: the configuration reference
+    # and config.example.toml are written from them (gateway.config.reference)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class ServerSettings(_Section):
+    """Where the gateway listens, and how its processes serve."""
+
     host: str = "127.0.0.1"
+    """The address the gateway listens on."""
     port: int = Field(default=8080, ge=0, le=65535)
+    """The port the gateway listens on (0: one the system picks)."""
     workers: int = Field(default=1, ge=1, le=64)
+    """Processes sharing the port (SO_REUSEPORT), each with its own event loop: one per
+    core."""
     shutdown_timeout_s: float = Field(default=15.0, ge=0, le=600)
-    # an idle kept-alive client connection is closed after this (aiohttp's own default
-    # is about an hour); what the gateway remembers of the connection goes with it
+    """On SIGTERM or SIGINT: the seconds that requests in flight may take to finish."""
     keepalive_timeout_s: float = Field(default=75.0, gt=0, le=3600)
-    # answer fresh hits from a connection's bytes (gateway.fastpath); off, the gateway is
-    # plain aiohttp. Needs a restart.
+    """Seconds an idle kept-alive client connection stays open (aiohttp's own default is
+    about an hour); what the gateway remembers of the connection goes with it."""
     fast_path: bool = True
+    """Answer fresh hits on plain kept-alive GETs straight from the connection's bytes,
+    and requests aiohttp's HTTP parser rejects as problem responses. `false`: plain
+    aiohttp (rejected requests then get aiohttp's plain-text answer). If an aiohttp
+    internal the fast path needs is missing, the gateway logs one warning naming it and
+    serves as plain aiohttp."""
+    docs: bool = True
+    """Serve the API's documentation for a person at `GET /docs`: the published OpenAPI
+    document rendered by Swagger UI, whose files ship in the package (nothing is fetched
+    from another origin). `false`: `/docs` is a 404."""
 
 
 class LogSettings(_Section):
+    """The logs: one record a line on standard output."""
+
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """The least severe level logged."""
     format: Literal["json", "text"] = "json"
+    """`json`: one JSON object a line, for a collector; `text`: for a terminal."""
     access: bool = True
+    """One access-log line per request."""
 
 
 class HealthSettings(_Section):
+    """The readiness check (`GET /readyz`)."""
+
     check_interval_s: float = Field(default=5.0, ge=0, le=3600)
+    """The least seconds between two checks of one component when recent traffic says
+    nothing of it: `/readyz` never calls the upstream on every probe."""
 
 
 def _http_url(value: str) -> URL:
@@ -100,11 +125,23 @@ class _UpstreamEndpoint(_Section):
     certificate (and its key, unless the certificate's file holds it) for mutual TLS.
     Each message of its validation starts with the key it is about."""
 
-    base_url: str | None = None
-    ca_file: Path | None = None
-    client_cert_file: Path | None = None
-    client_key_file: Path | None = None
+    base_url: str | None = Field(default=None, examples=["https://candidate.example.com"])
+    """The candidate upstream's base URL: absolute `http://` or `https://`, with no query,
+    fragment or credentials."""
+    ca_file: Path | None = Field(default=None, examples=["/etc/records-gateway/upstream-ca.pem"])
+    """A PEM bundle that replaces the system's trust store for this upstream (only its
+    CAs are trusted). Read again on every reload, so that a file renewed in place is
+    taken; a file that does not load is a configuration error naming its key."""
+    client_cert_file: Path | None = Field(
+        default=None, examples=["/etc/records-gateway/client.pem"]
+    )
+    """A client certificate for an upstream that asks for one (mutual TLS), in PEM; its
+    key may be in the same file."""
+    client_key_file: Path | None = Field(default=None, examples=["/etc/records-gateway/client.key"])
+    """The key of `client_cert_file`, when that file does not hold it."""
     tls_verify: bool = True
+    """Check the upstream's certificate and name. `false` skips both (a warning is logged
+    at start): never in production."""
 
     @field_validator("base_url")
     @classmethod
@@ -147,13 +184,21 @@ class ShadowSettings(_UpstreamEndpoint):
     again, after its caller is answered, to a candidate upstream, and the two answers
     are compared (gateway.comparison). The candidate gets the callers' own tokens."""
 
-    # the share of upstream calls (misses and refreshes) mirrored; 0 turns shadowing off
     sample_ratio: float = Field(default=0.0, ge=0, le=1)
-    # candidate calls (and second primary calls) under way at once; more are skipped
+    """The share of upstream calls (misses and refreshes, never hits) sent again to the
+    candidate at `base_url` once the caller has its answer, the two answers compared
+    field by field (`GET /admin/shadow`, `records-gateway shadow-report`, the
+    `gateway_shadow_*` metrics); 0 turns shadowing off. The candidate gets the callers'
+    own tokens: point it only at an upstream you trust with them. Nothing of its answers
+    is served or cached."""
     max_in_flight: int = Field(default=8, ge=1, le=1000)
-    # the share of differing requests whose primary is asked a second time, to tell
-    # noise from regressions (a field that differs once compared is always asked)
+    """Candidate calls (and second primary calls) under way at once, per process; beyond
+    it a sampled request is skipped, and counted. Each call is bounded by
+    `upstream.timeout_s`."""
     recheck_ratio: float = Field(default=0.2, ge=0, le=1)
+    """The share of differing requests whose primary is asked a second time, to tell
+    noise (timestamps, generated values) from regressions; a field's first difference on
+    a route is always rechecked."""
 
     @model_validator(mode="after")
     def _check_shadow(self) -> ShadowSettings:
@@ -167,23 +212,49 @@ class ShadowSettings(_UpstreamEndpoint):
 
 
 class UpstreamSettings(_UpstreamEndpoint):
+    """The upstream: the Financial Records Read API the gateway stands in front of, and
+    how it is called. The TLS keys apply to an `https://` base URL."""
+
     base_url: str = "http://127.0.0.1:9090"
+    """The upstream's base URL. It may carry a path prefix
+    (`https://api.example.com/v2`); no query, fragment or credentials, and no trailing
+    slash needed. A reload switches to a new one (with the TLS keys, taken together):
+    requests in flight finish on the old upstream, and the cache starts cold for the new
+    one."""
     timeout_s: float = Field(default=10.0, gt=0, le=600)
+    """Seconds for a whole upstream exchange (connect, send, wait, read the body); past
+    it the caller gets a 504."""
     connect_timeout_s: float = Field(default=2.0, gt=0, le=600)
+    """Seconds to open a TCP connection to the upstream."""
     max_connections: int = Field(default=100, ge=1, le=10_000)
+    """Connections to the upstream at most: nine tenths in the one shared pool, a tenth
+    (at least one) for the retries on a new connection."""
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    """The largest upstream body accepted, in bytes; a larger one is a 502."""
     bank_code_param: str = Field(default="bankCode", min_length=1, max_length=100)
-    # the upstream circuit breaker: open (answer from the cache only) after
-    # breaker_failures failures in a row, each within breaker_window_s of the one
-    # before, or when over breaker_window_s at least breaker_min_calls calls were made
-    # and breaker_failure_share of them failed; one trial after breaker_reset_s
+    """The name under which the upstream takes the bank-code filter of `/accounts`
+    (letters, digits, `_`, `-` or `.`). The gateway always takes it as `bankCode`; the
+    reference API does not name it."""
     breaker_failures: int = Field(default=5, ge=1, le=1000)
+    """The upstream's circuit breaker opens after this many failures in a row (5xx,
+    timeout, refused or reset connection), each within `breaker_window_s` of the one
+    before. While it is open the upstream is not called for `breaker_reset_s`: stale
+    entries (within `cache.stale_if_error_s`) are served at once, other requests get 503
+    `upstream-unavailable` with `Retry-After`. Then one trial call (a request's, a
+    background refresh or the readiness check)."""
     breaker_reset_s: float = Field(default=5.0, gt=0, le=3600)
+    """Seconds the upstream's breaker stays open before its one trial call."""
     breaker_window_s: float = Field(default=10.0, ge=0.1, le=3600)
+    """The upstream breaker's window, in seconds: the most between two failures counted
+    in a row, and the span over which the share of failures is measured."""
     breaker_failure_share: float = Field(default=0.5, gt=0, le=1)
+    """The upstream's breaker also opens when, over the last `breaker_window_s`, at
+    least `breaker_min_calls` calls were made and this share of them failed."""
     breaker_min_calls: int = Field(default=20, ge=1, le=100_000)
+    """The fewest calls over the window for `breaker_failure_share` to be judged."""
 
     shadow: ShadowSettings = ShadowSettings()
+    """Shadow traffic to a candidate upstream (switching upstreams)."""
 
     @field_validator("bank_code_param")
     @classmethod
@@ -215,9 +286,12 @@ class UpstreamSettings(_UpstreamEndpoint):
 
 
 class LimitsSettings(_Section):
-    # the reference upstream serves at most 1000 items a page: a larger limit would be
-    # its 400, the caller's 502
+    """What a caller may ask for."""
+
     max_limit: int = Field(default=100, ge=1, le=1000)
+    """The largest `limit` a caller may ask for on a list route. At most 1000: the
+    reference upstream serves at most 1000 items a page, and a larger limit would be its
+    400, the caller's 502."""
 
 
 class RouteTTLs(_Section):
@@ -236,7 +310,16 @@ class RouteTTLs(_Section):
 def route_ttls(routes: RouteTable) -> type[RouteTTLs]:
     """The settings model of the TTLs of ``routes``."""
     fields: dict[str, Any] = {
-        route.name: (int, Field(default=route.ttl_s, ge=0, le=MAX_TTL_S)) for route in routes
+        route.name: (
+            int,
+            Field(
+                default=route.ttl_s,
+                ge=0,
+                le=MAX_TTL_S,
+                description=f"Seconds an answer of `GET {route.template}` stays fresh.",
+            ),
+        )
+        for route in routes
     }
     model: type[RouteTTLs] = create_model(
         "CacheTTLs", __base__=RouteTTLs, __module__=__name__, **fields
@@ -256,49 +339,111 @@ Consistency = Literal["off", "caller", "all"]
 
 
 class CacheSettings(_Section):
-    # one of the backends registered (gateway.config.backends)
+    """Where answers are cached, for how long, and what the gateway does when the cache
+    fails. The keys that name Redis are read only with `backend = "redis"`."""
+
     backend: str = Field(default="memory", min_length=1, max_length=100)
-    # standalone: one server at redis_url; sentinel: the primary the sentinels at
-    # redis_nodes name for redis_sentinel_master; cluster: the cluster of redis_nodes
+    """Where answers are cached: `redis` (shared by every gateway instance), `memory`
+    (this process only, bounded by `memory_max_bytes`) or `none`."""
     redis_mode: RedisMode = "standalone"
+    """How to reach Redis: `standalone` (one server at `redis_url`), `sentinel` (the
+    primary that the sentinels in `redis_nodes` name for `redis_sentinel_master`) or
+    `cluster` (a Redis Cluster, its seed nodes in `redis_nodes`)."""
     redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_nodes: tuple[str, ...] = ()
-    redis_sentinel_master: str | None = Field(default=None, min_length=1, max_length=200)
-    redis_username: str | None = Field(default=None, min_length=1, max_length=200)
+    """Standalone only: `redis://host:port/db`, `rediss://` (TLS) or
+    `unix:///path/to/redis.sock`. Its query may set only `db`, `username`, `password`,
+    `ssl_cert_reqs` and `ssl_check_hostname`."""
+    redis_nodes: tuple[str, ...] = Field(
+        default=(), examples=[["10.0.0.21:26379", "10.0.0.22:26379", "10.0.0.23:26379"]]
+    )
+    """Sentinel and cluster (remove `redis_url` then): the sentinels, or any nodes of the
+    cluster, as `host:port` (at most 64)."""
+    redis_sentinel_master: str | None = Field(
+        default=None, min_length=1, max_length=200, examples=["records"]
+    )
+    """Sentinel only: the name under which the sentinels know the primary."""
+    redis_username: str | None = Field(
+        default=None, min_length=1, max_length=200, examples=["gateway"]
+    )
+    """The ACL user of the data nodes, in every mode."""
     redis_password: SecretStr | None = None
+    """The password of the data nodes, in every mode. Keep it out of the file: set
+    `GATEWAY_CACHE__REDIS_PASSWORD`."""
     redis_sentinel_password: SecretStr | None = None
+    """Sentinel only: the sentinels' own password, where they have one. Keep it out of
+    the file: set `GATEWAY_CACHE__REDIS_SENTINEL_PASSWORD`."""
     redis_tls: bool = False
-    redis_tls_ca_file: Path | None = None
+    """TLS to every node and sentinel, in every mode (a `rediss://` URL does the same in
+    standalone mode)."""
+    redis_tls_ca_file: Path | None = Field(default=None, examples=["/etc/ssl/certs/redis-ca.pem"])
+    """The CA that signed the Redis servers' certificates, if it is a private one."""
     redis_timeout_ms: int = Field(default=50, ge=1, le=10_000)
+    """Milliseconds for any one Redis call; past it the request goes upstream as a
+    miss."""
     key_secret: SecretStr | None = None
+    """The secret of the token fingerprints in cache keys (HMAC-SHA256), at least 16
+    characters. Required with the `redis` backend, and the same on every instance that
+    shares a Redis; with `memory`, a random secret per process. Keep it out of the file:
+    set `GATEWAY_CACHE__KEY_SECRET`."""
     namespace: str = Field(default="rg", min_length=1, max_length=32, pattern=r"^[A-Za-z0-9_.-]+$")
+    """The prefix of every Redis key: a Redis ACL user confined to `~<namespace>:*`
+    reaches all the gateway's keys."""
     memory_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024)
+    """The bound of the `memory` backend (keys, bodies and overhead), in bytes."""
     negative_ttl_s: int = Field(default=0, ge=0, le=86_400)
+    """Seconds to cache an upstream 404 of `/expenses/{id}` and `/accounts/{id}`; 0: not
+    cached."""
     stale_while_revalidate_s: int = Field(default=30, ge=0, le=86_400)
+    """After an entry expires: serve it at once for this many seconds while one
+    background refresh runs."""
     stale_if_error_s: int = Field(default=600, ge=0, le=7 * 86_400)
+    """After an entry expires: serve it for this many seconds when the upstream fails
+    (5xx, timeout, unreachable, circuit open) instead of the error."""
     honor_client_no_cache: bool = True
-    # one version of a record across views (docs/purging.md): "caller", a caller once
-    # served a record's version is never served an older one; "all", nobody is once
-    # anybody was; "off", entries are kept as they were fetched
+    """Honour a caller's `Cache-Control: no-cache` (fetch upstream, store, `Cache-Status`
+    says so). `no-store` is always honoured."""
     record_consistency: Consistency = "off"
+    """One version of a record across views: `off` keeps each entry as it was fetched;
+    `caller`: a caller once served a record's version is never afterwards served an
+    older one (its entries holding the older are removed when a fetch brings the newer);
+    `all`: the same for every caller at once. Costs upstream calls, measured by
+    `make bench-consistency`."""
     near_cache: bool = True
+    """With `redis`: keep fresh copies of entries in this process too, invalidated on
+    every instance through Redis pub/sub, bounded by `near_max_bytes`."""
     near_max_bytes: int = Field(default=32 * 1024 * 1024, ge=1024 * 1024)
-    # the process's memo of decompressed (identity) bodies of gzip entries, for callers
-    # that do not accept gzip (gateway.cache.coding); 0 keeps none
+    """The bound of the near cache, in bytes."""
     identity_memo_max_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    """Entries are stored gzip-compressed (those under 256 bytes stay as they are);
+    callers that do not accept gzip get the body decompressed. This bounds the process's
+    memo of those decompressed bodies (a hot page is decompressed once, not on every
+    hit), in bytes; 0 keeps none. A copy of bodies, never of entries."""
     breaker_failures: int = Field(default=5, ge=1, le=1000)
+    """The cache's circuit breaker opens after this many cache failures in a row: the
+    cache is skipped (requests go upstream) for `breaker_reset_s`, then one call is
+    tried."""
     breaker_reset_s: float = Field(default=5.0, gt=0, le=3600)
-    # the breaker also opens when, over the last window, at least min_calls cache
-    # calls were made and this share of them failed
+    """Seconds the cache's breaker stays open before one call is tried."""
     breaker_window_s: float = Field(default=10.0, ge=0.1, le=3600)
+    """The cache breaker's window, in seconds, over which the share of failures is
+    measured."""
     breaker_failure_share: float = Field(default=0.5, gt=0, le=1)
+    """The cache's breaker also opens when, over the last `breaker_window_s`, at least
+    `breaker_min_calls` cache calls were made and this share of them failed."""
     breaker_min_calls: int = Field(default=20, ge=1, le=100_000)
+    """The fewest cache calls over the window for `breaker_failure_share` to be
+    judged."""
     ttl_s: CacheTTLs = CacheTTLs()
-    # TTL advice (GET /admin/ttl): the largest share of answers served after the
-    # upstream changed that an advised TTL may give, and the bounds of what is advised
+    """Seconds an answer stays fresh, per route; 0 turns caching off for that route."""
     max_stale_share: float = Field(default=0.05, gt=0, lt=1)
+    """TTL advice (`GET /admin/ttl`, `records-gateway ttl-advice`): the advised TTL of a
+    route is the longest within `ttl_advice_min_s`..`ttl_advice_max_s` whose expected
+    share of answers served after the upstream changed stays at most this. The gateway
+    never changes a TTL by itself."""
     ttl_advice_min_s: int = Field(default=5, ge=1, le=86_400)
+    """The shortest TTL advised, in seconds."""
     ttl_advice_max_s: int = Field(default=3600, ge=1, le=86_400)
+    """The longest TTL advised, in seconds (not below `ttl_advice_min_s`)."""
 
     @field_validator("redis_url")
     @classmethod
@@ -455,10 +600,18 @@ def parse_node(node: str) -> tuple[str, int]:
 
 
 class AdminSettings(_Section):
+    """The admin routes (`/admin/...`): purges, reloads, the config in force, TTL advice,
+    the shadow report."""
+
     token: SecretStr | None = None
-    # the key of the change feed's signed requests (POST /admin/records/changed): a
-    # feed that should not hold the admin token signs with it instead
+    """The bearer token of the admin routes, at least 16 characters. Unset (and no
+    `change_feed_secret`): the admin routes do not exist. Keep it out of the file: set
+    `GATEWAY_ADMIN__TOKEN`."""
     change_feed_secret: SecretStr | None = None
+    """The key a change feed signs its notices with (`POST /admin/records/changed`), so
+    that it need not hold the token: at least 32 characters, and not the token. Set
+    alone, that route is the only admin route. Keep it out of the file: set
+    `GATEWAY_ADMIN__CHANGE_FEED_SECRET`."""
 
     @field_validator("token")
     @classmethod
@@ -498,12 +651,17 @@ class TracingSettings(_Section):
     """W3C trace context is always forwarded upstream; with ``otlp_endpoint`` set, spans
     are exported too, through OpenTelemetry (the ``otel`` extra)."""
 
-    # the OTLP/HTTP collector: its base URL (/v1/traces is added) or its traces URL
-    otlp_endpoint: str | None = None
+    otlp_endpoint: str | None = Field(default=None, examples=["http://127.0.0.1:4318"])
+    """The OTLP/HTTP collector that spans of each record request, its cache read and its
+    upstream call are exported to: its base URL (`/v1/traces` is added) or its full
+    traces URL. Needs the `otel` extra (`pip install 'records-gateway[otel]'`). Unset: no
+    spans, and OpenTelemetry is never imported. The W3C trace context of every caller is
+    forwarded to the upstream either way."""
     service_name: str = Field(default="records-gateway", min_length=1, max_length=200)
-    # the share of the traces the gateway starts that are recorded (a caller's sampled
-    # flag decides for a trace it started)
+    """The `service.name` of the spans."""
     sample_ratio: float = Field(default=1.0, ge=0, le=1)
+    """The share (0 to 1) of the traces the gateway starts that are recorded; a caller's
+    `traceparent` decides for its own trace (its sampled flag)."""
 
     @field_validator("otlp_endpoint")
     @classmethod
@@ -557,6 +715,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        use_attribute_docstrings=True,
     )
 
     server: ServerSettings = ServerSettings()

@@ -41,6 +41,7 @@ from gateway.http.admin import (
     check_admin,
     unknown_admin_path,
 )
+from gateway.http.api_docs import docs_files
 from gateway.http.binding import UPSTREAMS, UpstreamBinding, Upstreams
 from gateway.http.edge import EDGE, Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
@@ -152,6 +153,9 @@ def _add_all_routes(app: web.Application, edge: Edge, live: LiveConfig, routes: 
     add_routes(app, edge, "/readyz", {"GET": edge.wrap(readyz, "readyz")}, "readyz")
     add_routes(app, edge, "/metrics", {"GET": edge.wrap(metrics, "metrics")}, "metrics")
     add_routes(app, edge, "/openapi.json", {"GET": edge.wrap(openapi_json, "openapi")}, "openapi")
+    if settings.server.docs:
+        for file in docs_files():
+            add_routes(app, edge, file.path, {"GET": edge.wrap(file.handle, "docs")}, file.name)
     if settings.admin.routes_exist:
         for path, name, handlers in ADMIN_ROUTES:
             wrapped = {method: edge.wrap(handler, name) for method, handler in handlers.items()}

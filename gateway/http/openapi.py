@@ -372,6 +372,18 @@ def _gateway_paths(examples: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _docs_operation() -> dict[str, Any]:
+    """GET /docs (``server.docs``): this document for a person, an HTML page."""
+    return _plain_operation(
+        "getApiDocs",
+        "API documentation",
+        "This document rendered for a person by Swagger UI, whose files the gateway"
+        " serves itself (under /docs/): the page asks nothing of any other origin.",
+        {"type": "string"},
+        media_type="text/html",
+    )
+
+
 def openapi_document(settings: Settings, routes: RouteTable = ROUTES) -> dict[str, Any]:
     """The document of a gateway serving ``routes``, as plain data."""
     examples = load_examples()
@@ -379,6 +391,8 @@ def openapi_document(settings: Settings, routes: RouteTable = ROUTES) -> dict[st
         route.template: {"get": _record_operation(route, examples)} for route in routes
     }
     paths.update(_gateway_paths(examples))
+    if settings.server.docs:
+        paths["/docs"] = {"get": _docs_operation()}
     tags = [
         {"name": "records", "description": "The six record routes; the caller's bearer token."},
         {"name": "gateway", "description": "The gateway's own routes; no token."},
