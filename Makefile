@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: config-example swagger-ui run test test-aiohttp-latest lint rules bench bench-records bench-consistency redis-server promtool wrk lock clean lint-openapi openapi-examples
+.PHONY: config-example swagger-ui docs docs-serve chromium run test test-aiohttp-latest lint rules bench bench-records bench-consistency redis-server promtool wrk lock clean lint-openapi openapi-examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,12 +37,19 @@ $(VENV)/.installed-run: $(BUILT) requirements/run.txt | $(BIN)/python
 
 # test.txt pins everything run.txt does at the same versions, so this install is also the
 # one `make run` needs
+# docs.txt pins what the site needs, at the versions test.txt pins them
+$(VENV)/.installed-docs: $(BUILT) requirements/docs.txt | $(BIN)/python
+	$(INSTALL_LOCKED) -r requirements/build.txt
+	$(INSTALL_LOCKED) -r requirements/docs.txt
+	$(INSTALL_PROJECT)
+	touch $@
+
 $(VENV)/.installed-test: $(BUILT) requirements/run.txt requirements/test.txt | $(BIN)/python
 	$(INSTALL_LOCKED) -r requirements/build.txt
 	$(INSTALL_LOCKED) -r requirements/test.txt
 	$(INSTALL_PROJECT)
 	$(SAY_BUILT)
-	touch $@ $(VENV)/.installed-run
+	touch $@ $(VENV)/.installed-run $(VENV)/.installed-docs
 
 ## lock: resolve requirements/*.txt again from pyproject.toml with uv, once for every
 ## platform and Python 3.11 on, keeping the versions pinned now wherever pyproject still
@@ -62,7 +69,8 @@ lock: | $(BIN)/python
 	requires="$$($(BUILD_REQUIRES))" && printf '%s\n' "$$requires" | $(COMPILE) - -o requirements/build.txt
 	$(COMPILE) pyproject.toml -o requirements/run.txt
 	$(COMPILE) pyproject.toml --extra otel -c requirements/run.txt -o requirements/otel.txt
-	$(COMPILE) pyproject.toml --extra otel --extra test -c requirements/otel.txt -o requirements/test.txt
+	$(COMPILE) pyproject.toml --extra docs -c requirements/otel.txt -o requirements/docs.txt
+	$(COMPILE) pyproject.toml --extra otel --extra test -c requirements/otel.txt -c requirements/docs.txt -o requirements/test.txt
 
 ## run: the gateway with the reference upstream in the same process, on $(HOST):$(PORT)
 run: $(VENV)/.installed-run
@@ -153,9 +161,31 @@ lint-openapi: $(VENV)/.installed-run
 	npx --yes $(REDOCLY) lint --max-problems 50 $(OPENAPI_DOC)
 	npx --yes $(SPECTRAL) lint --ruleset .spectral.yaml --fail-severity=hint $(OPENAPI_DOC)
 
-## test: lint and the alerting rules, then the whole suite against real sockets, a real
-## redis-server and promtool
-test: $(VENV)/.installed-test redis-server promtool wrk lint rules
+## docs: the documentation site from docs/ into site/, with --strict (a broken link or
+## anchor, a page left out of the nav, fails); the configuration reference and the API
+## reference are written at build time (mkdocs_hooks.py)
+docs: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --clean --site-dir site
+
+## docs-serve: the site on http://127.0.0.1:8000, built again on every change
+docs-serve: $(VENV)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+## chromium: make sure a headless Chromium exists for the browser tests (Debian's package,
+## as root); without one, and without root, they are skipped saying so
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "chromium: $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	else \
+		echo "chromium is missing and cannot be installed here (not root): the browser tests will be skipped" >&2; \
+	fi
+
+## test: lint, the alerting rules and the documentation site, then the whole suite against
+## real sockets, a real redis-server, promtool and a headless Chromium
+test: $(VENV)/.installed-test redis-server promtool wrk chromium lint rules docs
 	$(BIN)/pytest
 
 ## test-aiohttp-latest: the suite against the newest aiohttp release the package index

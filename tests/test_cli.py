@@ -87,7 +87,8 @@ async def test_bad_config_exits_2_with_one_line_naming_the_key(tmp_path: Path) -
 
 
 async def test_check_config_refuses_a_file_over_1_mib_unparsed(tmp_path: Path) -> None:
-    """README, Operations: a file larger than 1 MiB is refused at check-config too."""
+    """docs/operations.md, "Reload without a restart": a file larger than 1 MiB is
+    refused at check-config too."""
     path = tmp_path / "big.toml"
     path.write_text("[server\n" + "#" * (1024 * 1024) + "\n")
     code, out, err = await run_cli("check-config", "--config", str(path))
@@ -377,6 +378,7 @@ async def test_demo_upstream_help_names_the_change_rate_flag_and_its_kinds() -> 
 
 
 async def test_serve_takes_workers_and_log_flags_and_every_line_is_json() -> None:
+    """Held for docs/operations.md, "Logs"."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -96,6 +96,7 @@ def taken_port() -> Iterator[int]:
 async def test_an_address_the_server_cannot_listen_on_is_one_line_and_exit_1(
     taken_port: int,
 ) -> None:
+    """Held for docs/install.md, "When a command cannot run"."""
     port = str(taken_port)
     in_use = f"cannot listen on 127.0.0.1:{port}: Address already in use"
     await check_all(
@@ -162,6 +163,7 @@ def port_80_is_refused() -> bool:
 
 
 async def test_what_the_system_denies_is_one_line_naming_it(tmp_path: Path) -> None:
+    """Held for docs/install.md, "When a command cannot run"."""
     preexec = unprivileged()
     config = tmp_path / "gateway.toml"
     config.write_text("[upstream]\n")
@@ -195,6 +197,7 @@ async def test_what_the_system_denies_is_one_line_naming_it(tmp_path: Path) -> N
 async def test_a_file_the_configuration_names_that_does_not_load_is_one_line_and_exit_2(
     tmp_path: Path,
 ) -> None:
+    """Held for docs/install.md, "When a command cannot run"."""
     folder = tmp_path / "a-folder"
     folder.mkdir()
     regular = tmp_path / "a-file"
@@ -248,6 +251,7 @@ async def test_a_file_the_configuration_names_that_does_not_load_is_one_line_and
 async def test_a_metrics_folder_the_gateway_cannot_write_is_one_line_and_exit_1(
     tmp_path: Path,
 ) -> None:
+    """Held for docs/install.md, "When a command cannot run"."""
     regular = tmp_path / "a-file"
     regular.write_text("")
     # with several workers the supervisor makes the folder in the system's temporary
@@ -280,6 +284,7 @@ async def test_a_metrics_folder_the_gateway_cannot_write_is_one_line_and_exit_1(
 
 
 async def test_an_upstream_or_gateway_that_cannot_be_reached_is_one_line_and_exit_1() -> None:
+    """Held for docs/install.md, "When a command cannot run"."""
     closed = f"http://127.0.0.1:{free_port()}"
     unreachable = (
         f"the upstream at {closed} (upstream.base_url): cannot connect to the upstream"
@@ -332,6 +337,7 @@ main(["serve", "--port", "0", "--log-format", {fmt!r}])
 
 @pytest.mark.parametrize("fmt", ["json", "text"])
 async def test_a_bug_keeps_its_traceback_and_with_json_every_line_is_json(fmt: str) -> None:
+    """Held for docs/install.md, "When a command cannot run"; docs/operations.md, "Logs"."""
     code, out, err = await run(Case(("-c", BUG.format(fmt=fmt)), 1, ""))
 
     assert code == 1

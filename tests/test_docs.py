@@ -1,47 +1,91 @@
-"""The docs name the tests that hold their claims (docs/deployment.md's tables of
-faults): every test they name exists."""
+"""Pages never name tests; tests name the pages whose claims they hold (docs/testing.md,
+"Tests hold the docs' claims"): every page and section a test names is there, and every
+row of docs/deployment.md's tables of faults is held by a test that names it."""
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 import pytest
 
+from gateway.config.reference import reference_markdown
+
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-NAMED = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
+DOCS = ROOT / "docs"
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+# the site's pages written at build time (mkdocs_hooks.py), and what they hold
+GENERATED = {
+    "configuration.md": reference_markdown(),
+    "bench/README.md": (ROOT / "bench" / "README.md").read_text(encoding="utf-8"),
+    "deploy/README.md": (ROOT / "deploy" / "README.md").read_text(encoding="utf-8"),
+}
+A_TEST = re.compile(r"tests/[\w/]*test_\w*\.py|::test_\w+")
+A_PAGE = re.compile(r'docs/([\w/-]+\.md)(?:,? "([^"]+)")?')
+FAULT_TABLES = ("Faults, and what callers see", "When the upstream fails")
 
 
-def _named_tests() -> list[tuple[str, str, str]]:
-    found = []
-    for doc in DOCS:
-        for path, name in NAMED.findall(doc.read_text()):
-            found.append((doc.name, path, name))
+def _flat(text: str) -> str:
+    """``text`` on one line: line breaks, a comment's ``#`` and indentation as one space."""
+    return re.sub(r"\s*\n\s*(?:#\s*)?", " ", text)
+
+
+TESTS = {
+    path: _flat(path.read_text(encoding="utf-8"))
+    for path in sorted(ROOT.glob("tests/**/*.py"))
+    if path.name != "test_docs.py"
+}
+
+
+def _page(name: str) -> str:
+    if name in GENERATED:
+        return GENERATED[name]
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+def _headings(text: str) -> set[str]:
+    found = set()
+    for line in text.splitlines():
+        heading = re.match(r"#{1,4} (.*?)(?: \{[^}]*\})?$", line)
+        if heading:
+            found.add(heading[1].strip())
     return found
 
 
-@pytest.mark.parametrize(
-    ("section", "least"),
-    [("## Faults, and what callers see", 10), ("## When the upstream fails", 8)],
-)
-def test_the_tables_of_faults_name_a_test_on_every_row(section: str, least: int) -> None:
-    text = (ROOT / "docs" / "deployment.md").read_text()
-    table = text.split(section, 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(rows) > least  # the header and the faults
-    for row in rows[1:]:
-        assert NAMED.search(row), row
+def _named() -> list[tuple[str, str, str | None]]:
+    named = set()
+    for path, text in TESTS.items():
+        for page, section in A_PAGE.findall(text):
+            named.add((str(path.relative_to(ROOT)), page, section or None))
+    return sorted(named, key=lambda item: (item[0], item[1], item[2] or ""))
 
 
-@pytest.mark.parametrize(("doc", "path", "name"), _named_tests())
-def test_every_test_a_doc_names_exists(doc: str, path: str, name: str) -> None:
-    source = ROOT / path
-    assert source.is_file(), f"{doc} names {path}, which does not exist"
-    defined = {
-        node.name
-        for node in ast.walk(ast.parse(source.read_text()))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-    }
-    assert name in defined, f"{doc} names {path}::{name}, which is not defined there"
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_no_page_names_a_test(page: Path) -> None:
+    named = A_TEST.findall(page.read_text(encoding="utf-8"))
+    assert named == [], f"{page.name} names tests: {named}"
+
+
+@pytest.mark.parametrize(("test", "page", "section"), _named())
+def test_every_page_and_section_a_test_names_is_there(
+    test: str, page: str, section: str | None
+) -> None:
+    assert page in GENERATED or (DOCS / page).is_file(), f"{test} names docs/{page}"
+    if section is not None:
+        assert section in _headings(_page(page)), f'{test} names docs/{page}, "{section}"'
+
+
+@pytest.mark.parametrize("table", FAULT_TABLES)
+def test_every_fault_of_the_tables_is_held_by_a_test(table: str) -> None:
+    text = (DOCS / "deployment.md").read_text(encoding="utf-8")
+    rows = text.split(f"## {table}", 1)[1].split("\n## ", 1)[0]
+    faults = [
+        line.split("|")[1].strip()
+        for line in rows.splitlines()
+        if line.startswith("| ") and "---" not in line
+    ][1:]
+    assert len(faults) >= 8
+    everything = " ".join(TESTS.values())
+    for fault in faults:
+        held = f'Held for docs/deployment.md, "{table}": {fault[:40]}'
+        assert held in everything, f"no test holds {fault!r}"

@@ -101,6 +101,8 @@ async def test_a_full_noeviction_redis_degrades_readiness_and_opens_the_breaker(
     upstream_log: RequestLog,
     own_redis: RedisServer,
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": Redis full
+    (`noeviction`, OOM)."""
     await seed(gateway_factory, upstream, own_redis.url)
     client = await gateway_factory(
         base_url(upstream),
@@ -145,6 +147,9 @@ async def test_a_read_only_replica_degrades_readiness(
     upstream: TestServer,
     own_redis: RedisServer,
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": a read-only replica configured
+    as the server.
+    """
     replica = RedisServer()
     replica.start()
     try:
@@ -208,6 +213,7 @@ def frozen(own_redis: RedisServer) -> Iterator[RedisServer]:
 async def test_a_frozen_redis_times_out_and_readiness_says_so(
     gateway_factory: GatewayFactory, upstream: TestServer, frozen: RedisServer
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": Redis frozen (no answer)."""
     client = await gateway_factory(
         base_url(upstream),
         cache=redis_cache(frozen.url, near_cache=False, redis_timeout_ms=100),
@@ -251,6 +257,9 @@ async def test_a_frozen_redis_without_traffic_is_down(
 async def test_a_cluster_node_used_as_a_standalone_server(
     gateway_factory: GatewayFactory, upstream: TestServer, redis_cluster_nodes: list[str]
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": a cluster node configured as a
+    standalone server.
+    """
     client = await gateway_factory(
         base_url(upstream),
         cache=redis_cache(f"redis://{redis_cluster_nodes[0]}/0", near_cache=False),

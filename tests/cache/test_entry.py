@@ -244,7 +244,10 @@ async def test_backend_keeps_a_gzip_entry_as_it_was_stored(backend: CacheBackend
 
 async def test_a_value_this_version_cannot_read_is_a_miss(redis_url: str) -> None:
     """A value of a format this gateway does not know (a later version's) is no entry:
-    a miss, as a gateway of the version before reads this version's ``RGC2`` values."""
+    a miss, as a gateway of the version before reads this version's ``RGC2`` values.
+
+    Held for docs/deployment.md, "Redis".
+    """
     client = redis.Redis.from_url(redis_url)
     backend = RedisBackend(client, prefix="rg:test", timeout_s=1.0)
     generations = (await backend.get(k("users", "a"))).generations

@@ -130,6 +130,9 @@ def lease_of_users(client: Client) -> str:
 async def test_a_lease_that_is_never_filled_costs_at_most_the_upstream_timeout(
     gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": an instance killed while
+    filling a key.
+    """
     (client,) = await fleet(gateway_factory, upstream, redis_url, n=1, upstream={"timeout_s": 1.0})
     store = redis.Redis.from_url(redis_url)
     # a holder that died: its lease stays for 60 s, longer than the upstream timeout
@@ -167,6 +170,7 @@ async def test_a_purge_is_in_force_on_every_instance_before_it_is_answered(
 async def test_a_purge_during_a_redis_stall_says_its_outcome_is_unknown_and_still_happens(
     gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": a purge during a Redis stall."""
     first, second = await fleet(
         gateway_factory, upstream, own_redis.url, n=2, cache={"redis_timeout_ms": 50}
     )
@@ -197,6 +201,9 @@ async def test_a_purge_during_a_redis_stall_says_its_outcome_is_unknown_and_stil
 async def test_a_deleted_generation_never_brings_back_a_purged_entry(
     gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog, redis_url: str
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": a generation key deleted,
+    evicted, or overwritten by hand.
+    """
     (client,) = await fleet(gateway_factory, upstream, redis_url, n=1, cache={"near_cache": False})
     assert (await fetch(client, "/users"))[2] == "MISS"
     assert (await fetch(client, "/users"))[2] == "HIT"
@@ -212,6 +219,9 @@ async def test_a_deleted_generation_never_brings_back_a_purged_entry(
 async def test_an_evicting_redis_never_serves_a_purged_entry(
     gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": a generation key deleted,
+    evicted, or overwritten by hand.
+    """
     store = redis.Redis.from_url(own_redis.url)
     await store.config_set("maxmemory", 4 * 1024 * 1024)
     await store.config_set("maxmemory-policy", "allkeys-lru")
@@ -277,6 +287,8 @@ async def test_instances_that_disagree_on_the_cache_configuration_are_reported(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": instances with
+    different TTLs."""
     config = tmp_path / "config.toml"
     cache = f'backend = "redis"\nredis_url = "{redis_url}"\nkey_secret = "{KEY_SECRET}"\n'
     config.write_text(f'[upstream]\nbase_url = "{base_url(upstream)}"\n[cache]\n{cache}')
@@ -336,7 +348,11 @@ async def test_instances_that_disagree_on_the_cache_configuration_are_reported(
 
 async def test_an_instance_that_stopped_announcing_leaves_the_fleet(redis_url: str) -> None:
     """A killed instance deletes nothing: its announcement expires after three periods
-    and the next reader removes it."""
+    and the next reader removes it.
+
+    Held for docs/deployment.md, "Faults, and what callers see": an instance killed while filling a
+    key.
+    """
     store = redis.Redis.from_url(redis_url)
     now = [1000.0]
     killed = Fleet(store, prefix="rg:t", fingerprint=lambda: "aaa", wall=lambda: now[0])
@@ -430,6 +446,7 @@ async def test_while_another_instance_fills_a_stale_entry_is_served_at_once(
 async def test_a_purge_while_redis_is_down_says_its_outcome_is_unknown(
     gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": Redis down (refused)."""
     (client,) = await fleet(gateway_factory, upstream, own_redis.url, n=1)
     own_redis.stop()
     response = await client.delete("/admin/cache", headers=ADMIN)

@@ -361,6 +361,7 @@ async def test_a_sentinel_failover_under_load_loses_no_request(
     upstream: TestServer,
     redis_sentinel: SentinelSet,
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": Sentinel failover."""
     clients = await instances(gateway_factory, upstream, sentinel_cache(redis_sentinel), 3)
     old_primary = redis_sentinel.master_address()
     statuses: list[int] = []
@@ -425,7 +426,11 @@ async def test_a_sentinel_port_used_as_a_standalone_server(
     gateway_factory: GatewayFactory, upstream: TestServer, redis_sentinel: SentinelSet
 ) -> None:
     """A sentinel answers PING but refuses every read and write: the cache is down,
-    never ok, and every request is answered from the upstream."""
+    never ok, and every request is answered from the upstream.
+
+    Held for docs/deployment.md, "Faults, and what callers see": a Sentinel port configured as a
+    standalone server.
+    """
     client = await gateway_factory(
         base_url(upstream),
         cache={
@@ -612,7 +617,11 @@ async def test_a_cluster_purge_while_the_generations_node_stalls(
 ) -> None:
     """The purge generations and the channel share one slot: when the node that holds
     them stalls, the purge's outcome is unknown and every near cache goes off with
-    it; when the node is back the purge is in force everywhere."""
+    it; when the node is back the purge is in force everywhere.
+
+    Held for docs/deployment.md, "Faults, and what callers see": a cluster node that holds the
+    generations stalls during a purge.
+    """
     first, second = await instances(
         gateway_factory, upstream, cluster_cache(redis_cluster_nodes, redis_timeout_ms=200), 2
     )
@@ -652,7 +661,10 @@ async def test_a_hung_first_sentinel_is_passed_over(
     redis_sentinel: SentinelSet,
 ) -> None:
     """The first sentinel listed accepts connections but never answers (SIGSTOP): a
-    gateway started then still finds the primary through the others and uses it."""
+    gateway started then still finds the primary through the others and uses it.
+
+    Held for docs/deployment.md, "Faults, and what callers see": the first sentinel listed hangs.
+    """
     redis_sentinel.sentinel_nodes[0].freeze()
     try:
         cache = sentinel_cache(redis_sentinel, near_cache=False, redis_timeout_ms=50)

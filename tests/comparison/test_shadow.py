@@ -81,6 +81,10 @@ ROUTES = ["/users", "/clients", "/expenses?limit=20", "/accounts", "/accounts?ty
 async def test_an_identical_twin_gives_an_all_identical_report(
     start_gateway: Start, upstream: TestServer, twin: TestServer
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": an
+    identical twin gives an all-identical report; docs/switching-upstreams.md, "What holds the
+    promises of shadow traffic": no token in the report, the metrics or the logs.
+    """
     client = await start_gateway(base_url(upstream), base_url(twin))
     for target in ROUTES:
         response = await client.get(target, headers=AUTH)
@@ -106,6 +110,9 @@ async def test_an_identical_twin_gives_an_all_identical_report(
 async def test_hits_are_never_shadowed(
     start_gateway: Start, upstream: TestServer, twin: TestServer
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": hits are
+    never shadowed.
+    """
     client = await start_gateway(base_url(upstream), base_url(twin))
     for _ in range(3):
         assert (await client.get("/users", headers=AUTH)).status == 200
@@ -117,6 +124,9 @@ async def test_hits_are_never_shadowed(
 async def test_the_caller_is_answered_while_the_candidate_still_hangs(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": the
+    caller is answered, and its cache filled with the primary's answer, while the....
+    """
     asked = asyncio.Event()
     release = asyncio.Event()
 
@@ -150,6 +160,9 @@ async def test_the_caller_is_answered_while_the_candidate_still_hangs(
 async def test_a_candidate_that_is_down_is_counted_as_candidate_errors(
     start_gateway: Start, upstream: TestServer, unused_tcp_port: int
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a
+    candidate that is down, or fails with a status, is counted as candidate errors by status.
+    """
     client = await start_gateway(base_url(upstream), f"http://127.0.0.1:{unused_tcp_port}")
     for target in ("/users", "/clients"):
         assert (await client.get(target, headers=AUTH)).status == 200
@@ -162,6 +175,10 @@ async def test_a_candidate_that_is_down_is_counted_as_candidate_errors(
 async def test_a_candidate_failing_with_a_status_is_counted_by_status(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a
+    candidate that is down, or fails with a status, is counted as candidate errors by status.
+    """
+
     async def fail(request: web.Request) -> web.Response:
         return web.Response(status=503)
 
@@ -177,6 +194,10 @@ async def test_a_candidate_failing_with_a_status_is_counted_by_status(
 async def test_a_404_of_both_is_identical_and_a_404_of_the_candidate_alone_differs(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": statuses
+    are compared.
+    """
+
     async def missing(request: web.Request) -> web.Response:
         return web.json_response({"error": "not_found"}, status=404)
 
@@ -199,6 +220,9 @@ async def test_a_404_of_both_is_identical_and_a_404_of_the_candidate_alone_diffe
 async def test_beyond_max_in_flight_requests_are_skipped(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": beyond
+    `max_in_flight`, sampled requests are skipped.
+    """
     release = asyncio.Event()
 
     async def hang(request: web.Request) -> web.Response:
@@ -251,6 +275,10 @@ async def test_the_report_is_reset_by_delete_and_needs_the_admin_token(
 async def test_the_metrics_count_requests_by_outcome_and_fields_by_kind(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": the
+    metrics count requests by outcome and fields by kind.
+    """
+
     async def other_total(request: web.Request) -> web.Response:
         return web.json_response({"data": [], "total": 0, "page": 1, "limit": 10})
 
@@ -327,6 +355,9 @@ async def test_a_reload_turns_the_shadow_on_points_it_elsewhere_and_turns_it_off
     twin: TestServer,
     tmp_path: Path,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a reload
+    turns the shadow on, points it elsewhere (a new report) and off.
+    """
     other = await aiohttp_server(create_demo_app())
     config = ConfigFile(
         tmp_path / "gateway.toml",
@@ -498,7 +529,11 @@ async def test_noise_is_known_by_field_and_kind_so_live_data_hides_no_regression
 ) -> None:
     """A primary whose list grows between two calls (live data) makes the list's length
     and its extra record noise; a candidate that reorders the list and leaves a record
-    out still differs."""
+    out still differs.
+
+    Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": noise is
+    known by field and kind: live data hides no regression.
+    """
     grown = {"users": 5}
 
     def user(n: int) -> dict[str, Any]:
@@ -540,6 +575,10 @@ async def test_noise_is_known_by_field_and_kind_so_live_data_hides_no_regression
 async def test_a_token_an_upstream_echoes_is_never_shown(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a token
+    an upstream echoes is shown as `[redacted]`.
+    """
+
     async def echo(request: web.Request) -> web.Response:
         """The reference upstream's answer, with the caller's header as every phone."""
         headers = {"Authorization": request.headers["Authorization"]}
@@ -574,7 +613,11 @@ async def test_a_stop_after_a_reload_closes_every_candidate_connection(
 ) -> None:
     """A comparison hangs on the candidate, a reload replaces the candidate (or turns
     the shadow off), and the gateway stops: every candidate session is closed (an
-    unclosed one is a ResourceWarning, an error in this suite)."""
+    unclosed one is a ResourceWarning, an error in this suite).
+
+    Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": every
+    candidate connection is closed at a stop, after a reload replaced the candidate too.
+    """
     asked = asyncio.Event()
 
     async def hang(request: web.Request) -> web.Response:
@@ -639,6 +682,9 @@ async def test_after_a_switch_of_upstream_the_shadow_compares_the_new_primary(
     twin: TestServer,
     tmp_path: Path,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": after a
+    switch of upstream, the report starts again and compares the new primary.
+    """
     new_primary = await aiohttp_server(create_demo_app())
     config = ConfigFile(
         tmp_path / "gateway.toml",
@@ -669,6 +715,7 @@ async def test_after_a_switch_of_upstream_the_shadow_compares_the_new_primary(
 async def test_the_candidate_gets_the_caller_s_trace_id_with_a_parent_id_of_its_own(
     start_gateway: Start, upstream: TestServer, twin: TestServer
 ) -> None:
+    """Held for docs/operations.md, "Tracing"."""
     client = await start_gateway(base_url(upstream), base_url(twin))
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     headers = {

@@ -366,7 +366,8 @@ async def test_a_file_that_is_not_utf8_is_refused(start: Start, config: ConfigFi
     assert live(client).settings.log.level == "info"
 
 
-# Bounds on a reload's file (gateway.config.tomlfile; README, Operations)
+# Bounds on a reload's file (gateway.config.tomlfile; docs/operations.md, "Reload without a
+# restart")
 
 # 24 KB: one dotted key of 12,000 parts, which tomllib parses in quadratic time and
 # memory (seconds and hundreds of MiB)
@@ -466,7 +467,10 @@ async def test_the_openapi_document_states_what_a_reload_applied(
     start: Start, config: ConfigFile
 ) -> None:
     """limits.max_limit and cache.honor_client_no_cache are live keys and in the
-    document: after a reload it says what the gateway now does."""
+    document: after a reload it says what the gateway now does.
+
+    Held for docs/openapi.md, "The OpenAPI document".
+    """
 
     async def document() -> tuple[dict[str, Any], str]:
         response = await client.get("/openapi.json")
@@ -540,7 +544,7 @@ async def test_admin_routes_need_the_admin_token(
 
 
 def test_another_worker_adopting_the_live_values_ends_on_the_same_configuration() -> None:
-    """README, "Workers": a reload taken by one worker sends the others the live keys it
+    """docs/operations.md, "Workers": a reload taken by one worker sends the others the live keys it
     applied; each ends with the same live configuration (no key lost, none masked as a
     secret would be), and keeps what is not live."""
     from gateway.config.live import live_fingerprint

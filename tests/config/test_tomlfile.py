@@ -1,5 +1,5 @@
-"""Reading the config file within its bounds: gateway.config.tomlfile (README,
-Operations: "Reload without a restart")."""
+"""Reading the config file within its bounds: gateway.config.tomlfile (docs/operations.md,
+"Reload without a restart")."""
 
 from __future__ import annotations
 

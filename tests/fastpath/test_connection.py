@@ -390,6 +390,7 @@ async def test_a_hit_from_the_bytes_logs_the_caller_s_trace_id_or_a_new_one(
     monkeypatch: pytest.MonkeyPatch,
     access_records: pytest.LogCaptureFixture,
 ) -> None:
+    """Held for docs/operations.md, "Tracing"."""
     client, port = await served_fast(aiohttp_client, base_url(upstream))
     assert (await client.get(LIST, headers=AUTH)).headers["X-Cache"] == "MISS"
     full_reads = count_full_reads(client.app, monkeypatch)
@@ -529,7 +530,7 @@ async def test_a_target_with_no_path_and_an_expectation_is_a_417_problem(
     Expect the gateway does not meet: the 417 problem every route gives (aiohttp's own
     handler would answer plain text, and a 500 with a traceback for a field that is not
     UTF-8), with the fast path or without it: the gateway's server answers a target
-    without a path before aiohttp's application (README)."""
+    without a path before aiohttp's application (docs/errors.md, "`not-found`")."""
     app = create_app(make_settings(base_url(upstream), server={"fast_path": fast}))
     raw = b"CONNECT example.com:443 HTTP/1.1\r\nHost: g\r\nX-Request-ID: connect-1\r\n"
     status_line, headers, body = await exchange_raw(app, raw + b"Expect: " + value + b"\r\n\r\n")
@@ -724,7 +725,7 @@ async def test_a_server_option_aiohttp_does_not_take_fails_the_setup() -> None:
 async def test_aiohttp_s_task_is_made_only_for_a_connection_handed_a_request(
     aiohttp_client: AiohttpClient, upstream: TestServer
 ) -> None:
-    """docs/architecture.md, "The server": a connection whose requests are all hits
+    """docs/architecture.md, "A request" (the server): a connection whose requests are all hits
     never makes aiohttp's handler or its task (nor waits a turn of the event loop for
     it), nor sets TCP keep-alive; the first request handed on makes both and sets it,
     as aiohttp does, and the connection's answers go on either way."""

@@ -1,5 +1,5 @@
 """The admin routes' door: without the admin token nothing under /admin answers but
-401 (README, API: the admin routes), neither the methods a path takes nor which
+401 (docs/calling.md, "The routes"), neither the methods a path takes nor which
 paths exist."""
 
 from __future__ import annotations

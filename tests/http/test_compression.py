@@ -433,7 +433,10 @@ async def test_entries_are_stored_gzip_in_redis_within_a_third_of_the_identity_b
 ) -> None:
     """The value in a real redis-server is the gzip entry (its body decompresses to the
     identity body served), and Redis's MEMORY USAGE of a 10-expense page's key is at
-    most 0.35 of the identity body (about 1.2 when stored identity)."""
+    most 0.35 of the identity body (about 1.2 when stored identity).
+
+    Held for docs/deployment.md, "Redis".
+    """
     identity, key, raw = await stored_in_redis(*on_redis)
     assert len(orjson.loads(identity)["data"]) == 10
     entry = CacheEntry.decode(raw)
@@ -449,7 +452,10 @@ async def test_an_entry_an_older_gateway_stored_is_served_to_every_caller(
     on_redis: tuple[Client, redis.Redis], upstream: TestServer
 ) -> None:
     """A rolling upgrade: an ``RGC1`` value (the format before codings) in Redis is
-    served by this version, identity to every caller, without an upstream call."""
+    served by this version, identity to every caller, without an upstream call.
+
+    Held for docs/deployment.md, "Redis".
+    """
     client, store = on_redis
     identity, key, raw = await stored_in_redis(client, store)
     new = CacheEntry.decode(raw)

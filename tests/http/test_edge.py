@@ -276,7 +276,7 @@ async def test_bytes_that_are_not_ascii_in_any_header_never_make_a_500(
     """A field given (again) with bytes that are not ASCII, or not UTF-8, on any kind
     of route: some answer that is not a 500, with a request id, and a problem when it
     is an error (served as plain aiohttp, a request its parser rejects gets aiohttp's
-    own 400, as the README says)."""
+    own 400, as docs/errors.md says)."""
     client = await gateway_factory(base_url(upstream))
     port = client.port
     assert port is not None

@@ -157,6 +157,7 @@ async def contract(gateway: Gateway) -> Contract:
 async def test_document_is_served_without_a_token_and_is_valid_openapi_3_1(
     gateway: Gateway,
 ) -> None:
+    """Held for docs/openapi.md, "How it is checked"."""
     response = await gateway.get("/openapi.json")
     assert response.status == 200
     assert response.content_type == "application/json"
@@ -234,6 +235,7 @@ async def test_304_and_cache_bypass_match_the_document(
 
 
 async def test_gateway_routes_match_the_document(gateway: Gateway, contract: Contract) -> None:
+    """Held for docs/openapi.md, "What it contains"."""
     response = await gateway.get("/healthz")
     assert await contract.check("/healthz", response) == {"status": "ok"}
     assert contract.operation("/healthz")["security"] == []
@@ -269,7 +271,10 @@ async def test_every_path_documents_the_405_it_answers(
     gateway: Gateway, contract: Contract
 ) -> None:
     """Each path answers another method with a documented 405 problem naming what it
-    takes (a GET operation holds it: OpenAPI has no responses of a path as such)."""
+    takes (a GET operation holds it: OpenAPI has no responses of a path as such).
+
+    Held for docs/openapi.md, "How it is checked".
+    """
     for template in contract.document["paths"]:
         path = template.replace("{expenseId}", EXPENSE_ID).replace("{accountId}", "ACC-001")
         response = await gateway.post(path, headers=AUTH)
@@ -280,6 +285,7 @@ async def test_every_path_documents_the_405_it_answers(
 
 
 def test_the_document_says_where_it_is_served_its_licence_and_whom_to_ask() -> None:
+    """Held for docs/openapi.md, "What a fuzzer finds"."""
     document = openapi_document(Settings())
     assert document["servers"][0]["url"] == "/"
     assert document["info"]["license"]["identifier"] == "LicenseRef-Proprietary"
@@ -385,7 +391,10 @@ async def test_what_any_path_answers_before_its_route_is_documented_on_every_ope
     """Every operation, admin routes too, documents the answers of the edge: the 400 of
     a request the HTTP parser refuses (here a header line too long, for an X-Request-ID
     the document lets a caller send), the 417 of an Expect it does not meet and the 505
-    of another HTTP version; each is held to the operation's document."""
+    of another HTTP version; each is held to the operation's document.
+
+    Held for docs/openapi.md, "What it contains".
+    """
     gateway = await gateway_factory(base_url(upstream), admin={"token": ADMIN})
     contract = Contract(openapi_document(gateway.app[LIVE].settings))
     auth = {"Authorization": f"Bearer {ADMIN}"}
@@ -419,7 +428,10 @@ async def test_what_any_path_answers_before_its_route_is_documented_on_every_ope
 def test_a_400_has_errors_only_when_it_is_invalid_parameters() -> None:
     """The 400 of a malformed request has no `errors`; the schema does not require
     them, and says when they are there (what the bad parameters' 400s hold is checked
-    on real answers above)."""
+    on real answers above).
+
+    Held for docs/openapi.md, "What it contains".
+    """
     document = openapi_document(Settings())
     validator = Contract(document).validator("/components/schemas/ValidationProblem")
     problem = {
@@ -618,7 +630,10 @@ def test_every_field_is_documented_and_required(model: type[Any]) -> None:
 
 def test_ids_are_required_and_never_null_and_other_fields_may_be_null() -> None:
     """Generated clients need not null-check an id: the gateway never sends a record
-    without one (tests/normalise/test_normaliser.py: a 502 upstream-contract instead)."""
+    without one (tests/normalise/test_normaliser.py: a 502 upstream-contract instead).
+
+    Held for docs/openapi.md, "How it is checked".
+    """
     schemas = openapi_document(Settings())["components"]["schemas"]
     for name in ("User", "Client", "Account", "Expense"):
         assert schemas[name]["properties"]["id"]["type"] == "string", name
@@ -738,6 +753,7 @@ def test_every_parameter_has_samples() -> None:
 def test_parameter_schemas_agree_with_the_validation(
     name: str, value: str, gateway_accepts: bool, document_accepts: bool
 ) -> None:
+    """Held for docs/openapi.md, "What a fuzzer finds"."""
     contract = Contract(openapi_document(Settings()))
     location = pointer("components", "parameters", name, "schema")
     schema = contract.node(location)[1]
@@ -834,6 +850,7 @@ UUID = "0c6f8d3e-1111-4000-8000-000000000001"
 async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
     gateway_factory: GatewayFactory, upstream: TestServer
 ) -> None:
+    """Held for docs/openapi.md, "How it is checked"."""
     gateway = await gateway_factory(base_url(upstream), admin={"token": ADMIN})
     response = await gateway.get("/openapi.json")
     contract = Contract(await response.json())
@@ -918,7 +935,10 @@ async def test_a_shadow_report_with_differences_and_noise_matches_the_document(
     gateway_factory: GatewayFactory, aiohttp_server: AiohttpServer
 ) -> None:
     """The report of a candidate that rounds amounts, both twins adding noise: every
-    member it holds (totals, routes, fields, noise and its evidence) is documented."""
+    member it holds (totals, routes, fields, noise and its evidence) is documented.
+
+    Held for docs/openapi.md, "What it contains".
+    """
     primary = await aiohttp_server(create_demo_app(drift=["noise"]))
     candidate = await aiohttp_server(create_demo_app(drift=["noise", "amount-scale"]))
     shadow = {"base_url": base_url(candidate), "sample_ratio": 1.0, "recheck_ratio": 1.0}

@@ -103,6 +103,7 @@ async def gateway_url(gateway: Gateway) -> str:
 async def test_a_generated_client_gets_typed_records_from_every_route(
     generated: ModuleType, gateway_url: str
 ) -> None:
+    """Held for docs/openapi.md, "Generating a client"."""
     models = _models(generated)
     async with generated.AuthenticatedClient(base_url=gateway_url, token=TOKEN) as client:
         pages = {
@@ -140,6 +141,7 @@ async def test_a_generated_client_gets_typed_records_from_every_route(
 async def test_a_generated_client_gets_typed_problems(
     generated: ModuleType, gateway_url: str
 ) -> None:
+    """Held for docs/openapi.md, "Generating a client"."""
     models = _models(generated)
     expenses = _api(generated, "records", "list_expenses")
     async with generated.AuthenticatedClient(base_url=gateway_url, token=TOKEN) as client:
@@ -194,7 +196,10 @@ async def test_a_generated_client_reads_the_400_of_a_request_the_parser_refuses(
 ) -> None:
     """An X-Request-ID past the header limit (the document lets a caller send any): the
     400 malformed-request has no `errors`, and the client's ValidationProblem says so
-    rather than failing to read it; alike with the fast path and without."""
+    rather than failing to read it; alike with the fast path and without.
+
+    Held for docs/openapi.md, "Generating a client".
+    """
     gateway_url = listened_url
     models = _models(generated)
     async with generated.AuthenticatedClient(base_url=gateway_url, token=TOKEN) as client:
@@ -209,6 +214,7 @@ async def test_a_generated_client_reads_the_400_of_a_request_the_parser_refuses(
 async def test_a_generated_client_reaches_the_admin_routes_with_the_admin_token(
     generated: ModuleType, gateway_factory: GatewayFactory, upstream: Any
 ) -> None:
+    """Held for docs/openapi.md, "Generating a client"."""
     gateway = await gateway_factory(base_url(upstream), admin={"token": ADMIN})
     models = _models(generated)
     url = str(gateway.make_url("/"))
@@ -228,6 +234,7 @@ async def test_a_generated_client_reaches_the_admin_routes_with_the_admin_token(
 
 
 def test_generated_models_have_readable_names(tmp_path: Path) -> None:
+    """Held for docs/openapi.md, "Generating a client"."""
     models = tmp_path / "models.py"
     _run(
         _BIN / "datamodel-codegen",

@@ -27,6 +27,7 @@ _BASE = "https://records-gateway.invalid/openapi.json"
 
 
 async def test_the_examples_are_what_the_gateway_answers_now(gateway: Gateway) -> None:
+    """Held for docs/openapi.md, "How it is checked"."""
     recorded = EXAMPLES_FILE.read_text(encoding="utf-8")
     assert encode(await record(gateway)) == recorded, "run `make openapi-examples`"
 
@@ -58,6 +59,7 @@ def _media_examples(document: dict[str, Any]) -> list[tuple[str, dict[str, Any],
 
 
 def test_every_example_is_a_recorded_answer_valid_under_its_schema() -> None:
+    """Held for docs/openapi.md, "How it is checked"."""
     document = openapi_document(Settings.model_validate({"admin": {"token": "a" * 20}}))
     recorded = json.loads(EXAMPLES_FILE.read_text(encoding="utf-8"))
     bodies = [example["body"] for example in recorded.values()]

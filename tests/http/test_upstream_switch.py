@@ -192,6 +192,9 @@ async def test_a_switch_under_load_fails_no_request_and_sends_the_new_ones_to_th
     redis_url: str,
     backend: str,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": under load (memory, Redis): no failed
+    request; requests after the reload reach the new....
+    """
     gate = Gate()
     old = await gated_upstream(aiohttp_server, gate, seed=1)
     new = await aiohttp_server(create_demo_app(seed=2))
@@ -290,6 +293,9 @@ async def test_a_switch_starts_cold_and_switching_back_finds_the_old_entries(
     redis_url: str,
     backend: str,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": a cold cache, and switching back finds
+    the old entries (memory, Redis).
+    """
     first = await aiohttp_server(create_demo_app(seed=1))
     second = await aiohttp_server(create_demo_app(seed=2))
     cache = {"backend": "memory"}
@@ -319,6 +325,9 @@ async def test_a_switch_starts_cold_and_switching_back_finds_the_old_entries(
 async def test_switching_back_finds_the_old_entries_only_while_they_live(
     start: Start, aiohttp_server: AiohttpServer, tmp_path: Path, clock: FakeClock
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": the old entries only while they live:
+    fresh, then stale, then gone.
+    """
     first = await aiohttp_server(create_demo_app(seed=1))
     second = await aiohttp_server(create_demo_app(seed=2))
     cache = {
@@ -355,6 +364,7 @@ async def test_a_purge_after_a_switch_reaches_the_new_upstreams_entries(
     backend: str,
     after_switching_back: str,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": a purge after a switch."""
     first = await aiohttp_server(create_demo_app(seed=1))
     second = await aiohttp_server(create_demo_app(seed=2))
     cache = {"backend": "memory"}
@@ -384,6 +394,9 @@ async def test_instances_switched_to_an_upstream_share_its_purges_with_those_sta
     tmp_path: Path,
     redis_url: str,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": instances switched to an upstream and
+    started on it share its entries and purges.
+    """
     first = await aiohttp_server(create_demo_app(seed=1))
     second = await aiohttp_server(create_demo_app(seed=2))
     cache = redis_cache(redis_url)
@@ -419,6 +432,7 @@ async def test_instances_switched_to_an_upstream_share_its_purges_with_those_sta
 async def test_readiness_follows_the_upstream_in_use(
     start: Start, aiohttp_server: AiohttpServer, tmp_path: Path
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": `/readyz`."""
     up = await aiohttp_server(create_demo_app())
     gone = await aiohttp_server(create_demo_app())
     gone_url = base_url(gone)
@@ -442,6 +456,9 @@ async def test_readiness_follows_the_upstream_in_use(
 async def test_a_reload_that_keeps_base_url_keeps_the_binding_and_its_pool(
     start: Start, aiohttp_server: AiohttpServer, tmp_path: Path
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": a reload that keeps the URL keeps the
+    pool.
+    """
     up = await aiohttp_server(create_demo_app())
     config = config_file(tmp_path, base_url(up))
     client = await start(config)
@@ -469,6 +486,9 @@ async def test_a_reload_that_keeps_base_url_keeps_the_binding_and_its_pool(
 async def test_a_shutdown_during_a_drain_closes_every_binding(
     start: Start, aiohttp_server: AiohttpServer, tmp_path: Path
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": a shutdown during a switch closes both
+    pools.
+    """
     gate = Gate()
     old = await gated_upstream(aiohttp_server, gate, seed=1)
     new = await aiohttp_server(create_demo_app(seed=2))

@@ -459,7 +459,7 @@ async def test_conditional_hits_are_answered_alike_and_from_the_bytes_with_the_f
     """Pooled callers' HTTP caches send ``If-None-Match``: an ETag list naming the
     entry's and ``*`` are 304s, another ETag the 200; with the fast path all three are
     answered from the bytes (no full read), and the 304s are counted and logged as
-    304 hits either way (README, "Caching")."""
+    304 hits either way (docs/caching.md, "A token the upstream refuses")."""
     app, port = served
     (ok,) = await exchange(port, request_bytes(LIST))
     etag = ok.headers["etag"]
@@ -876,7 +876,7 @@ async def test_requests_pipelined_behind_an_upgrade_are_never_left_unanswered(
     """An ``Upgrade`` the gateway does not take, with two requests behind it in the same
     write: the request is answered (no protocol switch), that answer says
     ``Connection: close``, and the connection closes at once; the requests behind it
-    are not left waiting for the keep-alive timeout. (README, Errors.)"""
+    are not left waiting for the keep-alive timeout. (docs/errors.md, "`malformed-request`".)"""
     _, port = served
     data = upgrading(path, protocol, X_Request_ID="r-upgrade")
     data += request_bytes(LIST, X_Request_ID="r-1") + request_bytes(LIST, X_Request_ID="r-2")
@@ -944,7 +944,7 @@ async def test_requests_in_the_same_write_ahead_of_a_malformed_one_are_answered_
     write, to the gateway listening as ``serve`` listens (gateway.process.listener):
     each request ahead of it is answered, in order, then the 400, then the connection
     closes (the request behind it is not answered), with the fast path and without
-    it. (README, Errors.)"""
+    it. (docs/errors.md, "`malformed-request`".)"""
     filter_parser_log(monkeypatch)
     client = await gateway_factory(base_url(upstream))
     for path in (LIST, ACCOUNT):

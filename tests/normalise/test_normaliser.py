@@ -530,7 +530,7 @@ async def test_an_unknown_enumeration_value_that_is_not_shaped_like_one_is_not_l
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """An upstream may echo anything into an enumeration field, the caller's token
-    among it: the log names its size, never its text (README, "Logs")."""
+    among it: the log names its size, never its text (docs/operations.md, "Logs")."""
     echoed = "Bearer tok-secret-0123456789"
 
     def unknown(page: Any) -> None:

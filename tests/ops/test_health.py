@@ -115,6 +115,7 @@ async def test_readyz_is_ok_with_redis_and_the_upstream(
 async def test_readyz_while_redis_is_stopped_then_back(
     gateway_factory: GatewayFactory, upstream: TestServer, own_redis: RedisServer
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": Redis down (refused)."""
     client = await gateway_factory(
         base_url(upstream), cache=redis_cache(own_redis.url), health=NO_CHECK_LIMIT
     )

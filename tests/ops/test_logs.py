@@ -153,7 +153,7 @@ FORGED = "x\n2026-01-01T00:00:00.000+00:00 ERROR   gateway.admin cache purged"
     ["message", "argument", "field", "exception"],
 )
 def test_a_text_line_is_one_line_whatever_its_values_hold(where: str) -> None:
-    """README, Operations: with log.format = "text" one record is one line; a line
+    """docs/operations.md, "Logs": with log.format = "text" one record is one line; a line
     break or another control character in any value is written as an escape."""
     hostile = FORGED + "\r\x00\x1b[31m\x7f\x85\u2028\u2029\x1c"
     exc_info = None

@@ -276,6 +276,7 @@ async def test_cache_errors_and_circuit_state_when_redis_stops_and_returns(
     upstream_log: RequestLog,
     own_redis: RedisServer,
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": Redis down (refused)."""
     reset_s = 1.0
     client = await gateway_factory(
         base_url(upstream),
@@ -461,8 +462,9 @@ async def test_a_failed_hand_over_neither_stops_the_next_nor_fails_the_shutdown(
 async def test_identity_decompressions_count_what_the_memo_did_not_hold(
     gateway_factory: GatewayFactory, upstream: TestServer, memo_bytes: int, decompressions: int
 ) -> None:
-    """README, Compression and Metrics: a caller that does not accept gzip is sent the
-    body decompressed, once per body while the memo holds it, and the counter says how
+    """docs/caching.md, "Compression", and docs/operations.md, "Metrics": a caller that
+    does not accept gzip is sent the body decompressed, once per body while the memo
+    holds it, and the counter says how
     often the memo did not."""
     client = await gateway_factory(
         base_url(upstream), cache={"backend": "memory", "identity_memo_max_bytes": memo_bytes}

@@ -85,6 +85,7 @@ async def test_a_miss_and_a_hit_are_spans_of_the_caller_s_trace(
     monkeypatch: pytest.MonkeyPatch,
     fast_path: bool,
 ) -> None:
+    """Held for docs/operations.md, "Tracing"."""
     exporter = InMemorySpanExporter()
     client, tracer = await traced_gateway(aiohttp_client, base_url(upstream), exporter)
     headers = {**AUTH, "traceparent": TRACEPARENT, "tracestate": "rojo=1"}
@@ -148,6 +149,7 @@ async def test_a_trace_the_gateway_starts_is_the_one_logged_and_forwarded(
     upstream_log: RequestLog,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Held for docs/operations.md, "Tracing"."""
     caplog.set_level(logging.INFO, logger="gateway.access")
     exporter = InMemorySpanExporter()
     client, tracer = await traced_gateway(aiohttp_client, base_url(upstream), exporter)
@@ -177,6 +179,7 @@ async def test_a_trace_the_gateway_starts_is_the_one_logged_and_forwarded(
 async def test_an_unsampled_trace_records_no_span_and_says_so_upstream(
     aiohttp_client: AiohttpClient, upstream: TestServer, upstream_log: RequestLog
 ) -> None:
+    """Held for docs/operations.md, "Tracing"."""
     exporter = InMemorySpanExporter()
     client, tracer = await traced_gateway(
         aiohttp_client, base_url(upstream), exporter, sample_ratio=0.0
@@ -270,6 +273,7 @@ class _Stopping(InMemorySpanExporter):
 async def test_the_spans_left_are_exported_when_the_app_stops(
     aiohttp_client: AiohttpClient, upstream: TestServer
 ) -> None:
+    """Held for docs/operations.md, "Tracing"."""
     exporter = _Stopping()
     client, _ = await traced_gateway(aiohttp_client, base_url(upstream), exporter)
     assert (await client.get("/users", headers=AUTH)).status == 200

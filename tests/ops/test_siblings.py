@@ -1,5 +1,5 @@
 """The workers of one instance telling each other an admin action (gateway.ops.siblings),
-over real Unix sockets; README, "Workers"."""
+over real Unix sockets; docs/operations.md, "Workers"."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ async def test_the_report_is_degraded_while_a_worker_runs_another_configuration(
 async def test_a_sibling_that_does_not_answer_is_given_up_after_the_documented_3_s(
     tmp_path: Path,
 ) -> None:
-    """README, "Workers", and docs/deployment.md: a worker that does not confirm within
+    """docs/operations.md, "Workers", and docs/deployment.md: a worker that does not confirm within
     3 s makes the answer a 503. The default bound is 3 s; a sibling that takes the
     message and never answers is, once the bound passed, told but not confirmed."""
     assert Siblings(tmp_path, index=0, count=2).timeout_s == 3.0

@@ -87,6 +87,7 @@ async def python(code: str, *args: str, env: dict[str, str] | None = None) -> tu
 
 
 async def test_without_an_endpoint_serving_imports_no_opentelemetry_module() -> None:
+    """Held for docs/operations.md, "Tracing"."""
     code, out, err = await python(SERVE)
     assert code == 0, err
     report = json.loads(out)
@@ -108,6 +109,7 @@ async def test_with_an_endpoint_the_app_s_start_imports_opentelemetry() -> None:
 
 
 async def test_an_endpoint_without_opentelemetry_is_refused_naming_the_key_and_the_extra() -> None:
+    """Held for docs/operations.md, "Tracing"."""
     env = clean_env(GATEWAY_TRACING__OTLP_ENDPOINT="http://127.0.0.1:4318")
     for command in ("check-config", "serve --log-format text"):
         main = f"from gateway.cli import main; main({command.split()!r})"

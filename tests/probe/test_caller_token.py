@@ -1,5 +1,5 @@
 """The caller token of ``probe`` and ``compare``: from --token-file or
-RECORDS_GATEWAY_TOKEN, out of the process list (README, Subcommands), and what each
+RECORDS_GATEWAY_TOKEN, out of the process list (docs/install.md, "Subcommands"), and what each
 wrong source says."""
 
 from __future__ import annotations

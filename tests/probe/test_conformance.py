@@ -272,7 +272,10 @@ async def test_an_unreachable_upstream_fails_every_list_and_skips_the_details() 
 def test_a_bad_or_missing_id_hides_none_of_the_records_other_bad_values() -> None:
     """An id may not be null, so the probe cannot null it to look further: it puts a
     stand-in there, and the record's other bad values are still named, in the record
-    and in those it embeds."""
+    and in those it embeds.
+
+    Held for docs/probe.md, "What it does".
+    """
     expense = json.loads(EXAMPLES.read_bytes())["expense"]["body"]
     expense["id"] = "not-a-uuid"
     expense["amount"] = "abc"

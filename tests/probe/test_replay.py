@@ -128,6 +128,9 @@ def closed_port_url() -> str:
 async def test_an_identical_twin_is_identical_on_every_request_and_exits_0(
     aiohttp_server: AiohttpServer,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "An example": an identical twin: every request
+    identical, exit 0; each request twice to the primary....
+    """
     primary, candidate = await reference(aiohttp_server), await reference(aiohttp_server)
     comparison = await compare(base_url(primary), base_url(candidate))
     report = comparison.report()
@@ -197,6 +200,9 @@ async def drift_comparison(kind: str, *, primary_drift: tuple[str, ...] = ()) ->
 
 
 async def test_an_amount_scale_drift_is_a_value_difference_of_the_amounts_only() -> None:
+    """Held for docs/switching-upstreams.md, "An example": `amount-scale`: `data[].amount` and
+    `amount`, value.
+    """
     comparison = await drift_comparison("amount-scale")
     report = comparison.report()
 
@@ -222,6 +228,7 @@ async def test_an_amount_scale_drift_is_a_value_difference_of_the_amounts_only()
 
 
 async def test_an_order_drift_is_an_order_difference_of_every_list_and_nothing_else() -> None:
+    """Held for docs/switching-upstreams.md, "An example": `order`: `data` of every list, order."""
     comparison = await drift_comparison("order")
     report = comparison.report()
 
@@ -237,6 +244,9 @@ async def test_an_order_drift_is_an_order_difference_of_every_list_and_nothing_e
 
 
 async def test_an_enum_case_drift_is_a_value_difference_of_the_status_as_sent() -> None:
+    """Held for docs/switching-upstreams.md, "An example": `enum-case`: `data[].status` and
+    `status`, value, as sent.
+    """
     comparison = await drift_comparison("enum-case")
     report = comparison.report()
 
@@ -257,7 +267,11 @@ async def test_a_drop_bank_drift_is_a_missing_bank_and_bank_code_of_listed_accou
     """The drift leaves the bank object out of every account of /accounts, the only
     shape that has one. The gateway publishes bankCode derived from bank.code, so that
     goes missing too; the single and the embedded account carry bankCode themselves
-    and their published bank is null on both sides: no difference there."""
+    and their published bank is null on both sides: no difference there.
+
+    Held for docs/switching-upstreams.md, "An example": `drop-bank`: `data[].bank` and
+    `data[].bankCode` of `/accounts`, missing.
+    """
     comparison = await drift_comparison("drop-bank")
     report = comparison.report()
 
@@ -277,6 +291,9 @@ async def test_a_drop_bank_drift_is_a_missing_bank_and_bank_code_of_listed_accou
 
 
 async def test_noise_on_both_twins_is_reported_as_noise_not_differences_and_exits_0() -> None:
+    """Held for docs/switching-upstreams.md, "An example": `noise` on both: `paymentId` under
+    noise, exit 0.
+    """
     comparison = await drift_comparison("noise", primary_drift=("noise",))
     report = comparison.report()
 
@@ -299,6 +316,9 @@ async def test_noise_on_both_twins_is_reported_as_noise_not_differences_and_exit
 async def test_a_candidate_that_is_down_is_a_candidate_error_on_every_request(
     aiohttp_server: AiohttpServer,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "An example": a candidate that is down: candidate
+    errors, exit 1.
+    """
     primary = await reference(aiohttp_server)
     comparison = await compare(base_url(primary), closed_port_url())
     report = comparison.report()
@@ -383,6 +403,9 @@ async def test_a_candidate_that_refuses_what_the_primary_serves_differs_in_statu
 async def test_a_request_the_primary_fails_is_not_compared_but_counted_apart(
     aiohttp_server: AiohttpServer,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "An example": a request the primary fails is not
+    compared, counted apart, exit 1; a token the....
+    """
     upstream = await reference(aiohttp_server)
 
     def clients_down(path: str, status: int, body: bytes) -> tuple[int, bytes]:
@@ -416,6 +439,9 @@ async def test_a_request_the_primary_fails_is_not_compared_but_counted_apart(
 async def test_a_token_the_primary_refuses_is_a_primary_error_never_an_identical_report(
     aiohttp_server: AiohttpServer,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "An example": a request the primary fails is not
+    compared, counted apart, exit 1; a token the....
+    """
     primary, candidate = await reference(aiohttp_server), await reference(aiohttp_server)
     wrong = "not-the-s3cr3t"
     comparison = await compare(base_url(primary), base_url(candidate), token=wrong)
@@ -431,7 +457,11 @@ async def test_a_token_the_primary_refuses_is_a_primary_error_never_an_identical
 def test_noise_is_learned_from_every_request_before_any_is_judged() -> None:
     """The first request's candidate differs in paymentId; only the second request's two
     primary answers show that paymentId is noise. Judged in order without the evidence
-    of later requests, the first would be a difference."""
+    of later requests, the first would be a difference.
+
+    Held for docs/switching-upstreams.md, "An example": noise is learned from every request before
+    any is judged.
+    """
     query = parse_record_query(EXPENSE, EXPENSE_ID, (), max_limit=100)
 
     def answer(payment_id: str) -> Any:
@@ -704,6 +734,9 @@ async def test_command_with_a_requests_file_sends_those_requests(tmp_path: Path)
 async def test_command_with_a_bad_line_in_the_requests_file_exits_2_naming_it(
     tmp_path: Path,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "An example": a bad line of a requests file: exit 2
+    with its number.
+    """
     path = tmp_path / "requests.txt"
     path.write_text("/users\n# then\n/expenses?status=PAID&limit=5000\n")
     async with await start_demo_server(tokens=frozenset({SECRET})) as primary:

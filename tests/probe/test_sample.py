@@ -38,6 +38,9 @@ async def reference_sample(upstream: TestServer, max_limit: int = 100) -> Sample
 async def test_the_sample_covers_every_route_and_every_filter_with_the_primarys_values(
     upstream: TestServer,
 ) -> None:
+    """Held for docs/switching-upstreams.md, "An example": the sample covers every route and every
+    filter.
+    """
     sample = await reference_sample(upstream)
     queries = sample.queries
 

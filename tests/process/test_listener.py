@@ -1,6 +1,6 @@
 """The listening socket of a gateway process (``gateway.process.listener``): requests
 pipelined ahead of a malformed one are answered, in order, then the 400, then the
-connection closes, with the fast path and without it (README, "Errors").
+connection closes, with the fast path and without it (docs/errors.md, "`malformed-request`").
 
 Served here as the worker serves: ``make_runner`` over the app, then ``listen``; one
 test runs ``serve`` itself as a subprocess."""
@@ -233,7 +233,7 @@ async def test_a_refused_head_gets_the_same_problem_with_the_fast_path_or_withou
 ) -> None:
     """A request, then a head aiohttp's parser refuses, in one write: the answer, then
     the same 400 problem both ways (status line, fields, type, title, detail), then
-    the connection closes (README, "Errors")."""
+    the connection closes (docs/errors.md, "`malformed-request`")."""
     filter_parser_log(monkeypatch)
     head, detail = REFUSED_HEADS[refused_head]
     seen = {}
@@ -263,7 +263,7 @@ async def test_a_refused_head_after_a_read_with_a_body_is_the_edges_problem_both
     listening: Listening, monkeypatch: pytest.MonkeyPatch, fast_path: bool
 ) -> None:
     """A request with a body, answered, then a malformed head in a later read: the
-    edge's problem, with the fast path or without (README, "Errors")."""
+    edge's problem, with the fast path or without (docs/errors.md, "`malformed-request`")."""
     filter_parser_log(monkeypatch)
     port = await listening(fast_path)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -382,8 +382,8 @@ async def test_a_refused_head_in_the_read_of_a_body_is_the_edges_problem_both_wa
 ) -> None:
     """A request with a body (of a length, or chunked), a request,
     then a malformed head, the last two in the read where the body ends: both requests
-    answered in order, then the edge's 400 problem, and the connection closed (README,
-    "Errors")."""
+    answered in order, then the edge's 400 problem, and the connection closed
+    (docs/errors.md, "`malformed-request`")."""
     filter_parser_log(monkeypatch)
     port = await listening(fast_path)
     start, end = BODIES[body]

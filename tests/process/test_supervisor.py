@@ -295,6 +295,7 @@ async def test_two_workers_both_answer_and_metrics_sum_them(
 async def test_sighup_switches_every_worker_to_a_new_base_url(
     tmp_path: Path, fast_upstream: DemoServer, started: list[GatewayProcess]
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": every worker switches on SIGHUP."""
     async with await start_demo_server(seed=7) as other:
         gateway = await two_workers(tmp_path, fast_upstream, started)
         workers = {line["pid"] for line in gateway.lines if line.get("event") == "start"}
@@ -384,7 +385,7 @@ async def test_the_served_gateway_takes_header_lines_up_to_32_kib(
     tmp_path: Path, started: list[GatewayProcess]
 ) -> None:
     """A large bearer token (a JWT with many claims) fits in one header line of up to
-    32 KiB (README); a longer line is a malformed-request problem."""
+    32 KiB (docs/calling.md, "Tokens and headers"); a longer line is a malformed-request problem."""
     seen: list[int] = []
 
     async def users(request: web.Request) -> web.Response:
@@ -499,7 +500,7 @@ def test_the_supervisor_names_the_multiprocess_folder_as_the_metrics_do() -> Non
 
 
 # Workers agree: an admin action taken by one worker is in force in all before the
-# answer says so (README, "Workers"; gateway.ops.siblings).
+# answer says so (docs/operations.md, "Workers"; gateway.ops.siblings).
 
 ADMIN_TOKEN = "admin-token-0123456789abcdef"
 ADMIN_AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -1,6 +1,6 @@
 """A worker's memory under its collector tuning (``gateway.process.worker``): what an
 upstream sends is released when the request that read it ends, however rarely the
-collector runs (README, "Memory")."""
+collector runs (docs/sizing.md, "What it means for sizing")."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ MIB = 1024 * 1024
 # upstream.max_body_bytes (10 MiB)
 ANSWERS = 30
 BODY = b"x" * (9 * MIB)
-# the bound README promises on what a worker keeps of failed answers: a few bodies
+# the bound docs/sizing.md promises on what a worker keeps of failed answers: a few bodies
 # in flight at most, never one per answer
 BOUND_MIB = 64
 AUTH = {"Authorization": "Bearer tok-memory"}

@@ -1,5 +1,5 @@
 """gateway.records.cache_status: each outcome's ``X-Cache`` and ``Cache-Status``, as
-README.md's "Response headers" table documents them."""
+docs/caching.md, "Response headers", documents them."""
 
 from __future__ import annotations
 

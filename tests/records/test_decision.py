@@ -1,5 +1,5 @@
 """gateway.records.decision: every combination of facts has exactly one outcome, the
-invariants of README.md's "Caching" section hold over the whole input space, and a
+invariants of docs/caching.md, "Freshness", hold over the whole input space, and a
 table of named cases states the documented behaviour."""
 
 from __future__ import annotations

@@ -451,6 +451,9 @@ async def test_a_purge_takes_one_route(cached: Client) -> None:
 async def test_a_corrupt_purge_generation_is_a_cache_fault_not_a_500(
     gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str, garbage: str
 ) -> None:
+    """Held for docs/deployment.md, "Faults, and what callers see": a generation key deleted,
+    evicted, or overwritten by hand.
+    """
     client = await gateway_factory(
         base_url(upstream), cache=redis_cache(redis_url, near_cache=False)
     )
@@ -642,8 +645,9 @@ async def test_a_request_whose_cache_read_failed_joins_the_fill_in_flight(
     assert len(slow.app[REQUEST_LOG]) == 1
 
 
-# A caller the upstream refuses is refused (README, "Caching"): a 401 or 403 for a
-# token drops that token's entry for the key, a 404 drops it as gone; stale answers are
+# A caller the upstream refuses is refused (docs/caching.md, "A token the upstream
+# refuses"): a 401 or 403 for a token drops that token's entry for the key, a 404 drops
+# it as gone; stale answers are
 # for outages only (5xx, timeouts, refused connections, an open circuit).
 
 

@@ -100,7 +100,10 @@ def test_amount_rejects_what_is_not_a_finite_number(value: str) -> None:
 @pytest.mark.parametrize("value", ["1e999", "1E40", ".1e-39", "1" * 41, "-0.00" + "1" * 39])
 def test_amount_too_long_once_written_out_is_refused_for_its_length(value: str) -> None:
     """A number the document's pattern takes, refused for what its description says:
-    more than 40 digits once written out (not for not being a number)."""
+    more than 40 digits once written out (not for not being a number).
+
+    Held for docs/openapi.md, "What a fuzzer finds".
+    """
     assert problems_of(EXPENSES, [("amount", value)]) == {
         "amount": "must have at most 40 digits once written out"
     }
@@ -223,7 +226,7 @@ def test_an_account_id_that_was_not_valid_utf8_is_refused() -> None:
 
 def test_the_query_memo_forgets_its_oldest_query_past_its_size() -> None:
     """The memo of validated queries keeps the last ``size`` (4,096 by default, the
-    README's figure) and forgets the oldest first, never all at once."""
+    docs/caching.md's figure) and forgets the oldest first, never all at once."""
     assert QueryMemo().size == 4096
     memo = QueryMemo(size=3)
     queries = [f"limit={n}" for n in range(1, 6)]

@@ -103,6 +103,7 @@ def circuit_metrics(text: str) -> dict[str, float]:
 async def test_a_hanging_upstream_opens_the_circuit_and_stale_entries_come_back_without_calling_it(
     faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory, clock: FakeClock
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": hangs."""
     upstream, url = faulty
     client = await gateway_factory(
         url,
@@ -151,6 +152,7 @@ async def test_a_hanging_upstream_opens_the_circuit_and_stale_entries_come_back_
 async def test_requests_waiting_with_a_stale_answer_get_it_as_soon_as_the_circuit_opens(
     faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory, clock: FakeClock
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": hangs."""
     upstream, url = faulty
     client = await gateway_factory(
         url,
@@ -177,6 +179,7 @@ async def test_requests_waiting_with_a_stale_answer_get_it_as_soon_as_the_circui
 async def test_while_the_upstream_hangs_it_sees_at_most_one_request_per_reset_interval(
     faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory, clock: FakeClock
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": hangs."""
     upstream, url = faulty
     ticks = FakeClock()  # the breaker's time, moved by hand
     client = await gateway_factory(
@@ -213,6 +216,7 @@ async def test_a_failing_upstream_is_left_alone_then_tried_once_and_closed_again
     gateway_factory: GatewayFactory,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": answers 5xx."""
     upstream, url = faulty
     ticks = FakeClock()
     client = await gateway_factory(url, None, ticks, cache={"backend": "none"})
@@ -251,6 +255,7 @@ async def test_a_failing_upstream_is_left_alone_then_tried_once_and_closed_again
 async def test_answers_about_one_request_never_open_the_circuit(
     faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": answers 401, 403, 404 or 429."""
     upstream, url = faulty
     client = await gateway_factory(url, cache={"backend": "none"}, upstream={"breaker_failures": 2})
     for _ in range(10):
@@ -288,6 +293,7 @@ async def test_failures_far_apart_are_not_a_streak(
 async def test_readiness_reports_the_open_circuit_without_calling_the_upstream(
     faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": answers 5xx."""
     upstream, url = faulty
     client = await gateway_factory(
         url,
@@ -309,6 +315,7 @@ async def test_readiness_reports_the_open_circuit_without_calling_the_upstream(
 async def test_the_readiness_check_is_the_trial_that_closes_the_circuit_on_probation(
     faulty: tuple[FaultyUpstream, str], gateway_factory: GatewayFactory
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": comes back."""
     upstream, url = faulty
     ticks = FakeClock()
     client = await gateway_factory(
@@ -343,6 +350,7 @@ async def test_the_readiness_check_is_the_trial_that_closes_the_circuit_on_proba
 async def test_an_upstream_that_refuses_connections_opens_the_circuit_and_stale_entries_come_back(
     aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory, clock: FakeClock
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": refuses connections."""
     upstream = FaultyUpstream()
     server = await aiohttp_server(upstream.app())
     client = await gateway_factory(

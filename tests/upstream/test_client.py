@@ -173,8 +173,9 @@ async def test_rate_limit_keeps_retry_after(
 async def test_a_rate_limit_passes_on_only_a_valid_bounded_retry_after(
     aiohttp_server: AiohttpServer, gateway_factory: GatewayFactory, sent: str, passed_on: str | None
 ) -> None:
-    """README, Errors: the upstream's Retry-After on a 429 is passed on as delay-seconds
-    of at most a day or as an HTTP-date written by the gateway; anything else is dropped."""
+    """docs/errors.md, "`rate-limited`": the upstream's Retry-After on a 429 is passed on
+    as delay-seconds of at most a day or as an HTTP-date written by the gateway; anything
+    else is dropped."""
     raw = sent.encode("utf-8")
 
     async def rate_limited(request: web.Request) -> web.StreamResponse:
@@ -358,6 +359,7 @@ def forwarded(record: RequestRecord) -> tuple[str, str, str]:
 async def test_the_upstream_gets_the_caller_s_trace_with_a_parent_id_of_the_gateway_s(
     gateway_factory: GatewayFactory, upstream: TestServer, upstream_log: RequestLog
 ) -> None:
+    """Held for docs/operations.md, "Tracing"."""
     client = await gateway_factory(base_url(upstream))
     parents = set()
     for page, flags in enumerate(("01", "00", "01"), start=1):
@@ -397,6 +399,7 @@ async def test_a_request_without_one_valid_traceparent_starts_a_trace_of_its_own
     upstream_log: RequestLog,
     traceparents: list[str],
 ) -> None:
+    """Held for docs/operations.md, "Tracing"."""
     client = await gateway_factory(base_url(upstream))
     traces = set()
     for page in (1, 2):
@@ -462,6 +465,7 @@ async def test_a_background_refresh_is_part_of_the_trace_of_the_request_that_sta
     upstream_log: RequestLog,
     clock: FakeClock,
 ) -> None:
+    """Held for docs/operations.md, "Tracing"."""
     client = await gateway_factory(base_url(upstream), clock=clock)
     assert (await client.get("/users", headers=AUTH)).status == 200
     clock.advance(301)  # past the TTL, within stale_while_revalidate_s

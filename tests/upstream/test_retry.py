@@ -125,6 +125,9 @@ async def retries(client: Client) -> float:
 async def test_a_request_on_a_pooled_connection_the_upstream_closed_is_retried_on_a_new_one(
     raw_upstream: RawUpstream, gateway_factory: GatewayFactory
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": closes kept-alive connections (idle
+    timeout, restart).
+    """
     client = await gateway_factory(raw_upstream.url, cache={"backend": "none"})
     for _ in range(10):
         response = await client.get("/users", headers=AUTH)
@@ -139,6 +142,9 @@ async def test_a_request_on_a_pooled_connection_the_upstream_closed_is_retried_o
 async def test_an_upstream_that_closes_every_kept_alive_connection_costs_no_caller_a_502(
     raw_upstream: RawUpstream, gateway_factory: GatewayFactory
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": closes kept-alive connections (idle
+    timeout, restart).
+    """
     raw_upstream.mode = "close-after-answer"
     client = await gateway_factory(raw_upstream.url, cache={"backend": "none"})
     for _ in range(10):
@@ -164,6 +170,9 @@ async def test_a_pooled_connection_reset_before_the_answer_is_retried_on_a_new_o
 async def test_a_new_connection_closed_before_the_answer_is_not_retried(
     raw_upstream: RawUpstream, gateway_factory: GatewayFactory
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": drops new connections before
+    answering.
+    """
     raw_upstream.mode = "drop-all"
     client = await gateway_factory(raw_upstream.url, cache={"backend": "none"})
     for sent in range(1, 4):

@@ -130,6 +130,9 @@ async def test_an_unknown_ca_is_a_502_that_says_the_certificate_was_not_trusted(
 ) -> None:
     # the system's trust store (no ca_file), then a ca_file of another CA: it replaces
     # the system's store rather than adding to it
+    """Held for docs/deployment.md, "When the upstream fails": presents a certificate the gateway
+    does not trust.
+    """
     for upstream in ({}, {"ca_file": str(pki.other_ca)}):
         client = await start(aiohttp_client, https_upstream.url, **upstream)
         status, body = await users(client)
@@ -164,6 +167,9 @@ async def test_ca_file_replaces_the_system_trust_store_rather_than_adding_to_it(
 async def test_an_upstream_that_requires_a_client_certificate_gets_one(
     aiohttp_client: AiohttpClient, mtls_upstream: DemoServer, pki: Pki
 ) -> None:
+    """Held for docs/deployment.md, "When the upstream fails": asks for a client certificate the
+    gateway does not send.
+    """
     with_cert = await start(
         aiohttp_client,
         mtls_upstream.url,
@@ -334,6 +340,9 @@ async def test_demo_upstream_serves_https_and_asks_for_client_certificates(pki: 
 async def test_tls_keys_go_with_a_new_base_url(
     aiohttp_client: AiohttpClient, https_upstream: DemoServer, pki: Pki, tmp_path: Path
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": the TLS keys go with the URL; a file that
+    does not load refuses the reload.
+    """
     async with await start_demo_server() as plain:
         config = tmp_path / "gateway.toml"
         tail = f'[cache]\nbackend = "none"\n[admin]\ntoken = "{ADMIN}"\n'
@@ -367,6 +376,9 @@ async def test_tls_keys_go_with_a_new_base_url(
 async def test_a_new_base_url_whose_ca_file_does_not_load_is_refused(
     aiohttp_client: AiohttpClient, https_upstream: DemoServer, pki: Pki, tmp_path: Path
 ) -> None:
+    """Held for docs/switching-upstreams.md, "4. Switch": the TLS keys go with the URL; a file that
+    does not load refuses the reload.
+    """
     async with await start_demo_server() as plain:
         config = tmp_path / "gateway.toml"
         tail = f'[cache]\nbackend = "none"\n[admin]\ntoken = "{ADMIN}"\n'
@@ -389,6 +401,9 @@ async def test_a_new_base_url_whose_ca_file_does_not_load_is_refused(
 async def test_a_reload_reads_the_shadow_candidates_ca_file_again(
     aiohttp_client: AiohttpClient, https_upstream: DemoServer, pki: Pki, tmp_path: Path
 ) -> None:
+    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a reload
+    reads the candidate's TLS files again.
+    """
     ca_file = tmp_path / "candidate-ca.pem"
     ca_file.write_bytes(pki.ca.read_bytes())
     admin = {"Authorization": f"Bearer {ADMIN}"}

@@ -1,0 +1,81 @@
+"""MkDocs hooks (mkdocs.yml): the pages and files of the site written at build time, so
+that none of them is a copy that can drift.
+
+- ``configuration.md``: the configuration reference, from the settings model
+  (:func:`gateway.config.reference.reference_markdown`);
+- ``openapi.json``: the document the gateway publishes, admin routes included, and
+  ``swagger-ui/``: the files of ``GET /docs``, which ``api.md`` renders it with;
+- ``bench/README.md`` and ``deploy/README.md``: those folders' own pages, as they are;
+- on ``alerts.md``, the table of the alerting rules of ``deploy/prometheus/alerts.yml``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+
+import gateway.cache.registry  # noqa: F401  (the backends the settings name)
+from gateway.config.reference import reference_markdown
+from gateway.config.settings import Settings
+from gateway.http.api_docs import asset
+from gateway.http.openapi import openapi_bytes
+
+ROOT = Path(__file__).resolve().parent
+SWAGGER_UI_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "init.js")
+# a link of those pages to a page of docs/, as the site has it
+_DOCS_LINK = "](../docs/"
+
+
+def _outside_page(path: str) -> str:
+    """A README outside docs/, its links into docs/ made the site's."""
+    return (ROOT / path).read_text(encoding="utf-8").replace(_DOCS_LINK, "](../")
+
+
+def on_files(files: Files, config: Any) -> Files:
+    documented = Settings.model_validate({"admin": {"token": "x" * 16}})
+    generated = {
+        "configuration.md": reference_markdown(),
+        "openapi.json": openapi_bytes(documented),
+        "bench/README.md": _outside_page("bench/README.md"),
+        "deploy/README.md": _outside_page("deploy/README.md"),
+        **{f"swagger-ui/{name}": asset(name) for name in SWAGGER_UI_FILES},
+    }
+    for uri, content in generated.items():
+        files.append(File.generated(config, uri, content=content))
+    return files
+
+
+ALERTS_MARK = "<!-- alerts -->"
+# a template of an alert's summary ("{{ $labels.route }}"), shown as the word it stands for
+_PLACEHOLDER = re.compile(r"\{\{\s*\$(?:labels\.)?(\w+)[^}]*\}\}")
+
+
+def _placeholder(match: re.Match[str]) -> str:
+    return f"*{match[1]}*"
+
+
+def alerts_table(rules_file: Path) -> str:
+    """The alerting rules as a table: name, severity, how long, summary, runbook."""
+    rows = ["| alert | severity | for | what | runbook |", "|---|---|---|---|---|"]
+    for group in yaml.safe_load(rules_file.read_text(encoding="utf-8"))["groups"]:
+        for rule in group["rules"]:
+            name = rule["alert"]
+            summary = " ".join(rule["annotations"]["summary"].split())
+            summary = _PLACEHOLDER.sub(_placeholder, summary)
+            rows.append(
+                f"| `{name}` | {rule['labels']['severity']} | {rule.get('for', '-')} |"
+                f" {summary} | [runbook](deploy/README.md#{name.lower()}) |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+def on_page_markdown(markdown: str, page: Page, config: Any, files: Files) -> str:
+    if ALERTS_MARK in markdown:
+        table = alerts_table(ROOT / "deploy" / "prometheus" / "alerts.yml")
+        markdown = markdown.replace(ALERTS_MARK, table)
+    return markdown
