@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import yaml
+from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
@@ -36,9 +36,9 @@ def _outside_page(path: str) -> str:
     return (ROOT / path).read_text(encoding="utf-8").replace(_DOCS_LINK, "](../")
 
 
-def on_files(files: Files, config: Any) -> Files:
+def on_files(files: Files, config: MkDocsConfig) -> Files:
     documented = Settings.model_validate({"admin": {"token": "x" * 16}})
-    generated = {
+    generated: dict[str, str | bytes] = {
         "configuration.md": reference_markdown(),
         "openapi.json": openapi_bytes(documented),
         "bench/README.md": _outside_page("bench/README.md"),
@@ -74,7 +74,7 @@ def alerts_table(rules_file: Path) -> str:
     return "\n".join(rows) + "\n"
 
 
-def on_page_markdown(markdown: str, page: Page, config: Any, files: Files) -> str:
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     if ALERTS_MARK in markdown:
         table = alerts_table(ROOT / "deploy" / "prometheus" / "alerts.yml")
         markdown = markdown.replace(ALERTS_MARK, table)
