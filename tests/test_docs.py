@@ -89,3 +89,31 @@ def test_every_fault_of_the_tables_is_held_by_a_test(table: str) -> None:
     for fault in faults:
         held = f'Held for docs/deployment.md, "{table}": {fault[:40]}'
         assert held in everything, f"no test holds {fault!r}"
+
+
+def test_every_log_event_the_troubleshooting_page_names_is_one_the_gateway_logs() -> None:
+    """docs/troubleshooting.md, "By log event": each `event` it names is logged."""
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    table = page.split("## By log event", 1)[1]
+    named = re.findall(
+        r"`([a-z_]+)`",
+        "\n".join(row.split("|")[1] for row in table.splitlines() if row.startswith("| `")),
+    )
+    source = " ".join(path.read_text(encoding="utf-8") for path in (ROOT / "gateway").rglob("*.py"))
+    logged = set(re.findall(r'"event": "([a-z_]+)"|event="([a-z_]+)"', source))
+    events = {name for pair in logged for name in pair if name}
+    # a breaker logs "<its name>_circuit" (gateway.ops.circuit): "cache" and "upstream"
+    breakers = re.findall(r'name(?:: str)? ?= ?"([a-z]+)"', source)
+    events |= {f"{name}_circuit" for name in breakers}
+    events |= set(re.findall(r'"(start_failed|config_error)"', source))
+    named.remove("event")  # the table's heading
+    assert len(named) >= 20
+    for event in named:
+        assert event in events, f"docs/troubleshooting.md names {event!r}, which nothing logs"
+
+
+def test_every_problem_type_the_troubleshooting_page_names_has_its_section() -> None:
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    errors = _headings((DOCS / "errors.md").read_text(encoding="utf-8"))
+    for slug in re.findall(r"\]\(errors\.md#([a-z-]+)\)", page):
+        assert f"`{slug}`" in errors
