@@ -76,28 +76,35 @@ lock: | $(BIN)/python
 run: $(VENV)/.installed-run
 	$(BIN)/records-gateway serve --demo --host $(HOST) --port $(PORT)
 
+# $(call debian_tool,COMMAND,PACKAGE,WITHOUT): COMMAND on the PATH, or Debian's PACKAGE
+# installed when we are root and have apt-get; otherwise WITHOUT says what is missing
+# ("fail": the recipe fails, naming the package; "warn": one line on stderr, and on)
+define debian_tool
+	@if command -v $(1) >/dev/null 2>&1; then \
+		echo "$(1): $$(command -v $(1))"; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's $(2)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2) >/dev/null; \
+	elif [ "$(3)" = "warn" ]; then \
+		echo "$(1) is missing and cannot be installed here (not root): the tests that need it are skipped, saying so" >&2; \
+	else \
+		echo "$(1) is missing: install it (e.g. apt-get install $(2)) and retry" >&2; exit 1; \
+	fi
+endef
+
 ## redis-server: make sure a redis-server binary exists (Debian's package, as root)
 redis-server:
-	@if command -v redis-server >/dev/null 2>&1; then \
-		echo "redis-server: $$(command -v redis-server)"; \
-	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing Debian's redis-server"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
-	else \
-		echo "redis-server is missing: install it (e.g. apt-get install redis-server) and retry" >&2; exit 1; \
-	fi
+	$(call debian_tool,redis-server,redis-server,fail)
 
 ## wrk: make sure wrk exists (the matrix's second load client is tested with it); as root,
 ## Debian's package
 wrk:
-	@if command -v wrk >/dev/null 2>&1; then \
-		echo "wrk: $$(command -v wrk)"; \
-	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing Debian's wrk"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends wrk >/dev/null; \
-	else \
-		echo "wrk is missing: install it (e.g. apt-get install wrk) and retry" >&2; exit 1; \
-	fi
+	$(call debian_tool,wrk,wrk,fail)
+
+## chromium: make sure a headless Chromium exists for the browser tests (tests/browser):
+## Debian's package, as root; without one, and without root, those tests are skipped
+chromium:
+	$(call debian_tool,chromium,chromium,warn)
 
 ## promtool: make sure promtool exists. As root, Debian's prometheus package gives it: only
 ## promtool is taken out of the package (installing the package would start a Prometheus
@@ -170,18 +177,6 @@ docs: $(VENV)/.installed-docs
 ## docs-serve: the site on http://127.0.0.1:8000, built again on every change
 docs-serve: $(VENV)/.installed-docs
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:8000
-
-## chromium: make sure a headless Chromium exists for the browser tests (Debian's package,
-## as root); without one, and without root, they are skipped saying so
-chromium:
-	@if command -v chromium >/dev/null 2>&1; then \
-		echo "chromium: $$(command -v chromium)"; \
-	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing Debian's chromium"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
-	else \
-		echo "chromium is missing and cannot be installed here (not root): the browser tests will be skipped" >&2; \
-	fi
 
 ## test: lint, the alerting rules and the documentation site, then the whole suite against
 ## real sockets, a real redis-server, promtool and a headless Chromium

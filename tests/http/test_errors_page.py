@@ -10,7 +10,6 @@ import itertools
 import json
 import re
 import shlex
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, unused_port
 from yarl import URL
 
-from gateway.fastpath.server import make_runner
-from gateway.http.app import create_app
-from gateway.process.listener import listen
-from gateway.process.worker import MAX_HEADER_BYTES
-
-from ..conftest import AUTH, GatewayFactory, base_url, make_settings
+from ..conftest import AUTH, GatewayFactory, base_url
+from ..process.test_listener import Listening, listening  # noqa: F401  (the fixture)
 from .test_wire import filter_parser_log
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
@@ -241,29 +236,16 @@ async def _raw(port: int, request: bytes) -> tuple[bytes, dict[str, Any]]:
     return head.split(b"\r\n")[0], json.loads(body)
 
 
-@pytest.fixture
-async def listening_port(upstream: TestServer, fast_path: bool) -> AsyncIterator[int]:
-    """A gateway in front of the reference upstream served as a worker serves it (with
-    the fast path, or aiohttp's parser behind the listener's cuts), its port."""
-    settings = make_settings(base_url(upstream), server={"fast_path": fast_path})
-    runner = make_runner(
-        create_app(settings),
-        access_log=None,
-        max_field_size=MAX_HEADER_BYTES,
-        max_line_size=MAX_HEADER_BYTES,
-    )
-    await runner.setup()
-    server = await listen(runner, "127.0.0.1", 0)
-    yield server.sockets[0].getsockname()[1]
-    server.close()
-    await runner.cleanup()
-
-
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast", "plain"])
 async def test_the_parser_s_refusals_are_answered_as_shown(
-    listening_port: int, monkeypatch: pytest.MonkeyPatch
+    listening: Listening,  # noqa: F811  (the fixture of tests/process/test_listener.py)
+    monkeypatch: pytest.MonkeyPatch,
+    fast_path: bool,
 ) -> None:
-    """Both ways: the fast path's and plain aiohttp's (the fixture's parameter)."""
+    """Both ways, served as a worker serves it: the fast path's, and aiohttp's parser
+    behind the listener's cuts."""
     filter_parser_log(monkeypatch)
+    listening_port = await listening(fast_path)
     head = b"GET /users HTTP/1.1\r\nHost: x\r\nBad\x01: y\r\n\r\n"
     line, malformed = await _raw(listening_port, head)
     assert line == b"HTTP/1.0 400 Bad Request"
