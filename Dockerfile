@@ -3,7 +3,7 @@
 # The build stage makes the project's wheel and installs it into a virtual environment;
 # the runtime stage copies only that environment onto the same base image (the venv's
 # interpreter is the base image's, so both stages must match). Every Python package comes
-# from the lock files in requirements/ with pip's --require-hashes (README, "Upgrading
+# from the lock files in requirements/ with pip's --require-hashes (docs/install.md, "Upgrading
 # dependencies"): the image has the versions `make run` installs, whenever it is built.
 #
 #   docker build -t records-gateway .

@@ -16,7 +16,7 @@ $(BIN)/python:
 # test.txt (those and the test extra); each pins what the one before it does at the same
 # versions. The project itself then goes in editable, with no dependency of its own, built
 # with the locked setuptools and Cython rather than whatever pip would fetch.
-# `make lock` writes the files again (README, "Upgrading dependencies").
+# `make lock` writes the files again (docs/install.md, "Upgrading dependencies").
 INSTALL_LOCKED = $(BIN)/python -m pip install --quiet --require-hashes
 INSTALL_PROJECT = $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 
@@ -155,7 +155,8 @@ swagger-ui: $(VENV)/.installed-run
 	tmp="$$(mktemp -d)" && (cd "$$tmp" && npm pack --silent "swagger-ui-dist@$$version" >/dev/null && tar xzf swagger-ui-dist-*.tgz) && \
 	cp "$$tmp"/package/swagger-ui-bundle.js "$$tmp"/package/swagger-ui.css "$$tmp"/package/LICENSE \
 		"$$tmp"/package/NOTICE "$$tmp"/package/swagger-ui-bundle.js.LICENSE.txt gateway/http/swagger_ui/; \
-	status=$$?; rm -rf "$$tmp"; exit $$status
+	status=$$?; rm -rf "$$tmp"; [ $$status = 0 ] || exit $$status; \
+	$(BIN)/python -c 'from gateway.http.api_docs import PINNED, pinned_asset; [pinned_asset(name) for name in PINNED]; print("swagger-ui: the pinned files")'
 
 ## lint-openapi: the served document (with its admin routes) through redocly's recommended
 ## rules (0 errors, 0 warnings) and spectral's spectral:oas (0 warnings). Needs npm and the

@@ -12,6 +12,8 @@ that none of them is a copy that can drift.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -19,11 +21,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
-import gateway.cache.registry  # noqa: F401  (the backends the settings name)
-from gateway.config.reference import reference_markdown
-from gateway.config.settings import Settings
 from gateway.http.api_docs import asset
-from gateway.http.openapi import openapi_bytes
 
 ROOT = Path(__file__).resolve().parent
 SWAGGER_UI_FILES = ("swagger-ui-bundle.js", "swagger-ui.css", "init.js")
@@ -36,11 +34,28 @@ def _outside_page(path: str) -> str:
     return (ROOT / path).read_text(encoding="utf-8").replace(_DOCS_LINK, "](../")
 
 
+# the document with its admin routes, as a gateway with an admin token serves it
+_OPENAPI = (
+    "import sys, gateway.cache.registry;"
+    " from gateway.config.settings import Settings;"
+    " from gateway.http.openapi import openapi_bytes;"
+    " sys.stdout.buffer.write(openapi_bytes(Settings.model_validate("
+    "{'admin': {'token': 'x' * 16}})))"
+)
+
+
+def _written(*args: str) -> bytes:
+    """What a fresh interpreter writes: the gateway's modules as they are on disk now,
+    not as ``make docs-serve`` imported them at its start."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, check=True, capture_output=True, timeout=120
+    ).stdout
+
+
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    documented = Settings.model_validate({"admin": {"token": "x" * 16}})
     generated: dict[str, str | bytes] = {
-        "configuration.md": reference_markdown(),
-        "openapi.json": openapi_bytes(documented),
+        "configuration.md": _written("-m", "gateway.config.reference", "markdown"),
+        "openapi.json": _written("-c", _OPENAPI),
         "bench/README.md": _outside_page("bench/README.md"),
         "deploy/README.md": _outside_page("deploy/README.md"),
         **{f"swagger-ui/{name}": asset(name) for name in SWAGGER_UI_FILES},

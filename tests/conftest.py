@@ -280,7 +280,7 @@ def _no_token_in_any_log_line() -> Iterator[None]:
     """Record every log line of the run, formatted as the gateway writes them, and
     check at the end that no token ever reached one.
 
-    Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": no token in
+    Held for docs/switching-upstreams.md, "What shadow traffic promises": no token in
     the report, the metrics or the logs.
     """
     recorder = _Recorder()

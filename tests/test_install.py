@@ -88,12 +88,15 @@ def requirements(*extras: str) -> list[Requirement]:
 
 
 # each lock and what it must hold: the build requirements (and the pip that installs
-# with them), the dependencies, those with the otel extra, and with the test extra too
+# with them), the dependencies, those with the otel extra, those with the docs extra
+# (the site's), and those with the otel, docs and test extras, in the order `make lock`
+# writes them
 LOCKS = {
     "build.txt": [Requirement(item) for item in [*PYPROJECT["build-system"]["requires"], "pip"]],
     "run.txt": requirements(),
     "otel.txt": requirements("otel"),
-    "test.txt": requirements("otel", "test"),
+    "docs.txt": requirements("docs"),
+    "test.txt": requirements("otel", "docs", "test"),
 }
 
 
@@ -119,7 +122,15 @@ def test_every_requirement_of_pyproject_is_pinned_with_hashes_in_its_lock(
             assert len(installed) == int(asked), (lock, name, environment, installed)
 
 
-@pytest.mark.parametrize(("lower", "upper"), [("run.txt", "otel.txt"), ("otel.txt", "test.txt")])
+@pytest.mark.parametrize(
+    ("lower", "upper"),
+    [
+        ("run.txt", "otel.txt"),
+        ("run.txt", "docs.txt"),
+        ("otel.txt", "test.txt"),
+        ("docs.txt", "test.txt"),
+    ],
+)
 def test_a_lock_pins_what_the_one_below_it_does_at_the_same_versions(
     lower: str, upper: str
 ) -> None:
@@ -147,7 +158,8 @@ def make(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize(
-    ("stamp", "lock"), [(".installed-run", "run"), (".installed-test", "test")]
+    ("stamp", "lock"),
+    [(".installed-run", "run"), (".installed-docs", "docs"), (".installed-test", "test")],
 )
 def test_make_installs_from_the_locks_with_hashes_and_the_project_alone(
     tmp_path: Path, stamp: str, lock: str
@@ -175,6 +187,8 @@ def test_make_installs_from_the_locks_with_hashes_and_the_project_alone(
         (".installed-test", "requirements/run.txt", True),
         (".installed-test", "requirements/build.txt", True),
         (".installed-test", "pyproject.toml", True),
+        (".installed-docs", "requirements/docs.txt", True),
+        (".installed-docs", "requirements/test.txt", False),
     ],
 )
 def test_a_changed_lock_installs_again(
@@ -205,7 +219,10 @@ def test_make_lock_resolves_for_every_supported_python_and_platform(tmp_path: Pa
     for line in compiles:
         assert f"--universal --python-version {oldest.version} --generate-hashes" in line
     assert "-c requirements/run.txt -o requirements/otel.txt" in compiles[2]
-    assert "-c requirements/otel.txt -o requirements/test.txt" in compiles[3]
+    assert "--extra docs -c requirements/otel.txt -o requirements/docs.txt" in compiles[3]
+    assert (
+        "-c requirements/otel.txt -c requirements/docs.txt -o requirements/test.txt" in compiles[4]
+    )
 
 
 DOCKERFILE = ROOT / "Dockerfile"

@@ -51,3 +51,16 @@ async def test_the_first_screen_curl_answers_what_it_shows(gateway: Gateway) -> 
     response = await gateway.get(url.path_qs, headers={name: value})
     assert response.status == 200
     assert await response.read() == shown.encode()
+
+
+def test_the_readme_is_a_short_page() -> None:
+    """At most 200 lines: the reference is the documentation site's."""
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 200
+
+
+def test_the_site_s_index_shows_the_same_curl_and_answer() -> None:
+    """docs/index.md, "Try it": the same command and bytes as the README's, which the test
+    above asks of the gateway."""
+    _, _, curl = _first_screen()
+    index = (README.parent / "docs" / "index.md").read_text(encoding="utf-8")
+    assert f"```console\n{curl}```" in index

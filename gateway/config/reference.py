@@ -141,8 +141,8 @@ _BOUNDS: tuple[tuple[type[Any], str, str], ...] = (
     (annotated_types.Gt, "gt", "above {}"),
     (annotated_types.Le, "le", "at most {}"),
     (annotated_types.Lt, "lt", "below {}"),
-    (annotated_types.MinLen, "min_length", "{} characters at least"),
-    (annotated_types.MaxLen, "max_length", "{} characters at most"),
+    (annotated_types.MinLen, "min_length", "at least {} character(s)"),
+    (annotated_types.MaxLen, "max_length", "at most {} characters"),
 )
 
 
@@ -202,7 +202,7 @@ def _key_markdown(key: Key) -> list[str]:
         f"**Default** {_default_text(key)}",
         *([f"**Bounds** {', '.join(key.bounds)}"] if key.bounds else []),
         "**Applied by** " + ("a reload" if key.live else "a restart"),
-        f"**Environment** `{key.env}`",
+        f"**Environment** `{key.env}`" + (" (as JSON)" if key.type.startswith("list") else ""),
     ]
     return [f"### `{key.dotted}`", "", " · ".join(facts), "", key.description, ""]
 

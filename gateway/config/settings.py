@@ -65,11 +65,11 @@ class ServerSettings(_Section):
     """Seconds an idle kept-alive client connection stays open (aiohttp's own default is
     about an hour); what the gateway remembers of the connection goes with it."""
     fast_path: bool = True
-    """Answer fresh hits on plain kept-alive GETs straight from the connection's bytes,
-    and requests aiohttp's HTTP parser rejects as problem responses. `false`: plain
-    aiohttp (rejected requests then get aiohttp's plain-text answer). If an aiohttp
-    internal the fast path needs is missing, the gateway logs one warning naming it and
-    serves as plain aiohttp."""
+    """Answer fresh hits on plain kept-alive GETs straight from the connection's bytes.
+    `false`: the gateway uses aiohttp's public API only (hits are still answered ahead
+    of the router, and requests aiohttp's parser rejects still get problem responses).
+    If an aiohttp internal the fast path needs is missing, the gateway logs one warning
+    naming it and serves as with `false`."""
     docs: bool = True
     """Serve the API's documentation for a person at `GET /docs`: the published OpenAPI
     document rendered by Swagger UI, whose files ship in the package (nothing is fetched

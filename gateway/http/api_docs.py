@@ -77,9 +77,15 @@ class DocsFile:
             "Cache-Control": "no-cache",
             "ETag": self.etag,
         }
-        if self.etag in request.headers.get("If-None-Match", ""):
+        if self.named_in(request.headers.getall("If-None-Match", [])):
             return web.Response(status=304, headers=headers)
         return web.Response(body=self.body, headers=headers)
+
+    def named_in(self, fields: list[str]) -> bool:
+        """Whether an ``If-None-Match`` of these ``fields`` names this file's tag (``*``,
+        or the tag, weak or strong: RFC 9110 compares them weakly there)."""
+        tags = (tag.strip() for field in fields for tag in field.split(","))
+        return any(tag == "*" or tag.removeprefix("W/") == self.etag for tag in tags)
 
 
 def docs_files() -> list[DocsFile]:

@@ -1,7 +1,7 @@
 """What a record reply carries besides its body: its headers, and the 304 of a request
 whose ``If-None-Match`` names its ETag.
 
-Every record reply has the same headers (:func:`reply_headers`, the README's header
+Every record reply has the same headers (:func:`reply_headers`, docs/caching.md's header
 table), made from the pipeline's :class:`~gateway.records.pipeline.Reply`; the fast
 path (``gateway.fastpath``) writes the same headers as bytes. A reply is one
 representation of its answer (gzip or identity, ``gateway.http.negotiation`` says

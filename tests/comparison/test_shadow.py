@@ -81,9 +81,9 @@ ROUTES = ["/users", "/clients", "/expenses?limit=20", "/accounts", "/accounts?ty
 async def test_an_identical_twin_gives_an_all_identical_report(
     start_gateway: Start, upstream: TestServer, twin: TestServer
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": an
-    identical twin gives an all-identical report; docs/switching-upstreams.md, "What holds the
-    promises of shadow traffic": no token in the report, the metrics or the logs.
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": an
+    identical twin gives an all-identical report; no token in the report, the metrics or
+    the logs.
     """
     client = await start_gateway(base_url(upstream), base_url(twin))
     for target in ROUTES:
@@ -110,7 +110,7 @@ async def test_an_identical_twin_gives_an_all_identical_report(
 async def test_hits_are_never_shadowed(
     start_gateway: Start, upstream: TestServer, twin: TestServer
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": hits are
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": hits are
     never shadowed.
     """
     client = await start_gateway(base_url(upstream), base_url(twin))
@@ -124,8 +124,9 @@ async def test_hits_are_never_shadowed(
 async def test_the_caller_is_answered_while_the_candidate_still_hangs(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": the
-    caller is answered, and its cache filled with the primary's answer, while the....
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": the
+    caller is answered, and its cache filled with the primary's answer, while the candidate
+    still hangs.
     """
     asked = asyncio.Event()
     release = asyncio.Event()
@@ -160,7 +161,7 @@ async def test_the_caller_is_answered_while_the_candidate_still_hangs(
 async def test_a_candidate_that_is_down_is_counted_as_candidate_errors(
     start_gateway: Start, upstream: TestServer, unused_tcp_port: int
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": a
     candidate that is down, or fails with a status, is counted as candidate errors by status.
     """
     client = await start_gateway(base_url(upstream), f"http://127.0.0.1:{unused_tcp_port}")
@@ -175,7 +176,7 @@ async def test_a_candidate_that_is_down_is_counted_as_candidate_errors(
 async def test_a_candidate_failing_with_a_status_is_counted_by_status(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": a
     candidate that is down, or fails with a status, is counted as candidate errors by status.
     """
 
@@ -194,7 +195,7 @@ async def test_a_candidate_failing_with_a_status_is_counted_by_status(
 async def test_a_404_of_both_is_identical_and_a_404_of_the_candidate_alone_differs(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": statuses
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": statuses
     are compared.
     """
 
@@ -220,7 +221,7 @@ async def test_a_404_of_both_is_identical_and_a_404_of_the_candidate_alone_diffe
 async def test_beyond_max_in_flight_requests_are_skipped(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": beyond
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": beyond
     `max_in_flight`, sampled requests are skipped.
     """
     release = asyncio.Event()
@@ -275,7 +276,7 @@ async def test_the_report_is_reset_by_delete_and_needs_the_admin_token(
 async def test_the_metrics_count_requests_by_outcome_and_fields_by_kind(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": the
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": the
     metrics count requests by outcome and fields by kind.
     """
 
@@ -355,7 +356,7 @@ async def test_a_reload_turns_the_shadow_on_points_it_elsewhere_and_turns_it_off
     twin: TestServer,
     tmp_path: Path,
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a reload
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": a reload
     turns the shadow on, points it elsewhere (a new report) and off.
     """
     other = await aiohttp_server(create_demo_app())
@@ -531,7 +532,7 @@ async def test_noise_is_known_by_field_and_kind_so_live_data_hides_no_regression
     and its extra record noise; a candidate that reorders the list and leaves a record
     out still differs.
 
-    Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": noise is
+    Held for docs/switching-upstreams.md, "What shadow traffic promises": noise is
     known by field and kind: live data hides no regression.
     """
     grown = {"users": 5}
@@ -575,7 +576,7 @@ async def test_noise_is_known_by_field_and_kind_so_live_data_hides_no_regression
 async def test_a_token_an_upstream_echoes_is_never_shown(
     start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a token
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": a token
     an upstream echoes is shown as `[redacted]`.
     """
 
@@ -615,7 +616,7 @@ async def test_a_stop_after_a_reload_closes_every_candidate_connection(
     the shadow off), and the gateway stops: every candidate session is closed (an
     unclosed one is a ResourceWarning, an error in this suite).
 
-    Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": every
+    Held for docs/switching-upstreams.md, "What shadow traffic promises": every
     candidate connection is closed at a stop, after a reload replaced the candidate too.
     """
     asked = asyncio.Event()
@@ -682,7 +683,7 @@ async def test_after_a_switch_of_upstream_the_shadow_compares_the_new_primary(
     twin: TestServer,
     tmp_path: Path,
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": after a
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": after a
     switch of upstream, the report starts again and compares the new primary.
     """
     new_primary = await aiohttp_server(create_demo_app())

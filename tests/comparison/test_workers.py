@@ -58,7 +58,7 @@ async def _reports(gateway: GatewayProcess, count: int) -> list[dict[str, Any]]:
 async def test_two_workers_give_one_report_and_one_reset(
     tmp_path: Path, started: list[GatewayProcess], twin: DemoServer
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": one
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": one
     report and one reset for every worker.
     """
     upstream = await start_demo_server()

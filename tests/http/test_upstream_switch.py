@@ -193,7 +193,8 @@ async def test_a_switch_under_load_fails_no_request_and_sends_the_new_ones_to_th
     backend: str,
 ) -> None:
     """Held for docs/switching-upstreams.md, "4. Switch": under load (memory, Redis): no failed
-    request; requests after the reload reach the new....
+    request; requests after the reload reach the new upstream only, those in flight finish
+    on the old one, whose pool closes after them; logged and counted.
     """
     gate = Gate()
     old = await gated_upstream(aiohttp_server, gate, seed=1)

@@ -129,7 +129,8 @@ async def test_an_identical_twin_is_identical_on_every_request_and_exits_0(
     aiohttp_server: AiohttpServer,
 ) -> None:
     """Held for docs/switching-upstreams.md, "An example": an identical twin: every request
-    identical, exit 0; each request twice to the primary....
+    identical, exit 0; each request twice to the primary and once to the candidate under
+    its own id; no token in the report.
     """
     primary, candidate = await reference(aiohttp_server), await reference(aiohttp_server)
     comparison = await compare(base_url(primary), base_url(candidate))
@@ -404,7 +405,7 @@ async def test_a_request_the_primary_fails_is_not_compared_but_counted_apart(
     aiohttp_server: AiohttpServer,
 ) -> None:
     """Held for docs/switching-upstreams.md, "An example": a request the primary fails is not
-    compared, counted apart, exit 1; a token the....
+    compared, counted apart, exit 1; a token the primary refuses too.
     """
     upstream = await reference(aiohttp_server)
 
@@ -440,7 +441,7 @@ async def test_a_token_the_primary_refuses_is_a_primary_error_never_an_identical
     aiohttp_server: AiohttpServer,
 ) -> None:
     """Held for docs/switching-upstreams.md, "An example": a request the primary fails is not
-    compared, counted apart, exit 1; a token the....
+    compared, counted apart, exit 1; a token the primary refuses too.
     """
     primary, candidate = await reference(aiohttp_server), await reference(aiohttp_server)
     wrong = "not-the-s3cr3t"

@@ -401,7 +401,7 @@ async def test_a_new_base_url_whose_ca_file_does_not_load_is_refused(
 async def test_a_reload_reads_the_shadow_candidates_ca_file_again(
     aiohttp_client: AiohttpClient, https_upstream: DemoServer, pki: Pki, tmp_path: Path
 ) -> None:
-    """Held for docs/switching-upstreams.md, "What holds the promises of shadow traffic": a reload
+    """Held for docs/switching-upstreams.md, "What shadow traffic promises": a reload
     reads the candidate's TLS files again.
     """
     ca_file = tmp_path / "candidate-ca.pem"
