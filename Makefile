@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: config-example swagger-ui docs docs-serve chromium run test test-aiohttp-latest lint rules bench bench-records bench-consistency redis-server promtool wrk lock clean lint-openapi openapi-examples
+.PHONY: config-example swagger-ui console-screenshots docs docs-serve chromium run test test-aiohttp-latest lint rules bench bench-records bench-consistency redis-server promtool wrk lock clean lint-openapi openapi-examples
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -157,6 +157,11 @@ swagger-ui: $(VENV)/.installed-run
 		"$$tmp"/package/NOTICE "$$tmp"/package/swagger-ui-bundle.js.LICENSE.txt gateway/http/swagger_ui/; \
 	status=$$?; rm -rf "$$tmp"; [ $$status = 0 ] || exit $$status; \
 	$(BIN)/python -c 'from gateway.http.api_docs import PINNED, pinned_asset; [pinned_asset(name) for name in PINNED]; print("swagger-ui: the pinned files")'
+
+## console-screenshots: the admin console's views, as its browser test drives them,
+## written again into docs/images/ for docs/console.md
+console-screenshots: $(VENV)/.installed-test chromium
+	RECORDS_GATEWAY_SCREENSHOTS=$(CURDIR)/docs/images $(BIN)/pytest -q -p no:randomly tests/browser/test_console.py
 
 ## lint-openapi: the served document (with its admin routes) through redocly's recommended
 ## rules (0 errors, 0 warnings) and spectral's spectral:oas (0 warnings). Needs npm and the

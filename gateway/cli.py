@@ -30,6 +30,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import ssl
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
+# a request id, as the gateway makes and takes them (X-Request-ID)
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 # the largest shadow report shadow-report reads (a gateway's is far smaller)
 _REPORT_MAX_BYTES = 16 * 1024 * 1024
 
@@ -140,6 +143,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     _config_option(shadow)
     shadow.add_argument("--json", action="store_true", help="print the report as JSON")
+    shadow.add_argument(
+        "--answers",
+        metavar="REQUEST_ID",
+        help="print the primary's and the candidate's whole answers of one of the report's"
+        " examples (GET /admin/shadow/answers/REQUEST_ID) instead",
+    )
 
     ttl = commands.add_parser(
         "ttl-advice",
@@ -360,6 +369,13 @@ def _shadow_report(args: argparse.Namespace) -> int:
     from gateway.comparison import terminal
 
     settings = load_settings(args.config)
+    if args.answers is not None:
+        if not _REQUEST_ID.fullmatch(args.answers):
+            _fail("--answers: a request id is 1 to 128 of A-Z a-z 0-9 . _ -", EXIT_CONFIG)
+        path = "/admin/shadow/answers/" + args.answers
+        answers = asyncio.run(_admin_get(settings, path))
+        _print_report(answers, args.json, terminal.answers_text)
+        return 0
     shadow = asyncio.run(_admin_get(settings, "/admin/shadow"))
     _print_report(shadow, args.json, terminal.to_text)
     return 0

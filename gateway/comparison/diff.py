@@ -65,6 +65,8 @@ class Answer:
     status: int
     sent: Any = None
     published: Any = None
+    # the published bytes themselves, for a report's examples of whole answers
+    body: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +102,7 @@ def answer_of(
             )
             # canonicalising works in place: it gets a parse of its own
             published = dump_canonical(canonical_body(route.model, parse_lossless(body), context))
-        answer = Answer(status, sent, parse_lossless(published))
+        answer = Answer(status, sent, parse_lossless(published), published)
     except CanonicalError as exc:
         raise NotComparable(
             f"its {json_path(exc.path)} cannot be brought to the published schema: {exc.reason}"

@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
+from urllib.parse import urlencode
 
 from gateway.comparison.diff import (
     STATUS_FIELD,
@@ -206,11 +207,21 @@ class Shadow:
     def report(self) -> dict[str, Any]:
         """The report (``Tally.report``) of this process, or of every worker of the
         instance, with :meth:`state` and how many workers it adds up."""
-        tally, workers = self.tally, 1
-        if self._workers is not None:
-            self.publish()
-            tally, workers = self._workers.gather(self.tally)
+        tally, workers = self._gathered()
         return {**tally.report(), **self.state(), "workers": workers}
+
+    def answers(self, request_id: str) -> dict[str, str] | None:
+        """The two whole answers kept of a request that differed (by this process, or
+        by any worker of the instance), or None."""
+        tally, _ = self._gathered()
+        return tally.answers(request_id)
+
+    def _gathered(self) -> tuple[Tally, int]:
+        """This process's tally, or every worker's added up; how many workers."""
+        if self._workers is None:
+            return self.tally, 1
+        self.publish()
+        return self._workers.gather(self.tally)
 
     def publish(self) -> None:
         """Hand this worker's counts to the others, and take a reset one of them
@@ -343,7 +354,7 @@ class Shadow:
         if isinstance(judged, str):
             self._failed(tally, route, judged)
             return
-        first, differences = judged
+        first, theirs, differences = judged
         if (
             differences
             and differences[0].field != STATUS_FIELD
@@ -365,6 +376,11 @@ class Shadow:
         tally = self._counting(tally)
         outcome = tally.record(route, request_id, differences, secrets=secrets)
         self._count(route, outcome)
+        if outcome == "different" and first.body is not None and theirs.body is not None:
+            target = query.upstream_path()
+            if query.params:
+                target += "?" + urlencode(query.params)
+            tally.keep_answers(route, request_id, target, first.body, theirs.body, secrets)
         metrics = self._metrics
         if metrics is not None and outcome == "different":
             counts = Counter(
@@ -423,7 +439,7 @@ def _sent_of(exc: UpstreamError) -> Sent | str:
 
 def _judge(
     route: Route, params: dict[str, str], primary: Sent, candidate: Sent, published: bytes | None
-) -> tuple[Answer, list[Difference]] | str | None:
+) -> tuple[Answer, Answer, list[Difference]] | str | None:
     """The primary's answer (``published``: its published bytes, when the gateway has
     them) and the candidate's differences from it; ``invalid-body`` when the
     candidate's body cannot be compared, None when the primary's cannot (run in a
@@ -436,7 +452,7 @@ def _judge(
         mine = answer_of(route, primary.status, primary.body, params, published)
     except NotComparable:
         return None
-    return mine, compare(route, mine, theirs)
+    return mine, theirs, compare(route, mine, theirs)
 
 
 def _recheck(

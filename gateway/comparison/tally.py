@@ -38,6 +38,11 @@ EXAMPLES_KEPT = 5
 REDACTED = "[redacted]"
 # more (field, kind) pairs than a route's published schema has are not kept
 _FIELDS_KEPT = 1024
+# the pairs of whole answers kept a route, and the largest answer kept (a page of about
+# twenty records); every worker's are handed to the others with its counts
+ANSWERS_KEPT = 3
+ANSWER_MAX_BYTES = 32 * 1024
+_ANSWER_PARTS = ("target", "primary", "candidate")
 _serials = itertools.count(1)
 
 # a field path and a kind of difference: what is counted, and what noise is known by
@@ -48,6 +53,13 @@ def _spot(difference: Difference) -> Spot:
     return (difference.field, difference.kind)
 
 
+def _redacted(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every secret in it replaced by ``[redacted]``."""
+    for secret in sorted(secrets, key=len, reverse=True):  # a whole header first
+        text = text.replace(secret, REDACTED)
+    return text
+
+
 def _scrubbed(value: Any, secrets: tuple[str, ...]) -> Any:
     """``value`` as a report shows it (``diff.shown``), with every secret in it
     replaced by ``[redacted]``."""
@@ -55,9 +67,7 @@ def _scrubbed(value: Any, secrets: tuple[str, ...]) -> Any:
     if not secrets or value is None or isinstance(value, bool | int | float):
         return value
     if isinstance(value, str):
-        for secret in sorted(secrets, key=len, reverse=True):  # a whole header first
-            value = value.replace(secret, REDACTED)
-        return value
+        return _redacted(value, secrets)
     text = orjson.dumps(value).decode()
     if not any(secret in text for secret in secrets):
         return value
@@ -128,6 +138,8 @@ class RouteTally:
     noise: dict[Spot, SpotTally] = field(default_factory=dict)
     # differences checked against a second primary answer at least once
     rechecked: set[Spot] = field(default_factory=set)
+    # the whole answers of the first requests that differed, by request id
+    answers: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def snapshot(self) -> dict[str, Any]:
         """Everything counted, as JSON-ready data that :meth:`absorb` adds up."""
@@ -137,6 +149,7 @@ class RouteTally:
             "spots": [[*spot, counted.snapshot()] for spot, counted in self.spots.items()],
             "noise": [[*spot, counted.snapshot()] for spot, counted in self.noise.items()],
             "rechecked": sorted(self.rechecked),
+            "answers": self.answers,
         }
 
     def absorb(self, snapshot: dict[str, Any]) -> None:
@@ -155,6 +168,9 @@ class RouteTally:
                 mine[spot].absorb(counted)
         for path, kind in snapshot["rechecked"][:_FIELDS_KEPT]:
             self.rechecked.add((str(path), str(kind)))
+        for request_id, kept in dict(snapshot.get("answers", {})).items():
+            if len(self.answers) < ANSWERS_KEPT:
+                self.answers[str(request_id)] = {name: str(kept[name]) for name in _ANSWER_PARTS}
 
     @property
     def compared(self) -> int:
@@ -287,6 +303,37 @@ class Tally:
         tally.outcomes[outcome] += 1
         self._changes += 1
         return outcome
+
+    def keep_answers(
+        self,
+        route: str,
+        request_id: str,
+        target: str,
+        primary: bytes,
+        candidate: bytes,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
+        """Keep the two published answers of a request that differed, for a report's
+        side-by-side view: the first :data:`ANSWERS_KEPT` of a route, each at most
+        :data:`ANSWER_MAX_BYTES` (a larger pair is not kept). ``secrets``: text never
+        to show."""
+        answers = self.route(route).answers
+        if len(answers) >= ANSWERS_KEPT or max(len(primary), len(candidate)) > ANSWER_MAX_BYTES:
+            return
+        parts = (target, primary.decode(), candidate.decode())
+        answers[request_id] = dict(
+            zip(_ANSWER_PARTS, (_redacted(part, secrets) for part in parts), strict=True)
+        )
+        self._changes += 1
+
+    def answers(self, request_id: str) -> dict[str, str] | None:
+        """The kept answers of ``request_id`` (its route, target, and the primary's and
+        the candidate's published answers, as JSON text), or None."""
+        for name, tally in self._routes.items():
+            kept = tally.answers.get(request_id)
+            if kept is not None:
+                return {"requestId": request_id, "route": name, **kept}
+        return None
 
     def candidate_failed(self, route: str, what: str) -> None:
         """Count a request whose candidate gave no answer to compare (``what``: its

@@ -3,6 +3,7 @@ table per route with its worst fields first, noise apart."""
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
@@ -72,3 +73,13 @@ def _share(share: float | None) -> str:
 def _cut(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return text if len(text) <= _EXAMPLE_CHARS else text[: _EXAMPLE_CHARS - 3] + "..."
+
+
+def answers_text(kept: dict[str, Any]) -> str:
+    """The two whole answers of a request that differed, as a unified diff of their
+    indented JSON: ``-`` the primary's lines, ``+`` the candidate's."""
+    primary = json.dumps(json.loads(kept["primary"]), indent=2).splitlines()
+    candidate = json.dumps(json.loads(kept["candidate"]), indent=2).splitlines()
+    head = f"request {kept['requestId']} ({kept['route']}): {kept['target']}"
+    diff = difflib.unified_diff(primary, candidate, "primary", "candidate", lineterm="", n=2)
+    return "\n".join([head, *diff]) if primary != candidate else f"{head}\nthe same answers"

@@ -59,6 +59,7 @@ from gateway.http.records import RECORDS
 from gateway.http.service import METRICS
 from gateway.normalise.holdings import BadReference, parse_ref
 from gateway.ops.siblings import Reach, Siblings
+from gateway.ops.traffic import Traffic
 
 log = logging.getLogger("gateway.admin")
 LIVE = web.AppKey("live", LiveConfig)
@@ -474,6 +475,26 @@ async def shadow_report(request: web.Request) -> web.StreamResponse:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
+async def shadow_answers(request: web.Request) -> web.StreamResponse:
+    """GET /admin/shadow/answers/{requestId}: the primary's and the candidate's whole
+    published answers of a request that differed, as kept by the report (the first few
+    of each route), for seeing them side by side."""
+    check_admin(request)
+    _no_query(request)
+    kept = request.app[SHADOW].answers(request.match_info["requestId"])
+    if kept is None:
+        return problem_response(
+            request,
+            status=404,
+            slug="not-found",
+            title="No answers kept",
+            detail="the report keeps the answers of the first requests that differed on"
+            " each route, since it began: not of this request",
+            request_id=request[REQUEST_ID],
+        )
+    return web.Response(body=orjson.dumps(kept), content_type="application/json")
+
+
 async def reset_shadow(request: web.Request) -> web.StreamResponse:
     """DELETE /admin/shadow: forget every comparison; the report starts again."""
     check_admin(request)
@@ -502,12 +523,15 @@ async def ttl_advice(request: web.Request) -> web.StreamResponse:
     change, and the TTL advised (gateway.ops.ttl_advice); never applied by itself."""
     check_admin(request)
     _no_query(request)
-    policy, advice = request.app[METRICS].ttl_advice()
+    policy, advice, traffic = request.app[METRICS].ttl_advice()
     body = {
         "maxStaleShare": policy.max_stale_share,
         "minTtl": policy.min_ttl_s,
         "maxTtl": policy.max_ttl_s,
-        "routes": [item.as_json() for item in advice],
+        "routes": [
+            {**item.as_json(), "traffic": traffic.get(item.route, Traffic()).as_json()}
+            for item in advice
+        ],
     }
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
@@ -530,5 +554,6 @@ ADMIN_ROUTES: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     ("/admin/records/changed", "admin-records-changed", {"POST": records_changed}),
     ("/admin/reload", "admin-reload", {"POST": reload_config}),
     ("/admin/shadow", "admin-shadow", {"GET": shadow_report, "DELETE": reset_shadow}),
+    ("/admin/shadow/answers/{requestId}", "admin-shadow-answers", {"GET": shadow_answers}),
     ("/admin/ttl", "admin-ttl", {"GET": ttl_advice}),
 )

@@ -9,11 +9,8 @@ its Content-Security-Policy says so to the browser too.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from importlib import resources
 
-from aiohttp import web
+from gateway.http.pages import PageFile, packaged, page_files
 
 SWAGGER_UI_VERSION = "5.35.0"
 
@@ -23,12 +20,12 @@ PINNED = {
     "swagger-ui.css": "5ed08757e53da3e026d6cbecc61fe5d43585c9560b302d534ad56692519a273d",
 }
 
-# what /docs serves: its path under /docs, the package's file, the content type
+# what /docs serves: the page, and its files under /docs/
 _FILES = (
-    ("", "docs.html", "text/html; charset=utf-8"),
-    ("/swagger-ui.css", "swagger-ui.css", "text/css; charset=utf-8"),
-    ("/swagger-ui-bundle.js", "swagger-ui-bundle.js", "text/javascript; charset=utf-8"),
-    ("/init.js", "init.js", "text/javascript; charset=utf-8"),
+    ("", "docs.html"),
+    ("swagger-ui.css", "swagger-ui.css"),
+    ("swagger-ui-bundle.js", "swagger-ui-bundle.js"),
+    ("init.js", "init.js"),
 )
 
 # the browser may load nothing from another origin, and run no inline script; Swagger
@@ -39,12 +36,10 @@ CONTENT_SECURITY_POLICY = (
     " base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 
 def asset(name: str) -> bytes:
     """One file of ``gateway/http/swagger_ui`` as shipped."""
-    return resources.files("gateway.http").joinpath("swagger_ui", name).read_bytes()
+    return packaged("swagger_ui", name)
 
 
 def pinned_asset(name: str) -> bytes:
@@ -55,44 +50,7 @@ def pinned_asset(name: str) -> bytes:
     return body
 
 
-@dataclass(frozen=True, slots=True)
-class DocsFile:
-    """One file of the page, read once at start and served as it is."""
-
-    path: str
-    body: bytes
-    content_type: str
-    etag: str
-
-    @property
-    def name(self) -> str:
-        """The route's name: ``docs``, ``docs.init.js``."""
-        return self.path.strip("/").replace("/", ".").replace("-", "_")
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        headers = {
-            "Content-Type": self.content_type,
-            "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-            "X-Content-Type-Options": "nosniff",
-            "Cache-Control": "no-cache",
-            "ETag": self.etag,
-        }
-        if self.named_in(request.headers.getall("If-None-Match", [])):
-            return web.Response(status=304, headers=headers)
-        return web.Response(body=self.body, headers=headers)
-
-    def named_in(self, fields: list[str]) -> bool:
-        """Whether an ``If-None-Match`` of these ``fields`` names this file's tag (``*``,
-        or the tag, weak or strong: RFC 9110 compares them weakly there)."""
-        tags = (tag.strip() for field in fields for tag in field.split(","))
-        return any(tag == "*" or tag.removeprefix("W/") == self.etag for tag in tags)
-
-
-def docs_files() -> list[DocsFile]:
-    """The page and its files, under ``/docs``."""
-    files = []
-    for suffix, name, content_type in _FILES:
-        body = pinned_asset(name) if name in PINNED else asset(name)
-        etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-        files.append(DocsFile(f"/docs{suffix}", body, content_type, etag))
-    return files
+def docs_files() -> list[PageFile]:
+    """The page and its files, under ``/docs``; revalidated on every load."""
+    files = [(path, pinned_asset(name) if name in PINNED else asset(name)) for path, name in _FILES]
+    return page_files("/docs", files, CONTENT_SECURITY_POLICY, {"Cache-Control": "no-cache"})

@@ -43,6 +43,7 @@ from gateway.http.admin import (
 )
 from gateway.http.api_docs import docs_files
 from gateway.http.binding import UPSTREAMS, UpstreamBinding, Upstreams
+from gateway.http.console import console_files
 from gateway.http.edge import EDGE, Edge, Handler, method_not_allowed
 from gateway.http.openapi import openapi_bytes
 from gateway.http.records import RECORDS, RecordHandlers
@@ -160,6 +161,11 @@ def _add_all_routes(app: web.Application, edge: Edge, live: LiveConfig, routes: 
         for path, name, handlers in ADMIN_ROUTES:
             wrapped = {method: edge.wrap(handler, name) for method, handler in handlers.items()}
             add_routes(app, edge, path, wrapped, name, guard=check_admin)
+        # the console's page asks for the token itself: served to anyone, read by nobody
+        # without the token (absent with the change feed's key alone)
+        for file in console_files() if settings.admin.token is not None else ():
+            handle = {"GET": edge.wrap(file.handle, "console")}
+            add_routes(app, edge, file.path, handle, file.name, guard=check_admin)
         # after the admin routes, before the unrouted: the rest of /admin is theirs
         app.router.add_resource(ADMIN_PATHS).add_route(
             "*", edge.wrap(unknown_admin_path), expect_handler=edge.expectation()

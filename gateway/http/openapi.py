@@ -384,6 +384,22 @@ def _docs_operation() -> dict[str, Any]:
     )
 
 
+def _console_operation() -> dict[str, Any]:
+    """GET /admin/console (with ``admin.token``): the admin console, an HTML page."""
+    operation = _plain_operation(
+        "getAdminConsole",
+        "Admin console",
+        "A page for the people who tune and switch: it asks for the admin token, keeps it"
+        " in its memory, and shows what the admin routes say (readiness, traffic, TTL"
+        " advice, the shadow report) and purges. The page itself holds no data; its files"
+        " are under /admin/console/.",
+        {"type": "string"},
+        media_type="text/html",
+    )
+    operation["tags"] = ["admin"]
+    return operation
+
+
 def openapi_document(settings: Settings, routes: RouteTable = ROUTES) -> dict[str, Any]:
     """The document of a gateway serving ``routes``, as plain data."""
     examples = load_examples()
@@ -408,6 +424,8 @@ def openapi_document(settings: Settings, routes: RouteTable = ROUTES) -> dict[st
     schemas = {**_model_schemas(routes), **problem_schemas(), **_readiness_schema()}
     if settings.admin.routes_exist:
         paths.update(admin_paths(route_parameter(routes)))
+    if settings.admin.token is not None:
+        paths["/admin/console"] = {"get": _console_operation()}
         tags.append({"name": "admin", "description": "Operations; the admin token."})
         security_schemes[SECURITY_SCHEME] = security_scheme()
         security_schemes[FEED_SCHEME] = feed_scheme()

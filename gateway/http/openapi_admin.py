@@ -229,6 +229,20 @@ def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
                 "candidate": {},
             },
         },
+        "ShadowAnswers": {
+            "type": "object",
+            "description": "A request that differed: its route, its path and query as sent"
+            " to both upstreams, and each upstream's whole answer as the gateway publishes"
+            " it (JSON text, a token an upstream echoed shown as [redacted]).",
+            "required": ["requestId", "route", "target", "primary", "candidate"],
+            "properties": {
+                "requestId": {"type": "string"},
+                "route": {"type": "string"},
+                "target": {"type": "string"},
+                "primary": {"type": "string"},
+                "candidate": {"type": "string"},
+            },
+        },
         "ShadowReset": {
             "type": "object",
             "required": ["reset"],
@@ -262,6 +276,8 @@ def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
                 "current",
                 "advised",
                 "reason",
+                "curve",
+                "traffic",
             ],
             "properties": {
                 "route": {"type": "string"},
@@ -274,6 +290,47 @@ def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
                 "current": _SHARES,
                 "advised": _SHARES,
                 "reason": {"type": "string"},
+                "curve": {
+                    "type": "array",
+                    "description": "The expected share of stale answers and the hit ratio"
+                    " at TTLs spread over minTtl..maxTtl (and the TTL now): the curve the"
+                    " advice is read from; empty while the change rate is unknown.",
+                    "items": {
+                        "type": "object",
+                        "required": ["ttl", "staleShare", "hitRatio"],
+                        "properties": {
+                            "ttl": {"type": "integer", "minimum": 1},
+                            "staleShare": {"type": "number"},
+                            "hitRatio": {"type": "number"},
+                        },
+                    },
+                },
+                "traffic": {"$ref": SCHEMAS + "RouteTraffic"},
+            },
+        },
+        "RouteTraffic": {
+            "type": "object",
+            "description": "The route's requests since the gateway started (every worker"
+            " summed), how the cache answered them, and the upstream calls made.",
+            "required": [
+                "requests",
+                "hits",
+                "stale",
+                "misses",
+                "bypasses",
+                "hitRatio",
+                "staleShare",
+                "upstreamCalls",
+            ],
+            "properties": {
+                "requests": {"type": "integer", "minimum": 0},
+                "hits": {"type": "integer", "minimum": 0},
+                "stale": {"type": "integer", "minimum": 0},
+                "misses": {"type": "integer", "minimum": 0},
+                "bypasses": {"type": "integer", "minimum": 0},
+                "hitRatio": _NUMBER_OR_NULL,
+                "staleShare": _NUMBER_OR_NULL,
+                "upstreamCalls": {"type": "integer", "minimum": 0},
             },
         },
     }
@@ -284,6 +341,14 @@ _NOT_CONFIRMED = {
     " force in `workers.confirmed` of `workers.told` workers (the others may still take it);"
     " send it again to be sure. Problem type:"
     " `urn:records-gateway:problem:workers-not-confirmed`.",
+    "headers": header_refs("X-Request-ID"),
+    "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
+}
+
+
+_NOT_KEPT = {
+    "description": "No answers are kept of this request. Problem type:"
+    " `urn:records-gateway:problem:not-found`.",
     "headers": header_refs("X-Request-ID"),
     "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
 }
@@ -388,6 +453,16 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
         {"$ref": SCHEMAS + "ShadowReset"},
         {"503": _NOT_CONFIRMED},
     ),
+    ("/admin/shadow/answers/{requestId}", "GET"): (
+        "getShadowAnswers",
+        "Two answers of a request that differed",
+        "The primary's and the candidate's whole answers, as the gateway publishes them, of"
+        " a request the shadow report lists among its examples (the first three that"
+        " differed on each route, of at most 32 KiB each, are kept). A 404 not-found for"
+        " any other request. Takes no query.",
+        {"$ref": SCHEMAS + "ShadowAnswers"},
+        {"404": _NOT_KEPT},
+    ),
     ("/admin/ttl", "GET"): (
         "getTtlAdvice",
         "The TTL advice",
@@ -433,8 +508,19 @@ def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if path == "/admin/records/changed":
                 operation["security"].append({FEED_SCHEME: []})
                 operation["requestBody"] = _NOTICE_BODY
+            if path.endswith("{requestId}"):
+                operation["parameters"] = [_REQUEST_ID_PARAMETER]
             paths.setdefault(path, {})[method.lower()] = operation
     return paths
+
+
+_REQUEST_ID_PARAMETER = {
+    "name": "requestId",
+    "in": "path",
+    "required": True,
+    "description": "The request id of an example of the shadow report.",
+    "schema": {"type": "string", "minLength": 1},
+}
 
 
 def route_parameter(routes: RouteTable) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from prometheus_client.registry import Collector
 
 from gateway.errors import StartError
 from gateway.ops.files import write_whole
+from gateway.ops.traffic import Traffic, traffic_of
 from gateway.ops.ttl_advice import Advice, Evidence, Policy, advise, evidence_of
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -579,11 +580,12 @@ class Metrics:
         registry.register(self.histograms)
         return list(registry.collect())
 
-    def ttl_advice(self) -> tuple[Policy, list[Advice]]:
-        """The TTL policy, and the advice of every route from the evidence every worker
-        counted (gateway.ops.ttl_advice)."""
+    def ttl_advice(self) -> tuple[Policy, list[Advice], Mapping[str, Traffic]]:
+        """The TTL policy, the advice of every route from the evidence every worker
+        counted (gateway.ops.ttl_advice), and each route's traffic (gateway.ops.traffic)."""
         policy, ttls = self._policy()
-        return policy, advice_from(self.families(), policy, ttls)
+        families = self.families()
+        return policy, advice_from(families, policy, ttls), traffic_of(families)
 
     def _policy(self) -> tuple[Policy, Mapping[str, int]]:
         if self._ttl_policy is None:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 MIN_REFRESHES = 30
@@ -168,6 +168,9 @@ class Advice:
     stale_share_advised: float | None
     hit_ratio_advised: float | None
     reason: str
+    # (TTL, stale share, hit ratio) across the policy's bounds: the curve the advice
+    # is read from; empty while the change rate is unknown
+    curve: tuple[tuple[int, float, float], ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         def rounded(value: float | None, places: int = 4) -> float | None:
@@ -190,12 +193,44 @@ class Advice:
                 "hitRatio": rounded(self.hit_ratio_advised),
             },
             "reason": self.reason,
+            "curve": [
+                {"ttl": ttl, "staleShare": rounded(share), "hitRatio": rounded(hit)}
+                for ttl, share, hit in self.curve
+            ],
         }
+
+
+CURVE_POINTS = 25
 
 
 def advise(route: str, ttl_s: int, evidence: Evidence, policy: Policy) -> Advice:
     """The advised TTL of ``route`` (TTL now ``ttl_s``) from ``evidence``: the longest
-    within the policy's bounds whose expected stale share stays at most its maximum."""
+    within the policy's bounds whose expected stale share stays at most its maximum;
+    with the curve of the stale share against the TTL it was read from."""
+    advice = _advise(route, ttl_s, evidence, policy)
+    hit_ratio = evidence.hit_ratio
+    if advice.changes_per_hour is None or hit_ratio is None:
+        return advice
+    return replace(advice, curve=curve(advice.changes_per_hour / 3600, ttl_s, hit_ratio, policy))
+
+
+def curve(
+    rate: float, ttl_s: int, hit_ratio: float, policy: Policy, points: int = CURVE_POINTS
+) -> tuple[tuple[int, float, float], ...]:
+    """The expected stale share and hit ratio at ``points`` TTLs spread evenly on a log
+    scale over the policy's bounds, and at the TTL now: what a chart of the advice
+    draws."""
+    low, high = policy.min_ttl_s, policy.max_ttl_s
+    ratio = (high / low) ** (1 / (points - 1)) if high > low else 1.0
+    ttls = sorted({round(low * ratio**step) for step in range(points)} | {ttl_s} - {0})
+    rows = []
+    for ttl in ttls:
+        hit = hit_ratio_at(ttl, hit_ratio, ttl_s)
+        rows.append((ttl, stale_share(rate, ttl, hit), hit))
+    return tuple(rows)
+
+
+def _advise(route: str, ttl_s: int, evidence: Evidence, policy: Policy) -> Advice:
     refreshes = evidence.refreshes
     hit_ratio = evidence.hit_ratio
     changed_share = evidence.changed / refreshes if refreshes else None

@@ -4,6 +4,7 @@ both, whichever worker answers it, and one reset for both."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,33 @@ async def test_a_comparison_after_another_workers_reset_is_counted_not_lost(
         await shadow.close()
     finally:
         await upstream.close()
+
+
+def test_the_whole_answers_a_worker_kept_are_in_every_worker_s_report() -> None:
+    """docs/console.md, "Switching upstreams": the answers kept by one worker are found
+    through another (what a worker hands the others carries them), within the bound of
+    three a route; a pair over 32 KiB, or a token in it, is not kept as it came."""
+    mine = Tally(primary="http://a", candidate="http://b")
+    theirs = Tally(primary="http://a", candidate="http://b")
+    token = "Bearer secret-token"
+    for number in range(4):
+        theirs.keep_answers(
+            "users", f"r{number}", "/users?page=1&limit=10", b'{"a":1}', b'{"a":2}', (token,)
+        )
+    theirs.keep_answers("users", "big", "/users", b"{}", b" " * (33 * 1024))
+    theirs.keep_answers(
+        "clients", "c0", "/clients", b'{"t":"Bearer secret-token"}', b"{}", (token,)
+    )
+    mine.absorb(json.loads(json.dumps(theirs.snapshot())))
+    assert mine.answers("r0") == {
+        "requestId": "r0",
+        "route": "users",
+        "target": "/users?page=1&limit=10",
+        "primary": '{"a":1}',
+        "candidate": '{"a":2}',
+    }
+    assert [mine.answers(f"r{number}") is not None for number in range(4)] == [True] * 3 + [False]
+    assert mine.answers("big") is None
+    clients = mine.answers("c0")
+    assert clients is not None
+    assert "secret-token" not in clients["primary"]

@@ -581,13 +581,17 @@ def test_every_route_is_a_path_with_exactly_its_parameters() -> None:
         }
 
 
+# the files of the pages for people (their scripts and styles), beside the pages
+PAGE_FILES = ("/docs/", "/admin/console/")
+
+
 async def test_every_route_of_the_app_is_documented(gateway: Gateway, contract: Contract) -> None:
     """Every path with a GET, but the files of the /docs page (its script and style)."""
     served = {
         resource.canonical
         for resource in gateway.app.router.resources()
         if any(route.method == "GET" for route in resource)
-        and not resource.canonical.startswith("/docs/")
+        and not resource.canonical.startswith(PAGE_FILES)
     }
     assert served == set(contract.document["paths"])
 
@@ -863,7 +867,7 @@ async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
         (resource.canonical, route.method)
         for resource in gateway.app.router.resources()
         for route in resource
-        if route.method not in ("HEAD", "*") and not resource.canonical.startswith("/docs/")
+        if route.method not in ("HEAD", "*") and not resource.canonical.startswith(PAGE_FILES)
     }
     assert served == documented
     admin = {"Authorization": f"Bearer {ADMIN}"}
@@ -906,6 +910,9 @@ async def test_admin_routes_are_documented_with_their_own_scheme_and_answer_so(
         if path == "/admin/records/changed":
             signed: list[dict[str, list[str]]] = [{"adminToken": []}, {"changeFeedSignature": []}]
             assert item["post"]["security"] == signed
+        elif path == "/admin/console":
+            # the page asks for the token itself and holds no data
+            assert item["get"]["security"] == []
         elif path.startswith("/admin/"):
             assert all(op["security"] == [{"adminToken": []}] for op in item.values()), path
     schemes = contract.document["components"]["securitySchemes"]

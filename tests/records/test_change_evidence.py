@@ -153,6 +153,24 @@ async def test_admin_ttl_advises_from_the_evidence_and_the_cli_prints_it(
     assert 5 < users["advisedTtl"] < 60
     assert users["advised"]["staleShare"] <= 0.1 < users["current"]["staleShare"]
     assert users["reason"].startswith("changes 35.6 times an hour (40 refreshes, 50.0% changed)")
+    # the curve the advice is read from (docs/console.md, "TTLs"): over 5..3600 s and
+    # at the TTL now, the stale share rising with the TTL, under the aim at the advised
+    ttls = [point["ttl"] for point in users["curve"]]
+    assert ttls == sorted(ttls)
+    assert (ttls[0], ttls[-1]) == (5, 3600)
+    assert 60 in ttls
+    shares = [point["staleShare"] for point in users["curve"]]
+    assert shares == sorted(shares)
+    at_now = next(point for point in users["curve"] if point["ttl"] == 60)
+    assert at_now["staleShare"] == users["current"]["staleShare"]
+    assert shares[0] <= 0.1 < shares[-1]
+    # the route's traffic: 1 miss, 40 rounds of 3 hits and a request after expiry
+    assert users["traffic"]["requests"] == 161
+    # (each request after expiry is stale, refreshed in the background)
+    traffic = users["traffic"]
+    assert (traffic["hits"], traffic["stale"], traffic["misses"]) == (120, 40, 1)
+    assert traffic["staleShare"] == round(40 / 161, 4)
+    assert traffic["upstreamCalls"] == upstream.calls == 41
     metrics = await (await client.get("/metrics")).text()
     assert f'gateway_ttl_advised_seconds{{route="users"}} {users["advisedTtl"]}.0' in metrics
     assert 'gateway_ttl_seconds{route="users"} 60.0' in metrics
