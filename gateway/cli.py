@@ -5,6 +5,7 @@ demo-upstream  run the reference upstream alone
 check-config   validate the configuration and print it, secrets redacted
 probe          check the configured upstream against the published schema
 shadow-report  print the running gateway's report of its shadow traffic
+shadow         point the running gateway's shadow traffic at a candidate, or turn it off
 ttl-advice     print the running gateway's TTL advice per route
 compare        send the same requests to the configured upstream and to a candidate,
                and report every field in which their answers differ
@@ -149,6 +150,24 @@ def _parser() -> argparse.ArgumentParser:
         help="print the primary's and the candidate's whole answers of one of the report's"
         " examples (GET /admin/shadow/answers/REQUEST_ID) instead",
     )
+
+    switch = commands.add_parser(
+        "shadow",
+        help="point the running gateway's shadow traffic at a candidate, change its share,"
+        " or turn it off (PUT /admin/shadow), on every worker",
+        description="Set upstream.shadow.base_url and sample_ratio of the running gateway as"
+        " a reload of those keys would (a reload from the file later sets them as the file"
+        " says). The candidate gets the callers' own tokens. Exit 0 when every worker took"
+        " it, 1 otherwise, 2 on a usage or configuration error.",
+    )
+    _config_option(switch)
+    what = switch.add_mutually_exclusive_group(required=True)
+    what.add_argument("--candidate", metavar="URL", help="the candidate upstream's base URL")
+    what.add_argument("--off", action="store_true", help="turn the shadow traffic off")
+    switch.add_argument(
+        "--ratio", type=float, metavar="SHARE", help="the share of upstream calls mirrored (0 to 1)"
+    )
+    switch.add_argument("--json", action="store_true", help="print the answer as JSON")
 
     ttl = commands.add_parser(
         "ttl-advice",
@@ -301,6 +320,7 @@ async def _admin_get(
     *,
     method: str = "GET",
     query: Sequence[tuple[str, str]] = (),
+    body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``method`` ``path`` (an admin route) of the gateway the settings describe (on
     this machine when it listens on every address), as JSON. Fails with exit 2 without
@@ -319,23 +339,23 @@ async def _admin_get(
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
-            session.request(method, url, headers=headers) as response,
+            session.request(method, url, headers=headers, json=body) as response,
         ):
             status = response.status
-            body = b""
+            answered = b""
             async for chunk in response.content.iter_chunked(64 * 1024):
-                body += chunk
-                if len(body) > _REPORT_MAX_BYTES:
+                answered += chunk
+                if len(answered) > _REPORT_MAX_BYTES:
                     _fail(f"{url} answered more than a report's size", EXIT_FAILED)
     except (aiohttp.ClientError, TimeoutError) as exc:
         _fail(f"cannot ask the gateway at {url}: {exc or type(exc).__name__}", EXIT_FAILED)
     try:
-        data = json.loads(body)
+        data = json.loads(answered)
     except ValueError:
         data = None
     if status != 200 or not isinstance(data, dict):
         detail = data.get("detail") if isinstance(data, dict) else None
-        _fail(f"{url} answered {status}: {detail or body[:200]!r}", EXIT_FAILED)
+        _fail(f"{url} answered {status}: {detail or answered[:200]!r}", EXIT_FAILED)
     return data
 
 
@@ -379,6 +399,29 @@ def _shadow_report(args: argparse.Namespace) -> int:
     shadow = asyncio.run(_admin_get(settings, "/admin/shadow"))
     _print_report(shadow, args.json, terminal.to_text)
     return 0
+
+
+def _shadow(args: argparse.Namespace) -> int:
+    """The ``shadow`` command: what PUT /admin/shadow takes, from the flags."""
+    settings = load_settings(args.config)
+    change: dict[str, Any] = {"sampleRatio": 0.0} if args.off else {"baseUrl": args.candidate}
+    if args.ratio is not None:
+        if args.off:
+            _fail("--ratio: not with --off", EXIT_CONFIG)
+        change["sampleRatio"] = args.ratio
+    answer = asyncio.run(_admin_get(settings, "/admin/shadow", method="PUT", body=change))
+    _print_report(answer, args.json, _shadow_text)
+    return 0
+
+
+def _shadow_text(answer: dict[str, Any]) -> str:
+    shadow = answer["shadow"]
+    state = "off" if not shadow["baseUrl"] or not shadow["sampleRatio"] else "on"
+    return (
+        f"shadow traffic {state}: candidate {shadow['baseUrl'] or '-'},"
+        f" {shadow['sampleRatio']:.0%} of upstream calls; applied: "
+        + (", ".join(answer["applied"]) or "nothing changed")
+    )
 
 
 def _ttl_advice(args: argparse.Namespace) -> int:
@@ -573,6 +616,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "check-config": _check_config,
     "probe": _probe_command,
     "shadow-report": _shadow_report,
+    "shadow": _shadow,
     "ttl-advice": _ttl_advice,
     "compare": _compare,
     "purge": _purge,

@@ -28,10 +28,12 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from pydantic import ValidationError
 
 from gateway.cache.backend import Purged, RecordsPurged
 from gateway.comparison.shadow import Shadow
 from gateway.config.live import LiveConfig
+from gateway.config.settings import ShadowSettings, describe_validation_error
 from gateway.errors import (
     AuthenticationRequired,
     CacheUnavailable,
@@ -495,6 +497,66 @@ async def shadow_answers(request: web.Request) -> web.StreamResponse:
     return web.Response(body=orjson.dumps(kept), content_type="application/json")
 
 
+# what PUT /admin/shadow takes: the candidate and the share mirrored
+_SHADOW_FIELDS = {"baseUrl": "base_url", "sampleRatio": "sample_ratio"}
+_SHADOW_BODY_MAX = 4096
+
+
+async def set_shadow(request: web.Request) -> web.StreamResponse:
+    """PUT /admin/shadow: point the shadow traffic at another candidate, change its
+    share, or turn it off (``sampleRatio`` 0), as a reload of those keys would, on
+    every worker; a reload from the file later sets them as the file says."""
+    check_admin(request)
+    _no_query(request)
+    wanted = _shadow_change(await request.content.read(_SHADOW_BODY_MAX + 1))
+    live = request.app[LIVE]
+    current = live.settings
+    shadow = current.upstream.shadow.model_dump()
+    shadow.update({_SHADOW_FIELDS[name]: value for name, value in wanted.items()})
+    try:
+        changed = ShadowSettings.model_validate(shadow)
+    except ValidationError as exc:
+        wrong = describe_validation_error(exc).removeprefix("(root): ")
+        field, _, message = wrong.partition(": ")
+        named = {"base_url": "baseUrl", "sample_ratio": "sampleRatio"}.get(field, "body")
+        raise InvalidParameters([ParameterProblem(named, message or wrong)]) from None
+    upstream = current.upstream.model_copy(update={"shadow": changed})
+    result = live.take(current.model_copy(update={"upstream": upstream}))
+    body = {
+        **result.as_json(),
+        "shadow": {"baseUrl": changed.base_url, "sampleRatio": changed.sample_ratio},
+    }
+    reach = await _tell_siblings(request, {"action": "reload", "live": live.live_values()})
+    if reach is not None and not reach.everywhere:
+        return _not_everywhere(request, reach, "the shadow's change")
+    if reach is not None:
+        body["workers"] = reach.as_json()
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
+def _shadow_change(raw: bytes) -> dict[str, Any]:
+    """The fields of a PUT /admin/shadow body; raises InvalidParameters naming what is
+    wrong with it."""
+    if len(raw) > _SHADOW_BODY_MAX:
+        raise InvalidParameters([ParameterProblem("body", f"at most {_SHADOW_BODY_MAX} bytes")])
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict) or not data:
+        raise InvalidParameters(
+            [ParameterProblem("body", "must be a JSON object with baseUrl or sampleRatio")]
+        )
+    unknown = [
+        ParameterProblem(str(name)[:80], "unknown field; allowed: baseUrl, sampleRatio")
+        for name in data
+        if name not in _SHADOW_FIELDS
+    ]
+    if unknown:
+        raise InvalidParameters(unknown)
+    return data
+
+
 async def reset_shadow(request: web.Request) -> web.StreamResponse:
     """DELETE /admin/shadow: forget every comparison; the report starts again."""
     check_admin(request)
@@ -553,7 +615,11 @@ ADMIN_ROUTES: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     ("/admin/config", "admin-config", {"GET": effective_config}),
     ("/admin/records/changed", "admin-records-changed", {"POST": records_changed}),
     ("/admin/reload", "admin-reload", {"POST": reload_config}),
-    ("/admin/shadow", "admin-shadow", {"GET": shadow_report, "DELETE": reset_shadow}),
+    (
+        "/admin/shadow",
+        "admin-shadow",
+        {"GET": shadow_report, "PUT": set_shadow, "DELETE": reset_shadow},
+    ),
     ("/admin/shadow/answers/{requestId}", "admin-shadow-answers", {"GET": shadow_answers}),
     ("/admin/ttl", "admin-ttl", {"GET": ttl_advice}),
 )

@@ -229,6 +229,26 @@ def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
                 "candidate": {},
             },
         },
+        "ShadowChanged": {
+            "type": "object",
+            "description": "What a reload answers (the keys applied), and the shadow now.",
+            "required": ["ok", "applied", "needsRestart", "error", "shadow"],
+            "properties": {
+                "ok": {"type": "boolean"},
+                "applied": {"type": "array", "items": {"type": "string"}},
+                "needsRestart": {"type": "array", "items": {"type": "string"}},
+                "error": {"type": ["string", "null"]},
+                "shadow": {
+                    "type": "object",
+                    "required": ["baseUrl", "sampleRatio"],
+                    "properties": {
+                        "baseUrl": {"type": ["string", "null"]},
+                        "sampleRatio": {"type": "number"},
+                    },
+                },
+                "workers": {"$ref": SCHEMAS + "WorkersReached"},
+            },
+        },
         "ShadowAnswers": {
             "type": "object",
             "description": "A request that differed: its route, its path and query as sent"
@@ -445,6 +465,16 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
         {"$ref": SCHEMAS + "ShadowReport"},
         {},
     ),
+    ("/admin/shadow", "PUT"): (
+        "setShadow",
+        "Point, change or stop the shadow traffic",
+        "Sets `upstream.shadow.base_url` (`baseUrl`) and `upstream.shadow.sample_ratio`"
+        " (`sampleRatio`, 0 turns the shadow off) on every worker, as a reload of those keys"
+        " would, and answers as a reload does; a reload from the file later sets them as the"
+        " file says. The candidate gets the callers' own tokens. Takes no query.",
+        {"$ref": SCHEMAS + "ShadowChanged"},
+        {"503": _NOT_CONFIRMED},
+    ),
     ("/admin/shadow", "DELETE"): (
         "resetShadowReport",
         "Reset the shadow traffic's report",
@@ -508,11 +538,38 @@ def admin_paths(route_parameter: dict[str, Any]) -> dict[str, dict[str, Any]]:
             if path == "/admin/records/changed":
                 operation["security"].append({FEED_SCHEME: []})
                 operation["requestBody"] = _NOTICE_BODY
+            if (path, method) == ("/admin/shadow", "PUT"):
+                operation["requestBody"] = _SHADOW_BODY
             if path.endswith("{requestId}"):
                 operation["parameters"] = [_REQUEST_ID_PARAMETER]
             paths.setdefault(path, {})[method.lower()] = operation
     return paths
 
+
+_SHADOW_BODY = {
+    "required": True,
+    "content": {
+        _JSON: {
+            "schema": {
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": False,
+                "properties": {
+                    "baseUrl": {
+                        "type": ["string", "null"],
+                        "description": "The candidate upstream's base URL.",
+                    },
+                    "sampleRatio": {
+                        "type": "number",
+                        "minimum": 0,
+                        "maximum": 1,
+                        "description": "The share of upstream calls mirrored; 0 is off.",
+                    },
+                },
+            }
+        }
+    },
+}
 
 _REQUEST_ID_PARAMETER = {
     "name": "requestId",

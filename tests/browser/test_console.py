@@ -227,6 +227,20 @@ async def test_the_console_s_views_by_keyboard(
     assert await opened.locator("#view img").count() == 0
     assert await opened.evaluate("window.__pwned === undefined")
     await _screenshot(opened, tmp_path, "console-shadow")
+    # the shadow's share changed from the page: a reload of that key, after the change is shown
+    await opened.locator("#shadow-ratio").fill("0.5")
+    await opened.locator("#shadow-apply").press("Enter")
+    shown_change = await opened.locator("#shadow-change li").all_inner_texts()
+    assert shown_change[-1] == "upstream.shadow.sample_ratio: 1 → 0.5"
+    await opened.keyboard.press("Enter")  # the confirmation has the focus
+    await (
+        opened.locator("#shadow-result")
+        .get_by_text("Applied: upstream.shadow.sample_ratio")
+        .wait_for()
+    )
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    report = await (await console_gateway.get("/admin/shadow", headers=admin)).json()
+    assert report["sampleRatio"] == 0.5
 
     # Purging a route: the confirmation says what, the answer its count
     await opened.keyboard.press("Shift+Tab")  # back into the page, then to the tabs

@@ -785,3 +785,60 @@ async def test_the_whole_answers_of_the_first_differing_requests_are_kept(
     code, out, err = await run_cli("shadow-report", "--config", str(config), "--answers", "x y")
     assert code == 2
     assert "--answers" in err
+
+
+async def test_the_shadow_is_pointed_changed_and_stopped_from_the_admin_api_and_the_cli(
+    start_gateway: Start, upstream: TestServer, aiohttp_server: AiohttpServer, tmp_path: Path
+) -> None:
+    """docs/console.md, "Switching upstreams": PUT /admin/shadow (and `records-gateway
+    shadow`) turns the shadow on towards a candidate, changes its share, turns it off,
+    as a reload of those keys would; what it refuses never changes the shadow."""
+    client = await start_gateway(base_url(upstream), None)
+    twin = await aiohttp_server(create_demo_app(drift=["amount-scale"]))
+    put = {**ADMIN, "Content-Type": "application/json"}
+    answer = await client.put(
+        "/admin/shadow", data=json.dumps({"baseUrl": base_url(twin), "sampleRatio": 1}), headers=put
+    )
+    assert answer.status == 200
+    body = await answer.json()
+    assert body["ok"] is True
+    assert set(body["applied"]) == {"upstream.shadow.base_url", "upstream.shadow.sample_ratio"}
+    assert body["shadow"] == {"baseUrl": base_url(twin), "sampleRatio": 1.0}
+    assert (await client.get("/expenses", headers=AUTH)).status == 200
+    report = await _report(client)
+    assert (report["enabled"], report["candidate"]) == (True, base_url(twin))
+    assert report["routes"]["expenses"]["different"] == 1
+
+    refused = [
+        (b"{}", "body"),
+        (b"not json", "body"),
+        (b'{"sampleRatio": 2}', "sampleRatio"),
+        (b'{"baseUrl": "ftp://x"}', "baseUrl"),
+        (b'{"candidate": "http://x"}', "candidate"),
+    ]
+    for sent, named in refused:
+        answer = await client.put("/admin/shadow", data=sent, headers=put)
+        assert answer.status == 400, sent
+        problem = await answer.json()
+        assert [error["parameter"] for error in problem["errors"]] == [named], sent
+    assert (
+        await client.put("/admin/shadow", data=b'{"sampleRatio": 0}', headers=AUTH)
+    ).status == 401
+    assert (await _report(client))["candidate"] == base_url(twin)  # unchanged by the refusals
+
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[server]\nport = {client.server.port}\n[admin]\ntoken = "{ADMIN_TOKEN}"\n')
+    code, out, err = await run_cli(
+        "shadow", "--config", str(config), "--candidate", base_url(twin), "--ratio", "0.5"
+    )
+    assert (code, err) == (0, "")
+    assert (
+        out.strip() == f"shadow traffic on: candidate {base_url(twin)}, 50% of upstream calls;"
+        " applied: upstream.shadow.sample_ratio"
+    )
+    code, out, err = await run_cli("shadow", "--config", str(config), "--off")
+    assert (code, err) == (0, "")
+    assert out.startswith("shadow traffic off")
+    report = await _report(client)
+    assert report["enabled"] is False
+    assert report["sampleRatio"] == 0.0

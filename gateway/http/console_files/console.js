@@ -53,22 +53,27 @@
   }
 
   // --- the admin API -------------------------------------------------------------
-  async function call(method, path, withToken) {
+  async function call(method, path, withToken, body) {
     const headers = { Accept: "application/json" };
     if (withToken !== false) headers.Authorization = "Bearer " + token;
+    const init = { method, headers, cache: "no-store", credentials: "omit" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
     let response;
     try {
-      response = await fetch(path, { method, headers, cache: "no-store", credentials: "omit" });
+      response = await fetch(path, init);
     } catch (error) {
       return { status: 0, ok: false, body: { title: "The gateway cannot be reached", detail: String(error) } };
     }
-    let body = null;
+    let answered = null;
     try {
-      body = await response.json();
+      answered = await response.json();
     } catch (error) {
-      body = null;
+      answered = null;
     }
-    return { status: response.status, ok: response.ok, body };
+    return { status: response.status, ok: response.ok, body: answered };
   }
 
   // --- signing in and out ----------------------------------------------------------
@@ -227,6 +232,7 @@
       number(report.totals.compared), percent(report.totals.identicalShare), number(report.totals.different),
       number(report.totals.noiseOnly), number(report.totals.candidateErrors),
     ]]));
+    out.push(shadowControl(report));
     const examples = el("div", { id: "examples" });
     // the worst first: the most regressions (differences beyond noise), then errors
     const worst = Object.entries(report.routes).sort(([, a], [, b]) =>
@@ -243,6 +249,42 @@
     if (!Object.keys(report.routes).length) out.push(el("p", { class: "note" }, "Nothing compared yet."));
     out.push(examples);
     return out;
+  }
+  // turning the shadow on, off or to another candidate: PUT /admin/shadow, after a
+  // confirmation that shows the change
+  function shadowControl(report) {
+    const url = el("input", { id: "shadow-url", type: "url", size: "40", autocomplete: "off", value: report.candidate || "" });
+    const ratio = el("input", { id: "shadow-ratio", type: "number", min: "0", max: "1", step: "0.05", value: String(report.sampleRatio) });
+    const box = el("div", { id: "shadow-change", "aria-live": "polite" });
+    const apply = el("button", { type: "button", id: "shadow-apply" }, "Apply…");
+    const off = el("button", { type: "button", class: "danger", id: "shadow-off" }, "Turn off…");
+    const ask = (change) => {
+      const lines = [];
+      if ("baseUrl" in change) lines.push("upstream.shadow.base_url: " + (report.candidate || "(none)") + " → " + change.baseUrl);
+      lines.push("upstream.shadow.sample_ratio: " + report.sampleRatio + " → " + change.sampleRatio);
+      const confirm = el("button", { type: "button", class: "danger", id: "shadow-confirm" }, "Reload with this change");
+      const cancel = el("button", { type: "button", id: "shadow-cancel" }, "Cancel");
+      box.replaceChildren(el("div", { class: "confirm", role: "alertdialog", "aria-labelledby": "shadow-said" },
+        el("p", { id: "shadow-said" }, "This changes, on every worker:"),
+        el("ul", {}, ...lines.map((line) => el("li", {}, line))),
+        change.sampleRatio > 0 ? el("p", {}, "The candidate gets the callers' own tokens. A reload from the file later sets these keys as the file says.") : null,
+        confirm, " ", cancel));
+      confirm.focus();
+      cancel.addEventListener("click", () => { box.replaceChildren(); apply.focus(); });
+      confirm.addEventListener("click", async () => {
+        confirm.disabled = true;
+        const answer = await call("PUT", "/admin/shadow", true, change);
+        if (!answer.ok) { box.replaceChildren(problemBox(answer)); return; }
+        const applied = answer.body.applied.length ? answer.body.applied.join(", ") : "nothing changed";
+        box.replaceChildren(el("div", { class: "answer", role: "status", id: "shadow-result" }, "Applied: " + applied));
+      });
+    };
+    apply.addEventListener("click", () => ask({ baseUrl: url.value.trim(), sampleRatio: Number(ratio.value) }));
+    off.addEventListener("click", () => ask({ sampleRatio: 0 }));
+    return el("div", {},
+      el("label", { for: "shadow-url" }, "Candidate"), url,
+      el("label", { for: "shadow-ratio" }, "Share of upstream calls mirrored (0 to 1)"), ratio,
+      el("p", {}, apply, " ", off), box);
   }
   function errors(route) {
     return Object.values(route.candidateErrors || {}).reduce((sum, n) => sum + n, 0);
