@@ -341,6 +341,8 @@ def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
                 "hitRatio",
                 "staleShare",
                 "upstreamCalls",
+                "distinctKeys",
+                "bestHitRatio",
             ],
             "properties": {
                 "requests": {"type": "integer", "minimum": 0},
@@ -351,6 +353,17 @@ def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
                 "hitRatio": _NUMBER_OR_NULL,
                 "staleShare": _NUMBER_OR_NULL,
                 "upstreamCalls": {"type": "integer", "minimum": 0},
+                "distinctKeys": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Keys of the route fetched from the upstream, each"
+                    " counted once per process (estimated).",
+                },
+                "bestHitRatio": {
+                    **_NUMBER_OR_NULL,
+                    "description": "The hit ratio the route could have had at best: the"
+                    " first request of each key a miss, every later one a hit.",
+                },
             },
         },
     }

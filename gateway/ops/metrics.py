@@ -42,7 +42,7 @@ from prometheus_client.registry import Collector
 
 from gateway.errors import StartError
 from gateway.ops.files import write_whole
-from gateway.ops.traffic import Traffic, traffic_of
+from gateway.ops.traffic import KeySketch, Traffic, traffic_of
 from gateway.ops.ttl_advice import Advice, Evidence, Policy, advise, evidence_of
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -301,6 +301,14 @@ class Metrics:
             ["route", "result"],
             registry=r,
         )
+        self.distinct_keys = Counter(
+            "gateway_cache_distinct_keys_total",
+            "Distinct keys of each route fetched from the upstream by each process (a"
+            " sketch's count: a few per cent under when there are many), the floor of its"
+            " misses: what the hit ratio could reach at best",
+            ["route"],
+            registry=r,
+        )
         self.coalesced = Counter(
             "gateway_coalesced_requests_total",
             "Requests answered by another request's upstream call instead of making one:"
@@ -463,6 +471,7 @@ class Metrics:
         self._upstream: dict[tuple[str, str], _Timed] = {}  # by (route, outcome)
         self._normalised: dict[str, _Timed] = {}  # by route
         self._refreshed: dict[tuple[str, str], _Timed] = {}  # by (route, changed)
+        self._keys_seen: dict[str, KeySketch] = {}
         self.busy = 0  # requests being handled now; the in-flight gauge at each flush
 
     def count_answer(self, route: str, status: int, cache: str, seconds: float) -> None:
@@ -488,6 +497,15 @@ class Metrics:
         key = (route, "true" if changed else "false")
         timed = self._refreshed.get(key) or _made(self._refreshed, key, AGE_BUCKETS)
         timed.add(max(age_s, 0.0))
+
+    def fetched_key(self, route: str, key: str) -> None:
+        """Note one key of ``route`` fetched from the upstream; counted once per process
+        (``gateway_cache_distinct_keys_total``), as far as the sketch can tell."""
+        sketch = self._keys_seen.get(route)
+        if sketch is None:
+            sketch = self._keys_seen[route] = KeySketch()
+        if sketch.add(key):
+            self.distinct_keys.labels(route).inc()
 
     def flush(self) -> None:
         """Hand the tallies over (a scrape sees everything before it). The histograms

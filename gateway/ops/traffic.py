@@ -5,6 +5,8 @@ console's fleet view and ``records-gateway ttl-advice --json`` read it from
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,12 +15,44 @@ from typing import Any
 RESULTS = {"hit": "hits", "stale": "stale", "miss": "misses", "bypass": "bypasses"}
 
 
+# the bits of a route's sketch of the keys it fetched: 128 KiB a route and process,
+# within a few per cent up to some hundred thousand keys
+SKETCH_BITS = 1 << 20
+
+
+class KeySketch:
+    """Which keys were seen, as bits of a bitmap (linear counting): :meth:`add` says
+    whether a key set a bit no key had set before; :func:`estimated` turns a count of
+    such bits into a count of keys."""
+
+    __slots__ = ("_bits",)
+
+    def __init__(self) -> None:
+        self._bits = bytearray(SKETCH_BITS // 8)
+
+    def add(self, key: str) -> bool:
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+        bit = int.from_bytes(digest, "big") % SKETCH_BITS
+        byte, mask = bit >> 3, 1 << (bit & 7)
+        if self._bits[byte] & mask:
+            return False
+        self._bits[byte] |= mask
+        return True
+
+
+def estimated(bits_set: int) -> int:
+    """The keys behind ``bits_set`` bits of a sketch (linear counting)."""
+    share = min(bits_set, SKETCH_BITS - 1) / SKETCH_BITS
+    return round(-SKETCH_BITS * math.log(1 - share))
+
+
 @dataclass(slots=True)
 class Traffic:
     """One route's counts since the gateway started (every worker summed)."""
 
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESULTS.values(), 0))
     upstream_calls: int = 0
+    distinct_keys: int = 0
 
     @property
     def requests(self) -> int:
@@ -33,7 +67,21 @@ class Traffic:
             "hitRatio": round(served / requests, 4) if requests else None,
             "staleShare": round(self.counts["stale"] / requests, 4) if requests else None,
             "upstreamCalls": self.upstream_calls,
+            "distinctKeys": self.distinct_keys,
+            "bestHitRatio": self.best_hit_ratio,
         }
+
+    @property
+    def best_hit_ratio(self) -> float | None:
+        """The hit ratio these requests could have had at best: every key's first
+        request a miss, every later one a hit (bypasses aside)."""
+        cached = self.requests - self.counts["bypasses"]
+        if not cached:
+            return None
+        return round(max(cached - self.distinct_keys, 0) / cached, 4)
+
+
+_FAMILIES = ("gateway_cache_results", "gateway_upstream_requests", "gateway_cache_distinct_keys")
 
 
 def traffic_of(families: Iterable[Any]) -> Mapping[str, Traffic]:
@@ -41,7 +89,7 @@ def traffic_of(families: Iterable[Any]) -> Mapping[str, Traffic]:
     scrape): ``gateway_cache_results_total`` and ``gateway_upstream_requests_total``."""
     routes: dict[str, Traffic] = {}
     for family in families:
-        if family.name not in ("gateway_cache_results", "gateway_upstream_requests"):
+        if family.name not in _FAMILIES:
             continue
         for sample in family.samples:
             route = sample.labels.get("route")
@@ -50,6 +98,10 @@ def traffic_of(families: Iterable[Any]) -> Mapping[str, Traffic]:
             traffic = routes.setdefault(route, Traffic())
             if family.name == "gateway_upstream_requests":
                 traffic.upstream_calls += int(sample.value)
+            elif family.name == "gateway_cache_distinct_keys":
+                traffic.distinct_keys += int(sample.value)
             elif sample.labels.get("result") in RESULTS:
                 traffic.counts[RESULTS[sample.labels["result"]]] += int(sample.value)
+    for traffic in routes.values():
+        traffic.distinct_keys = estimated(traffic.distinct_keys)
     return routes

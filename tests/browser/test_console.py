@@ -194,6 +194,9 @@ async def test_the_console_s_views_by_keyboard(
     assert await chart.locator("polyline.curve").count() == 1
     assert await chart.locator("line.limit").count() == 1
     assert "max 10.0%" in (await chart.text_content() or "")
+    # the best hit rate of accounts: one key, 161 requests
+    accounts = await opened.locator("#view table tr", has_text="accounts").first.inner_text()
+    assert accounts.split("\t")[-1].strip() == "99.4%"
     await _screenshot(opened, tmp_path, "console-ttls")
 
     # Switching upstreams: amount a regression, paymentId noise, an example side by side

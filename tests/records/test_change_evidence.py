@@ -171,6 +171,9 @@ async def test_admin_ttl_advises_from_the_evidence_and_the_cli_prints_it(
     assert (traffic["hits"], traffic["stale"], traffic["misses"]) == (120, 40, 1)
     assert traffic["staleShare"] == round(40 / 161, 4)
     assert traffic["upstreamCalls"] == upstream.calls == 41
+    # one key: every request after the first could have been a hit
+    assert traffic["distinctKeys"] == 1
+    assert traffic["bestHitRatio"] == round(160 / 161, 4)
     metrics = await (await client.get("/metrics")).text()
     assert f'gateway_ttl_advised_seconds{{route="users"}} {users["advisedTtl"]}.0' in metrics
     assert 'gateway_ttl_seconds{route="users"} 60.0' in metrics

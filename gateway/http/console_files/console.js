@@ -181,8 +181,9 @@
     const rows = advice.routes.map((r) => [
       r.route, number(r.ttl), number(r.advisedTtl), number(r.changesPerHour),
       percent(r.current.staleShare), percent(r.advised.staleShare), percent(r.traffic.hitRatio), percent(r.advised.hitRatio),
+      percent(r.traffic.bestHitRatio),
     ]);
-    out.push(table(["route", "TTL now (s)", "advised (s)", "changes / hour", "stale now", "stale advised", "hit rate now", "hit rate advised"], rows, [false, true, true, true, true, true, true, true]));
+    out.push(table(["route", "TTL now (s)", "advised (s)", "changes / hour", "stale now", "stale advised", "hit rate now", "hit rate advised", "best hit rate (distinct keys)"], rows, [false, true, true, true, true, true, true, true, true]));
     const cards = el("div", { class: "cards" });
     for (const route of advice.routes) {
       cards.append(el("div", { class: "card", id: "ttl-" + route.route },
