@@ -6,6 +6,7 @@ check-config   validate the configuration and print it, secrets redacted
 probe          check the configured upstream against the published schema
 shadow-report  print the running gateway's report of its shadow traffic
 shadow         point the running gateway's shadow traffic at a candidate, or turn it off
+fleet          print every instance sharing the running gateway's cache, with its readiness
 ttl-advice     print the running gateway's TTL advice per route
 compare        send the same requests to the configured upstream and to a candidate,
                and report every field in which their answers differ
@@ -150,6 +151,14 @@ def _parser() -> argparse.ArgumentParser:
         help="print the primary's and the candidate's whole answers of one of the report's"
         " examples (GET /admin/shadow/answers/REQUEST_ID) instead",
     )
+
+    fleet = commands.add_parser(
+        "fleet",
+        help="print every instance sharing the running gateway's cache, with its readiness"
+        " (GET /admin/fleet)",
+    )
+    _config_option(fleet)
+    fleet.add_argument("--json", action="store_true", help="print the instances as JSON")
 
     switch = commands.add_parser(
         "shadow",
@@ -401,6 +410,24 @@ def _shadow_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fleet(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    answer = asyncio.run(_admin_get(settings, "/admin/fleet"))
+    _print_report(answer, args.json, _fleet_text)
+    return 0
+
+
+def _fleet_text(answer: dict[str, Any]) -> str:
+    lines = [f"{'instance':<40} {'status':<9} {'circuit':<10} {'seen':>6}  components"]
+    for item in answer["instances"]:
+        parts = ", ".join(f"{name} {status}" for name, status in item["components"].items())
+        seen = f"{item['secondsAgo']:.0f} s" if "secondsAgo" in item else "now"
+        name = item["instance"] + (" (this)" if item["mine"] else "")
+        circuit = item.get("circuit") or "-"
+        lines.append(f"{name:<40} {item['status']:<9} {circuit:<10} {seen:>6}  {parts}")
+    return "\n".join(lines)
+
+
 def _shadow(args: argparse.Namespace) -> int:
     """The ``shadow`` command: what PUT /admin/shadow takes, from the flags."""
     settings = load_settings(args.config)
@@ -617,6 +644,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "probe": _probe_command,
     "shadow-report": _shadow_report,
     "shadow": _shadow,
+    "fleet": _fleet,
     "ttl-advice": _ttl_advice,
     "compare": _compare,
     "purge": _purge,

@@ -16,15 +16,16 @@ which instance's TTL an entry gets, and that is what operators need to know.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gateway.cache.keyspace import fleet_key
+from gateway.cache.keyspace import fleet_key, fleet_ready_key
 from gateway.cache.tasks import stop
 
 if TYPE_CHECKING:  # redis-py is imported only by a gateway that uses Redis
@@ -62,6 +63,7 @@ class Fleet:
         self._on_read = on_read
         self._commands = commands
         self._key = fleet_key(prefix)
+        self._ready_key = fleet_ready_key(prefix)
         self._fingerprint = fingerprint
         self.every_s = every_s
         self._timeout_s = timeout_s
@@ -71,8 +73,13 @@ class Fleet:
         self._reported: set[str] = set()  # other fingerprints already logged
         self.last_error: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self._readiness: Callable[[], Mapping[str, Any]] | None = None
+        self._ready: dict[str, dict[str, Any]] = {}  # instance -> its last readiness
 
-    def start(self) -> None:
+    def start(self, readiness: Callable[[], Mapping[str, Any]] | None = None) -> None:
+        """Announce every ``every_s``; with ``readiness``, this instance's readiness
+        too (a short summary of /readyz), which :meth:`instances` reads back."""
+        self._readiness = readiness
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
 
@@ -84,6 +91,7 @@ class Fleet:
         try:
             async with asyncio.timeout(self._timeout_s):
                 await self._commands.hdel(self._key, self.instance)
+                await self._commands.hdel(self._ready_key, self.instance)
         except (*REDIS_ERRORS, TimeoutError):
             pass  # its field expires on its own
 
@@ -114,6 +122,54 @@ class Fleet:
         self._notice(mine)
         if self._on_read is not None:
             self._on_read(self.configurations())
+        if self._readiness is not None:
+            await self._announce_readiness(now, expiry)
+
+    async def _announce_readiness(self, now: float, expiry: float) -> None:
+        """Write this instance's readiness, read every instance's (in a hash of its own:
+        the fingerprints' hash keeps the form every version reads)."""
+        from gateway.cache.topology import REDIS_ERRORS
+
+        assert self._readiness is not None
+        summary = {"expiry": expiry, "at": now, **self._readiness()}
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._commands.hset(self._ready_key, self.instance, json.dumps(summary))
+                await self._commands.pexpire(self._ready_key, int(6 * self.every_s * 1000))
+                raw: dict[Any, Any] = await self._commands.hgetall(self._ready_key)
+                ready: dict[str, dict[str, Any]] = {}
+                gone = []
+                for field, value in raw.items():
+                    try:
+                        seen = json.loads(bytes(value))
+                        live = float(seen["expiry"]) >= now
+                    except (ValueError, KeyError, TypeError):
+                        seen, live = None, False
+                    if live and isinstance(seen, dict):
+                        ready[bytes(field).decode("utf-8", "replace")] = seen
+                    else:
+                        gone.append(field)
+                if gone:
+                    await self._commands.hdel(self._ready_key, *gone)
+        except (*REDIS_ERRORS, TimeoutError) as exc:
+            self.last_error = f"redis fleet readiness: {type(exc).__name__}: {exc}"
+            return
+        self._ready = ready
+
+    def instances(self) -> list[dict[str, Any]]:
+        """Every live instance's readiness as it last announced it (this one's too),
+        with how many seconds ago; sorted by instance."""
+        now = self._wall()
+        return [
+            {
+                "instance": name,
+                "mine": name == self.instance,
+                "fingerprint": self._seen.get(name),
+                "secondsAgo": round(max(now - float(seen.get("at", now)), 0.0), 1),
+                **{k: v for k, v in seen.items() if k not in ("at", "expiry")},
+            }
+            for name, seen in sorted(self._ready.items())
+        ]
 
     def _read(self, raw: dict[Any, Any], now: float) -> list[bytes]:
         seen: dict[str, str] = {}

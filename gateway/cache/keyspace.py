@@ -88,6 +88,11 @@ def fleet_key(prefix: str) -> str:
     return f"{prefix}:{FLEET_PART}"
 
 
+def fleet_ready_key(prefix: str) -> str:
+    """The hash of each instance's readiness, as it last announced it."""
+    return f"{prefix}:{FLEET_PART}-ready"
+
+
 def probe_key(prefix: str) -> str:
     """The key the readiness probe writes and reads."""
     return f"{prefix}:{PROBE_PART}"

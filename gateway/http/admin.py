@@ -477,6 +477,22 @@ async def shadow_report(request: web.Request) -> web.StreamResponse:
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
+async def fleet_readiness(request: web.Request) -> web.StreamResponse:
+    """GET /admin/fleet: every instance sharing the cache, with its readiness as it last
+    announced it (every few seconds); without a shared cache, this process alone."""
+    check_admin(request)
+    _no_query(request)
+    binding = request.app[UPSTREAMS].current
+    if binding.fleet is not None:
+        instances = binding.fleet.instances()
+        shared = True
+    else:
+        instances = [{"instance": "this process", "mine": True, **binding.readiness.summary()}]
+        shared = False
+    body = {"shared": shared, "instances": instances}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
 async def shadow_answers(request: web.Request) -> web.StreamResponse:
     """GET /admin/shadow/answers/{requestId}: the primary's and the candidate's whole
     published answers of a request that differed, as kept by the report (the first few
@@ -613,6 +629,7 @@ ADMIN_PATHS = "/admin{tail:(/.*)?}"
 ADMIN_ROUTES: tuple[tuple[str, str, dict[str, Handler]], ...] = (
     ("/admin/cache", "admin-cache", {"DELETE": purge_cache}),
     ("/admin/config", "admin-config", {"GET": effective_config}),
+    ("/admin/fleet", "admin-fleet", {"GET": fleet_readiness}),
     ("/admin/records/changed", "admin-records-changed", {"POST": records_changed}),
     ("/admin/reload", "admin-reload", {"POST": reload_config}),
     (

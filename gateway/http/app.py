@@ -304,14 +304,11 @@ async def _index_size_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 def _fleet_of(backend: CacheBackend, live: LiveConfig, metrics_: Metrics) -> Fleet | None:
-    """The fleet announcements over a shared backend that can hold them (started);
+    """The fleet announcements over a shared backend that can hold them (not started);
     None otherwise."""
-    fleet = backend.fleet(
+    return backend.fleet(
         lambda: cache_fingerprint(live.settings), metrics_.fleet_configurations.set
     )
-    if fleet is not None:
-        fleet.start()
-    return fleet
 
 
 def _workers_report(parts: ProcessParts) -> Callable[[], dict[str, Any]] | None:
@@ -407,6 +404,8 @@ def bind_upstream(settings: Settings, parts: ProcessParts) -> UpstreamBinding:
     )
     fleet = _fleet_of(backend, parts.live, parts.metrics)
     readiness = _readiness(settings, parts, cache, upstream, fleet, upstream_breaker)
+    if fleet is not None:
+        fleet.start(readiness.summary)
     binding = UpstreamBinding(
         pipeline, cache, readiness, link, fleet=fleet, own_backend=own_backend
     )

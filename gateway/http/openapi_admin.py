@@ -229,6 +229,36 @@ def admin_schemas(routes: RouteTable) -> dict[str, dict[str, Any]]:
                 "candidate": {},
             },
         },
+        "Fleet": {
+            "type": "object",
+            "required": ["shared", "instances"],
+            "properties": {
+                "shared": {
+                    "type": "boolean",
+                    "description": "Whether the instances share a cache (false: this process"
+                    " alone is listed).",
+                },
+                "instances": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["instance", "mine", "status", "components"],
+                        "properties": {
+                            "instance": {"type": "string"},
+                            "mine": {"type": "boolean"},
+                            "fingerprint": {"type": ["string", "null"]},
+                            "secondsAgo": {"type": "number"},
+                            "status": {"type": "string"},
+                            "components": {
+                                "type": "object",
+                                "additionalProperties": {"type": "string"},
+                            },
+                            "circuit": {"type": ["string", "null"]},
+                        },
+                    },
+                },
+            },
+        },
         "ShadowChanged": {
             "type": "object",
             "description": "What a reload answers (the keys applied), and the shadow now.",
@@ -469,6 +499,15 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
                 "content": {PROBLEM_JSON: {"schema": {"$ref": SCHEMAS + "Problem"}}},
             },
         },
+    ),
+    ("/admin/fleet", "GET"): (
+        "getFleet",
+        "Every instance's readiness",
+        "Every instance sharing the cache (Redis), with its readiness as it last announced"
+        " it (every 5 s): its status, each component's and the upstream's circuit; without"
+        " a shared cache, this process alone. Takes no query.",
+        {"$ref": SCHEMAS + "Fleet"},
+        {},
     ),
     ("/admin/shadow", "GET"): (
         "getShadowReport",

@@ -26,6 +26,8 @@ OK = "ok"
 DEGRADED = "degraded"
 DOWN = "down"
 DISABLED = "disabled"
+# not known yet: no traffic and no check since the start (in the fleet's summaries)
+UNKNOWN = "unknown"
 
 # the share of failed reads (or of failed writes) over the window from which the
 # cache is degraded: one blip among thousands of calls is not, a failing write is
@@ -167,13 +169,43 @@ class Readiness:
         if self._workers is not None:
             components["workers"] = workers = self._workers()
             fleet_degraded = fleet_degraded or workers["status"] == DEGRADED
-        if upstream["status"] == DOWN and cache["status"] in (DOWN, DISABLED):
-            overall, code = DOWN, 503
-        elif upstream["status"] == DOWN or cache["status"] in (DOWN, DEGRADED) or fleet_degraded:
-            overall, code = DEGRADED, 200
-        else:
-            overall, code = OK, 200
-        return code, {"status": overall, "components": components}
+        overall = _overall(upstream["status"], cache["status"], fleet_degraded)
+        return 503 if overall == DOWN else 200, {"status": overall, "components": components}
+
+    def summary(self) -> dict[str, Any]:
+        """The report in short, as an instance announces it to the fleet: the status,
+        each component's, the upstream's circuit. Read from what traffic and the last
+        checks said, never running a check (an idle instance calls nothing for it)."""
+        components = {"upstream": self._upstream_seen(), "cache": self._cache_seen()}
+        degraded = False
+        for name, part in (("fleet", self._fleet), ("workers", self._workers)):
+            if part is not None:
+                components[name] = part()["status"]
+                degraded = degraded or components[name] == DEGRADED
+        return {
+            "status": _overall(components["upstream"], components["cache"], degraded),
+            "components": components,
+            "circuit": None if self._upstream_circuit is None else self._upstream_circuit(),
+        }
+
+    def _upstream_seen(self) -> str:
+        age, status = self._upstream.age(), self._upstream.status()
+        if status is not None and age is not None and age <= self._interval_s:
+            return status
+        check = self._upstream_check
+        if check.last_at is None:
+            return UNKNOWN
+        return OK if check.last_error is None else DOWN
+
+    def _cache_seen(self) -> str:
+        if self._cache_check is None:
+            return DISABLED
+        seen = self._cache_state()
+        if seen.reads.ok + seen.writes.ok == 0 and seen.reads.calls + seen.writes.calls > 0:
+            return DOWN
+        if seen.circuit != "closed" or seen.reads.failing() or seen.writes.failing():
+            return DEGRADED
+        return OK
 
     async def _upstream_component(self, now: float) -> dict[str, Any]:
         component = await self._upstream_outcome(now)
@@ -219,3 +251,12 @@ class Readiness:
             "writes": seen.writes.report(),
             "probes": seen.probes.report(),
         }
+
+
+def _overall(upstream: str, cache: str, degraded: bool) -> str:
+    """The gateway's status from its parts': down when nothing can be served."""
+    if upstream == DOWN and cache in (DOWN, DISABLED):
+        return DOWN
+    if upstream == DOWN or cache in (DOWN, DEGRADED) or degraded:
+        return DEGRADED
+    return OK

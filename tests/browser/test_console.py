@@ -182,6 +182,7 @@ async def test_the_console_s_views_by_keyboard(
     fleet = await opened.locator("#view").inner_text()
     assert "upstream" in fleet
     assert "expenses" in fleet
+    assert "This instance (no shared cache)" in fleet  # the memory backend: no fleet
     assert ADMIN_TOKEN not in fleet
     assert "**********" in fleet
     await _screenshot(opened, tmp_path, "console-fleet")

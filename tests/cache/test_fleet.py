@@ -457,3 +457,69 @@ async def test_a_purge_while_redis_is_down_says_its_outcome_is_unknown(
     reply = await client.get("/users", headers=AUTH)
     assert reply.status == 200
     assert reply.headers["Cache-Status"] == "records-gateway; fwd=miss; detail=cache-unavailable"
+
+
+async def test_every_instance_announces_its_readiness_and_a_stopped_one_leaves(
+    redis_url: str,
+) -> None:
+    """docs/console.md, "Fleet": each instance's readiness as it last announced it; one
+    that stopped announcing is gone after three periods, its field removed."""
+    store = redis.Redis.from_url(redis_url)
+    now = [2000.0]
+
+    def said(status: str) -> Any:
+        return lambda: {"status": status, "components": {"upstream": status}, "circuit": "closed"}
+
+    killed = Fleet(store, prefix="rg:r", fingerprint=lambda: "aaa", wall=lambda: now[0])
+    alive = Fleet(store, prefix="rg:r", fingerprint=lambda: "aaa", wall=lambda: now[0])
+    killed._readiness, alive._readiness = said("down"), said("ok")  # as start() sets them
+    await killed.announce()
+    now[0] += 2
+    await alive.announce()
+    seen = {item["instance"]: item for item in alive.instances()}
+    assert seen[killed.instance]["status"] == "down"
+    assert seen[killed.instance]["secondsAgo"] == 2.0
+    assert seen[alive.instance] == {
+        "instance": alive.instance,
+        "mine": True,
+        "fingerprint": "aaa",
+        "secondsAgo": 0.0,
+        "status": "ok",
+        "components": {"upstream": "ok"},
+        "circuit": "closed",
+    }
+    now[0] += 3 * alive.every_s + 1
+    await alive.announce()
+    assert [item["instance"] for item in alive.instances()] == [alive.instance]
+    assert await store.hkeys("rg:r:fleet-ready") == [alive.instance.encode()]
+    await store.aclose()
+
+
+async def test_admin_fleet_lists_every_instance_on_the_redis_and_one_alone_without(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str
+) -> None:
+    """GET /admin/fleet (docs/console.md, "Fleet"): the instances sharing a Redis, each
+    with its readiness; on the memory backend, the process answering alone."""
+    clients = await fleet(gateway_factory, upstream, redis_url, n=2)
+    for client in (*clients, clients[0]):  # the first reads what the second announced
+        binding_fleet = client.app[UPSTREAMS].current.fleet
+        assert binding_fleet is not None
+        await binding_fleet.announce()
+    answer = await clients[0].get("/admin/fleet", headers=ADMIN)
+    assert answer.status == 200
+    body = await answer.json()
+    assert body["shared"] is True
+    assert len(body["instances"]) == 2
+    assert [item["mine"] for item in body["instances"]].count(True) == 1
+    for item in body["instances"]:
+        assert item["status"] == "ok"
+        assert set(item["components"]) == {"upstream", "cache", "fleet"}
+        assert item["circuit"] == "closed"
+    assert (await clients[0].get("/admin/fleet")).status == 401
+
+    alone = await gateway_factory(
+        base_url(upstream), admin={"token": ADMIN["Authorization"].removeprefix("Bearer ")}
+    )
+    body = await (await alone.get("/admin/fleet", headers=ADMIN)).json()
+    assert body["shared"] is False
+    assert [item["mine"] for item in body["instances"]] == [True]

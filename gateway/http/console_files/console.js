@@ -45,6 +45,9 @@
   function status(word) {
     return el("span", { class: "status-" + String(word) }, String(word));
   }
+  function rank(word) {
+    return { down: 2, degraded: 1 }[word] || 0;
+  }
   function problemBox(answer) {
     const body = answer.body || {};
     const title = typeof body.title === "string" ? body.title : "HTTP " + answer.status;
@@ -136,13 +139,29 @@
 
   // --- Fleet: readiness, traffic per route, the configuration in force ---------------
   async function fleetView() {
-    const [ready, ttl, config] = await Promise.all([
+    const [ready, ttl, config, fleet] = await Promise.all([
       call("GET", "/readyz", false),
       call("GET", "/admin/ttl"),
       call("GET", "/admin/config"),
+      call("GET", "/admin/fleet"),
     ]);
     const out = [el("h2", {}, "Fleet")];
+    if (fleet.ok) {
+      const worst = fleet.body.instances.slice().sort((a, b) => rank(b.status) - rank(a.status));
+      const rows = worst.map((item) => [
+        item.instance + (item.mine ? " (this one)" : ""),
+        status(item.status),
+        Object.entries(item.components).map(([name, word]) => name + " " + word).join(", "),
+        item.circuit ? String(item.circuit) : "-",
+        item.secondsAgo === undefined ? "now" : item.secondsAgo + " s ago",
+      ]);
+      out.push(el("h3", {}, fleet.body.shared ? "Instances sharing the cache" : "This instance (no shared cache)"));
+      out.push(table(["instance", "status", "components", "upstream circuit", "announced"], rows));
+    } else {
+      out.push(problemBox(fleet));
+    }
     if (ready.body && ready.body.components) {
+      out.push(el("h3", {}, "Readiness of the instance answering"));
       out.push(el("p", {}, "Readiness: ", status(ready.body.status), " (HTTP " + ready.status + ")"));
       const rows = Object.entries(ready.body.components).map(([name, part]) => [
         name,
