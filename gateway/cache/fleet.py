@@ -157,19 +157,27 @@ class Fleet:
         self._ready = ready
 
     def instances(self) -> list[dict[str, Any]]:
-        """Every live instance's readiness as it last announced it (this one's too),
-        with how many seconds ago; sorted by instance."""
+        """Every live process's readiness as it last announced it, with how many seconds
+        ago, and this one's as it is now; sorted by instance. An announcement past its
+        expiry, or not of the form announced, is left out."""
         now = self._wall()
-        return [
-            {
-                "instance": name,
-                "mine": name == self.instance,
-                "fingerprint": self._seen.get(name),
-                "secondsAgo": round(max(now - float(seen.get("at", now)), 0.0), 1),
-                **{k: v for k, v in seen.items() if k not in ("at", "expiry")},
-            }
-            for name, seen in sorted(self._ready.items())
-        ]
+        rows = []
+        for name, seen in self._ready.items():
+            try:
+                at, expiry = float(seen["at"]), float(seen["expiry"])
+                told = {"status": str(seen["status"]), "circuit": seen.get("circuit")}
+                parts = {str(part): str(word) for part, word in dict(seen["components"]).items()}
+            except (KeyError, TypeError, ValueError):
+                continue
+            if name == self.instance or expiry < now:
+                continue
+            ago = round(max(now - at, 0.0), 1)
+            rows.append({**told, "components": parts, "instance": name, "mine": False,
+                         "fingerprint": self._seen.get(name), "secondsAgo": ago})  # fmt: skip
+        if self._readiness is not None:
+            mine = {"instance": self.instance, "mine": True, "fingerprint": self._fingerprint()}
+            rows.append({**self._readiness(), **mine, "secondsAgo": 0.0})
+        return sorted(rows, key=lambda row: str(row["instance"]))
 
     def _read(self, raw: dict[Any, Any], now: float) -> list[bytes]:
         seen: dict[str, str] = {}

@@ -16,6 +16,7 @@ them and ``SCAN MATCH <namespace>:*`` finds all of them:
   record the latest fills noted, by scope (``cache.record_consistency``). They share
   one slot, so that one script notes every record an entry holds;
 - ``<prefix>:fleet``: the fleet's announcements (a hash);
+- ``<prefix>:fleet-ready``: each process's readiness, as it last announced it (a hash);
 - ``<prefix>:index-size``: the records' index's size, as one instance last measured it;
 - ``<prefix>:claim:<name>``: a name claimed once for a while (``CacheBackend.claim``:
   the signed change notices already taken);

@@ -8,7 +8,9 @@ report adds up every worker's file. A reset writes a marker with a new epoch: th
 worker that took it starts again at once, the others within a second, and a report
 counts only the files written since the newest marker.
 
-A file holds the counts and examples of the report (no header, no token); it is
+A file holds the counts and examples of the report, and the few whole answers it keeps
+(``Tally.keep_answers``: customers' records, in the metrics folder of the instance; no
+header, no token); it is
 replaced whole (written aside, then renamed), so a reader never sees half of one.
 """
 

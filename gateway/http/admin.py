@@ -524,7 +524,11 @@ async def set_shadow(request: web.Request) -> web.StreamResponse:
     every worker; a reload from the file later sets them as the file says."""
     check_admin(request)
     _no_query(request)
-    wanted = _shadow_change(await request.content.read(_SHADOW_BODY_MAX + 1))
+    try:
+        raw = await read_body(request)
+    except TooLarge:
+        raw = b" " * (_SHADOW_BODY_MAX + 1)
+    wanted = _shadow_change(raw)
     live = request.app[LIVE]
     current = live.settings
     shadow = current.upstream.shadow.model_dump()
@@ -538,6 +542,15 @@ async def set_shadow(request: web.Request) -> web.StreamResponse:
         raise InvalidParameters([ParameterProblem(named, message or wrong)]) from None
     upstream = current.upstream.model_copy(update={"shadow": changed})
     result = live.take(current.model_copy(update={"upstream": upstream}))
+    if not result.ok:
+        return problem_response(
+            request,
+            status=422,
+            slug="config-refused",
+            title="The new configuration was refused",
+            detail=f"the running configuration stays: {result.error}",
+            request_id=request[REQUEST_ID],
+        )
     body = {
         **result.as_json(),
         "shadow": {"baseUrl": changed.base_url, "sampleRatio": changed.sample_ratio},
@@ -563,13 +576,18 @@ def _shadow_change(raw: bytes) -> dict[str, Any]:
         raise InvalidParameters(
             [ParameterProblem("body", "must be a JSON object with baseUrl or sampleRatio")]
         )
-    unknown = [
+    problems = [
         ParameterProblem(str(name)[:80], "unknown field; allowed: baseUrl, sampleRatio")
         for name in data
         if name not in _SHADOW_FIELDS
     ]
-    if unknown:
-        raise InvalidParameters(unknown)
+    url, ratio = data.get("baseUrl"), data.get("sampleRatio")
+    if url is not None and not isinstance(url, str):
+        problems.append(ParameterProblem("baseUrl", "must be a URL (a string) or null"))
+    if "sampleRatio" in data and (isinstance(ratio, bool) or not isinstance(ratio, int | float)):
+        problems.append(ParameterProblem("sampleRatio", "must be a number from 0 to 1"))
+    if problems:
+        raise InvalidParameters(problems)
     return data
 
 

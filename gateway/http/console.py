@@ -17,7 +17,12 @@ CONTENT_SECURITY_POLICY = (
     " connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 
-HEADERS = {"X-Frame-Options": "DENY", "Cache-Control": "no-store"}
+HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+    # no other page of the origin (/docs among them) keeps a handle on the console's window
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
 
 _FILES = (("", "console.html"), ("console.js", "console.js"), ("console.css", "console.css"))
 

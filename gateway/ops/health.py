@@ -254,9 +254,10 @@ class Readiness:
 
 
 def _overall(upstream: str, cache: str, degraded: bool) -> str:
-    """The gateway's status from its parts': down when nothing can be served."""
+    """The gateway's status from its parts': down when nothing can be served; unknown
+    while nothing says how the upstream is (the fleet's summaries only)."""
     if upstream == DOWN and cache in (DOWN, DISABLED):
         return DOWN
     if upstream == DOWN or cache in (DOWN, DEGRADED) or degraded:
         return DEGRADED
-    return OK
+    return UNKNOWN if upstream == UNKNOWN else OK

@@ -303,9 +303,9 @@ class Metrics:
         )
         self.distinct_keys = Counter(
             "gateway_cache_distinct_keys_total",
-            "Distinct keys of each route fetched from the upstream by each process (a"
-            " sketch's count: a few per cent under when there are many), the floor of its"
-            " misses: what the hit ratio could reach at best",
+            "Distinct keys of each route fetched from the upstream, each process's estimate"
+            " (a sketch's, within a few per cent) added up: the floor of its misses, what"
+            " the hit ratio could reach at best",
             ["route"],
             registry=r,
         )
@@ -504,8 +504,9 @@ class Metrics:
         sketch = self._keys_seen.get(route)
         if sketch is None:
             sketch = self._keys_seen[route] = KeySketch()
-        if sketch.add(key):
-            self.distinct_keys.labels(route).inc()
+        grown = sketch.add(key)
+        if grown:
+            self.distinct_keys.labels(route).inc(grown)
 
     def flush(self) -> None:
         """Hand the tallies over (a scrape sees everything before it). The histograms

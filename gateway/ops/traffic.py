@@ -21,29 +21,31 @@ SKETCH_BITS = 1 << 20
 
 
 class KeySketch:
-    """Which keys were seen, as bits of a bitmap (linear counting): :meth:`add` says
-    whether a key set a bit no key had set before; :func:`estimated` turns a count of
-    such bits into a count of keys."""
+    """Which keys were seen, as bits of a bitmap (linear counting): :meth:`add` gives
+    how much the estimate of the keys seen grew (0 for a key seen before), so that the
+    processes' counters add up to the sum of their own estimates."""
 
-    __slots__ = ("_bits",)
+    __slots__ = ("_bits", "_set")
 
     def __init__(self) -> None:
         self._bits = bytearray(SKETCH_BITS // 8)
+        self._set = 0
 
-    def add(self, key: str) -> bool:
+    def add(self, key: str) -> float:
         digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
         bit = int.from_bytes(digest, "big") % SKETCH_BITS
         byte, mask = bit >> 3, 1 << (bit & 7)
         if self._bits[byte] & mask:
-            return False
+            return 0.0
         self._bits[byte] |= mask
-        return True
+        self._set += 1
+        return estimated(self._set) - estimated(self._set - 1)
 
 
-def estimated(bits_set: int) -> int:
+def estimated(bits_set: int) -> float:
     """The keys behind ``bits_set`` bits of a sketch (linear counting)."""
     share = min(bits_set, SKETCH_BITS - 1) / SKETCH_BITS
-    return round(-SKETCH_BITS * math.log(1 - share))
+    return -SKETCH_BITS * math.log1p(-share)
 
 
 @dataclass(slots=True)
@@ -52,7 +54,7 @@ class Traffic:
 
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESULTS.values(), 0))
     upstream_calls: int = 0
-    distinct_keys: int = 0
+    distinct_keys: float = 0.0
 
     @property
     def requests(self) -> int:
@@ -67,18 +69,20 @@ class Traffic:
             "hitRatio": round(served / requests, 4) if requests else None,
             "staleShare": round(self.counts["stale"] / requests, 4) if requests else None,
             "upstreamCalls": self.upstream_calls,
-            "distinctKeys": self.distinct_keys,
+            "distinctKeys": round(self.distinct_keys),
             "bestHitRatio": self.best_hit_ratio,
         }
 
     @property
     def best_hit_ratio(self) -> float | None:
-        """The hit ratio these requests could have had at best: every key's first
-        request a miss, every later one a hit (bypasses aside)."""
-        cached = self.requests - self.counts["bypasses"]
-        if not cached:
+        """The hit ratio these requests could have had at best, counted as ``hitRatio``
+        is: every key's first request a miss, every later one a hit, but for those that
+        bypassed the cache."""
+        requests = self.requests
+        if not requests:
             return None
-        return round(max(cached - self.distinct_keys, 0) / cached, 4)
+        cached = requests - self.counts["bypasses"]
+        return round(max(cached - round(self.distinct_keys), 0) / requests, 4)
 
 
 _FAMILIES = ("gateway_cache_results", "gateway_upstream_requests", "gateway_cache_distinct_keys")
@@ -99,9 +103,7 @@ def traffic_of(families: Iterable[Any]) -> Mapping[str, Traffic]:
             if family.name == "gateway_upstream_requests":
                 traffic.upstream_calls += int(sample.value)
             elif family.name == "gateway_cache_distinct_keys":
-                traffic.distinct_keys += int(sample.value)
+                traffic.distinct_keys += sample.value
             elif sample.labels.get("result") in RESULTS:
                 traffic.counts[RESULTS[sample.labels["result"]]] += int(sample.value)
-    for traffic in routes.values():
-        traffic.distinct_keys = estimated(traffic.distinct_keys)
     return routes

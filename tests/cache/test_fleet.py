@@ -501,6 +501,8 @@ async def test_admin_fleet_lists_every_instance_on_the_redis_and_one_alone_witho
     """GET /admin/fleet (docs/console.md, "Fleet"): the instances sharing a Redis, each
     with its readiness; on the memory backend, the process answering alone."""
     clients = await fleet(gateway_factory, upstream, redis_url, n=2)
+    for page, client in enumerate(clients, 1):  # traffic that says how the upstream is
+        assert (await fetch(client, f"/users?page={page}"))[0] == 200
     for client in (*clients, clients[0]):  # the first reads what the second announced
         binding_fleet = client.app[UPSTREAMS].current.fleet
         assert binding_fleet is not None
@@ -523,3 +525,5 @@ async def test_admin_fleet_lists_every_instance_on_the_redis_and_one_alone_witho
     body = await (await alone.get("/admin/fleet", headers=ADMIN)).json()
     assert body["shared"] is False
     assert [item["mine"] for item in body["instances"]] == [True]
+    # nothing said yet of the upstream: unknown, not ok
+    assert body["instances"][0]["status"] == "unknown"

@@ -815,6 +815,10 @@ async def test_the_shadow_is_pointed_changed_and_stopped_from_the_admin_api_and_
         (b'{"sampleRatio": 2}', "sampleRatio"),
         (b'{"baseUrl": "ftp://x"}', "baseUrl"),
         (b'{"candidate": "http://x"}', "candidate"),
+        (b'{"sampleRatio": true}', "sampleRatio"),
+        (b'{"sampleRatio": "0.5"}', "sampleRatio"),
+        (b'{"baseUrl": 5}', "baseUrl"),
+        (b'{"sampleRatio": 0.5, "padding": "' + b"x" * 5000 + b'"}', "body"),
     ]
     for sent, named in refused:
         answer = await client.put("/admin/shadow", data=sent, headers=put)
@@ -825,6 +829,15 @@ async def test_the_shadow_is_pointed_changed_and_stopped_from_the_admin_api_and_
         await client.put("/admin/shadow", data=b'{"sampleRatio": 0}', headers=AUTH)
     ).status == 401
     assert (await _report(client))["candidate"] == base_url(twin)  # unchanged by the refusals
+
+    async def in_pieces() -> Any:  # a body that comes in several reads (chunked)
+        yield b'{"sampleRatio":'
+        await asyncio.sleep(0.01)
+        yield b" 0.25}"
+
+    answer = await client.put("/admin/shadow", data=in_pieces(), headers=put)
+    assert answer.status == 200
+    assert (await answer.json())["shadow"]["sampleRatio"] == 0.25
 
     config = tmp_path / "gateway.toml"
     config.write_text(f'[server]\nport = {client.server.port}\n[admin]\ntoken = "{ADMIN_TOKEN}"\n')

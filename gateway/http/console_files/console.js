@@ -8,7 +8,6 @@
   let token = null;
   let current = "fleet";
   const views = { fleet: fleetView, ttls: ttlView, shadow: shadowView, purge: purgeView };
-  const ROUTE_NAMES = ["users", "clients", "expenses", "expense", "accounts", "account"];
 
   // --- small DOM helpers: children are nodes or strings (as text) -------------------
   function el(tag, attributes, ...children) {
@@ -46,7 +45,7 @@
     return el("span", { class: "status-" + String(word) }, String(word));
   }
   function rank(word) {
-    return { down: 2, degraded: 1 }[word] || 0;
+    return { down: 3, degraded: 2, unknown: 1 }[word] || 0;
   }
   function problemBox(answer) {
     const body = answer.body || {};
@@ -133,7 +132,12 @@
     });
     const view = document.getElementById("view");
     view.replaceChildren(el("p", { class: "note" }, "Loading…"));
-    const content = await views[name]();
+    let content;
+    try {
+      content = await views[name]();
+    } catch (error) {
+      content = [problemBox({ status: 0, body: { title: "This view could not be shown", detail: String(error) } })];
+    }
     if (current === name && token !== null) view.replaceChildren(...content);
   }
 
@@ -197,6 +201,9 @@
       el("h2", {}, "TTLs"),
       el("p", { class: "note" }, "Aim: at most " + percent(advice.maxStaleShare) + " of answers served after the upstream changed (cache.max_stale_share); advice within " + advice.minTtl + "…" + advice.maxTtl + " s. The gateway never changes a TTL by itself."),
     ];
+    // the worst first: the furthest over the aim
+    const over = (r) => (r.current.staleShare === null ? -1 : r.current.staleShare - advice.maxStaleShare);
+    advice.routes.sort((a, b) => over(b) - over(a));
     const rows = advice.routes.map((r) => [
       r.route, number(r.ttl), number(r.advisedTtl), number(r.changesPerHour),
       percent(r.current.staleShare), percent(r.advised.staleShare), percent(r.traffic.hitRatio), percent(r.advised.hitRatio),
@@ -291,15 +298,23 @@
         confirm, " ", cancel));
       confirm.focus();
       cancel.addEventListener("click", () => { box.replaceChildren(); apply.focus(); });
+      box.addEventListener("keydown", (event) => { if (event.key === "Escape") cancel.click(); });
       confirm.addEventListener("click", async () => {
         confirm.disabled = true;
         const answer = await call("PUT", "/admin/shadow", true, change);
         if (!answer.ok) { box.replaceChildren(problemBox(answer)); return; }
         const applied = answer.body.applied.length ? answer.body.applied.join(", ") : "nothing changed";
-        box.replaceChildren(el("div", { class: "answer", role: "status", id: "shadow-result" }, "Applied: " + applied));
+        box.replaceChildren(el("div", { class: "answer", role: "status", id: "shadow-result", tabindex: "-1" }, "Applied: " + applied));
+        document.getElementById("shadow-result").focus();
       });
     };
-    apply.addEventListener("click", () => ask({ baseUrl: url.value.trim(), sampleRatio: Number(ratio.value) }));
+    apply.addEventListener("click", () => {
+      if (ratio.value.trim() === "" || Number.isNaN(Number(ratio.value)) || url.value.trim() === "") {
+        box.replaceChildren(el("div", { class: "problem", role: "alert" }, "Give the candidate's URL and a share from 0 to 1."));
+        return;
+      }
+      ask({ baseUrl: url.value.trim(), sampleRatio: Number(ratio.value) });
+    });
     off.addEventListener("click", () => ask({ sampleRatio: 0 }));
     return el("div", {},
       el("label", { for: "shadow-url" }, "Candidate"), url,
@@ -315,12 +330,14 @@
       const kinds = Object.entries(entry.kinds).map(([k, n]) => k + " " + n).join(", ");
       const list = entry.examples.length ? entry.examples : entry.evidence || [];
       const open = el("button", { type: "button", "data-field": entry.field }, "Side by side");
-      open.addEventListener("click", () => sideBySide(examples, routeName, entry.field, list));
+      open.addEventListener("click", () => sideBySide(examples, routeName, entry.field, list, kind));
       return [el("span", { class: kind === "regression" ? "regression" : null }, entry.field), number(entry.total), kinds || "-", list.length ? open : "-"];
     });
     return table(["field", "differences", "kinds", "example"], rows, [false, true, false, false]);
   }
-  function sideBySide(examples, routeName, field, list) {
+  function sideBySide(examples, routeName, field, list, kind) {
+    // noise's evidence is the primary against itself, asked twice
+    const [left, right] = kind === "noise" ? ["primary", "primary, asked again"] : ["primary", "candidate"];
     const blocks = list.map((example) => {
       const primary = JSON.stringify(example.primary, null, 2);
       const candidate = JSON.stringify(example.candidate, null, 2);
@@ -332,9 +349,9 @@
       return el("div", { class: "card" },
         el("p", { class: "note" }, "request " + example.requestId + " · " + example.kind + " "),
         el("div", { class: "side-by-side" },
-          el("div", {}, el("h4", {}, "primary"), value(primary)),
-          el("div", {}, el("h4", {}, "candidate"), value(candidate))),
-        el("p", {}, open), whole);
+          el("div", {}, el("h4", {}, left), value(primary)),
+          el("div", {}, el("h4", {}, right), value(candidate))),
+        kind === "noise" ? null : el("p", {}, open), whole);
     });
     examples.replaceChildren(el("h3", { tabindex: "-1", id: "examples-title" }, routeName + " · " + field), ...blocks);
     document.getElementById("examples-title").focus();
@@ -345,25 +362,49 @@
     const answer = await call("GET", "/admin/shadow/answers/" + encodeURIComponent(requestId));
     if (!answer.ok) { box.replaceChildren(problemBox(answer)); return; }
     const kept = answer.body;
-    const lines = (text) => JSON.stringify(JSON.parse(text), null, 2).split("\n");
+    const lines = (text) => {
+      try { return JSON.stringify(JSON.parse(text), null, 2).split("\n"); } catch (error) { return text.split("\n"); }
+    };
     const primary = lines(kept.primary), candidate = lines(kept.candidate);
-    const shown = (mine, theirs) => el("pre", { class: "whole-answer" }, ...mine.map((line, i) =>
-      line === theirs[i] ? line + "\n" : el("mark", { class: "differs" }, line + "\n")));
+    const [inPrimary, inCandidate] = common(primary, candidate);
+    const shown = (mine, kept_) => el("pre", { class: "whole-answer" }, ...mine.map((line, i) =>
+      kept_[i] ? line + "\n" : el("mark", { class: "differs" }, line + "\n")));
     box.replaceChildren(
       el("p", { class: "note" }, kept.route + ": " + kept.target),
       el("div", { class: "side-by-side" },
-        el("div", {}, el("h4", {}, "primary"), shown(primary, candidate)),
-        el("div", {}, el("h4", {}, "candidate"), shown(candidate, primary))));
+        el("div", {}, el("h4", {}, "primary"), shown(primary, inPrimary)),
+        el("div", {}, el("h4", {}, "candidate"), shown(candidate, inCandidate))));
+  }
+  // which lines of a and of b are in their longest common subsequence (the lines a
+  // diff leaves unmarked); answers of at most 32 KiB keep the table small
+  function common(a, b) {
+    const n = a.length, m = b.length;
+    const length = Array.from({ length: n + 1 }, () => new Uint32Array(m + 1));
+    for (let i = n - 1; i >= 0; i--) {
+      for (let j = m - 1; j >= 0; j--) {
+        length[i][j] = a[i] === b[j] ? length[i + 1][j + 1] + 1 : Math.max(length[i + 1][j], length[i][j + 1]);
+      }
+    }
+    const inA = new Array(n).fill(false), inB = new Array(m).fill(false);
+    let i = 0, j = 0;
+    while (i < n && j < m) {
+      if (a[i] === b[j]) { inA[i] = true; inB[j] = true; i++; j++; }
+      else if (length[i + 1][j] >= length[i][j + 1]) i++;
+      else j++;
+    }
+    return [inA, inB];
   }
 
   // --- Purging: by route, everything, or record, after a confirmation ----------------
   async function purgeView() {
     const out = [el("h2", {}, "Purging")];
+    const advice = await call("GET", "/admin/ttl");
+    const routeNames = advice.ok ? advice.body.routes.map((r) => r.route) : [];
     const what = el("select", { id: "purge-what" },
       el("option", { value: "route" }, "one route, every caller"),
       el("option", { value: "record" }, "one record, every view of it"),
       el("option", { value: "all" }, "everything"));
-    const route = el("select", { id: "purge-route" }, ...ROUTE_NAMES.map((name) => el("option", { value: name }, name)));
+    const route = el("select", { id: "purge-route" }, ...routeNames.map((name) => el("option", { value: name }, name)));
     const record = el("input", { id: "purge-record", placeholder: "expense:ID", autocomplete: "off" });
     const soft = el("input", { id: "purge-soft", type: "checkbox" });
     const answerBox = el("div", { id: "purge-answer", "aria-live": "polite" });
@@ -395,6 +436,7 @@
       answerBox.replaceChildren(box);
       confirm.focus();
       cancel.addEventListener("click", () => { answerBox.replaceChildren(); start.focus(); });
+      box.addEventListener("keydown", (event) => { if (event.key === "Escape") cancel.click(); });
       confirm.addEventListener("click", async () => {
         confirm.disabled = true;
         const answer = await call("DELETE", "/admin/cache" + query);
@@ -406,7 +448,8 @@
           body.entries !== undefined ? body.entries + " entries" : null,
           reached ? reached.confirmed + " of " + reached.told + " processes confirmed" : null,
         ].filter(Boolean).join(" · ");
-        answerBox.replaceChildren(el("div", { class: "answer", role: "status", id: "purge-result" }, counts));
+        answerBox.replaceChildren(el("div", { class: "answer", role: "status", id: "purge-result", tabindex: "-1" }, counts));
+        document.getElementById("purge-result").focus();
       });
     });
     out.push(form, answerBox);
