@@ -275,3 +275,45 @@ async def test_without_an_admin_token_there_is_no_console(
         answer = await client.get("/admin/console")
         assert answer.status in (401, 404)
         assert answer.headers["Content-Type"] == "application/problem+json"
+
+
+async def _tab_to(page: Page, element_id: str, most: int = 12) -> None:
+    """Press Tab until the element ``element_id`` has the focus."""
+    for _ in range(most):
+        if await page.evaluate("document.activeElement && document.activeElement.id") == element_id:
+            return
+        await page.keyboard.press("Tab")
+    raise AssertionError(f"Tab never reached #{element_id}")
+
+
+async def test_a_purge_with_the_keyboard_alone(
+    console_gateway: Client, page: tuple[Page, Seen]
+) -> None:
+    """docs/console.md, "With the keyboard": signing in, choosing a view and purging a
+    route with Tab, the arrow keys and Enter, and no pointer."""
+    opened, seen = page
+    response = await opened.goto(str(console_gateway.make_url("/admin/console")))
+    assert response is not None
+    await _tab_to(opened, "token")
+    await opened.keyboard.type(ADMIN_TOKEN)
+    await opened.keyboard.press("Enter")
+    await opened.locator("#config").wait_for()
+    await _tab_to(opened, "tab-fleet")
+    for _ in range(3):
+        await opened.keyboard.press("ArrowRight")
+    await opened.locator("#purge-what").wait_for()
+    await _tab_to(opened, "purge-route")
+    await opened.keyboard.press("ArrowDown")  # users -> clients
+    await _tab_to(opened, "purge-start")
+    await opened.keyboard.press("Enter")
+    assert "route clients" in await opened.locator("#purge-said").inner_text()
+    await opened.keyboard.press("Escape")  # no, after all
+    assert await opened.locator("#purge-said").count() == 0
+    await _tab_to(opened, "purge-start")
+    await opened.keyboard.press("Enter")
+    await opened.keyboard.press("Enter")  # the confirmation's Purge has the focus
+    result = opened.locator("#purge-result")
+    await result.wait_for()
+    assert "Purged: clients" in await result.inner_text()
+    assert await opened.evaluate("document.activeElement.id") == "purge-result"
+    seen.clean()

@@ -157,10 +157,11 @@
         status(item.status),
         Object.entries(item.components).map(([name, word]) => name + " " + word).join(", "),
         item.circuit ? String(item.circuit) : "-",
-        item.secondsAgo === undefined ? "now" : item.secondsAgo + " s ago",
+        item.fingerprint ? String(item.fingerprint) : "-",
+        item.secondsAgo === undefined || item.mine ? "now" : item.secondsAgo + " s ago",
       ]);
       out.push(el("h3", {}, fleet.body.shared ? "Instances sharing the cache" : "This instance (no shared cache)"));
-      out.push(table(["instance", "status", "components", "upstream circuit", "announced"], rows));
+      out.push(table(["instance", "status", "components", "upstream circuit", "cache configuration", "announced"], rows));
     } else {
       out.push(problemBox(fleet));
     }
