@@ -38,9 +38,10 @@ EXAMPLES_KEPT = 5
 REDACTED = "[redacted]"
 # more (field, kind) pairs than a route's published schema has are not kept
 _FIELDS_KEPT = 1024
-# the pairs of whole answers kept a route, and the largest answer kept (a page of about
-# twenty records); every worker's are handed to the others with its counts
-ANSWERS_KEPT = 3
+# the pairs of whole answers kept a route (those of the requests the report's examples
+# name), and the largest answer kept (a page of about twenty records); every worker's
+# are handed to the others with its counts
+ANSWERS_KEPT = 10
 ANSWER_MAX_BYTES = 32 * 1024
 _ANSWER_PARTS = ("target", "primary", "candidate")
 _serials = itertools.count(1)
@@ -314,11 +315,19 @@ class Tally:
         secrets: tuple[str, ...] = (),
     ) -> None:
         """Keep the two published answers of a request that differed, for a report's
-        side-by-side view: the first :data:`ANSWERS_KEPT` of a route, each at most
-        :data:`ANSWER_MAX_BYTES` (a larger pair is not kept). ``secrets``: text never
-        to show."""
-        answers = self.route(route).answers
+        side-by-side view, when an example of the report names it: at most
+        :data:`ANSWERS_KEPT` a route, each at most :data:`ANSWER_MAX_BYTES` (a larger
+        pair is not kept). ``secrets``: text never to show."""
+        tally = self.route(route)
+        answers = tally.answers
         if len(answers) >= ANSWERS_KEPT or max(len(primary), len(candidate)) > ANSWER_MAX_BYTES:
+            return
+        named = any(
+            example["requestId"] == request_id
+            for counted in tally.spots.values()
+            for example in counted.examples
+        )
+        if not named:
             return
         parts = (target, primary.decode(), candidate.decode())
         answers[request_id] = dict(

@@ -539,9 +539,8 @@ _TEXT: dict[tuple[str, str], tuple[str, str, str, dict[str, Any], dict[str, Any]
         "getShadowAnswers",
         "Two answers of a request that differed",
         "The primary's and the candidate's whole answers, as the gateway publishes them, of"
-        " a request the shadow report lists among its examples (the first three that"
-        " differed on each route, of at most 32 KiB each, are kept). A 404 not-found for"
-        " any other request. Takes no query.",
+        " a request the shadow report names in its examples (up to ten a route, of at most"
+        " 32 KiB each, are kept). A 404 not-found for any other request. Takes no query.",
         {"$ref": SCHEMAS + "ShadowAnswers"},
         {"404": _NOT_KEPT},
     ),

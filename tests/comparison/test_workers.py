@@ -13,6 +13,7 @@ import aiohttp
 import orjson
 import pytest
 
+from gateway.comparison.diff import Difference
 from gateway.comparison.shadow import Shadow
 from gateway.comparison.tally import Tally
 from gateway.comparison.workers import WorkerReports
@@ -220,16 +221,20 @@ async def test_a_comparison_after_another_workers_reset_is_counted_not_lost(
 
 def test_the_whole_answers_a_worker_kept_are_in_every_worker_s_report() -> None:
     """docs/console.md, "Switching upstreams": the answers kept by one worker are found
-    through another (what a worker hands the others carries them), within the bound of
-    three a route; a pair over 32 KiB, or a token in it, is not kept as it came."""
+    through another (what a worker hands the others carries them), for the requests
+    the report's examples name, within the bound of ten a route; a pair over 32 KiB, or
+    a token in it, is not kept as it came."""
     mine = Tally(primary="http://a", candidate="http://b")
     theirs = Tally(primary="http://a", candidate="http://b")
     token = "Bearer secret-token"
-    for number in range(4):
-        theirs.keep_answers(
-            "users", f"r{number}", "/users?page=1&limit=10", b'{"a":1}', b'{"a":2}', (token,)
-        )
-    theirs.keep_answers("users", "big", "/users", b"{}", b" " * (33 * 1024))
+    for number in range(12):
+        request_id = f"r{number}"
+        theirs.record("users", request_id, [Difference(f"f{number}", "value", 1, 2)])
+        theirs.keep_answers("users", request_id, "/users?page=1", b'{"a":1}', b'{"a":2}', (token,))
+    theirs.keep_answers("users", "unnamed", "/users", b"{}", b"[]")
+    theirs.record("clients", "big", [Difference("f", "value", 1, 2)])
+    theirs.keep_answers("clients", "big", "/clients", b"{}", b" " * (33 * 1024))
+    theirs.record("clients", "c0", [Difference("g", "value", 1, 2)])
     theirs.keep_answers(
         "clients", "c0", "/clients", b'{"t":"Bearer secret-token"}', b"{}", (token,)
     )
@@ -237,11 +242,13 @@ def test_the_whole_answers_a_worker_kept_are_in_every_worker_s_report() -> None:
     assert mine.answers("r0") == {
         "requestId": "r0",
         "route": "users",
-        "target": "/users?page=1&limit=10",
+        "target": "/users?page=1",
         "primary": '{"a":1}',
         "candidate": '{"a":2}',
     }
-    assert [mine.answers(f"r{number}") is not None for number in range(4)] == [True] * 3 + [False]
+    kept = [mine.answers(f"r{number}") is not None for number in range(12)]
+    assert kept == [True] * 10 + [False] * 2
+    assert mine.answers("unnamed") is None
     assert mine.answers("big") is None
     clients = mine.answers("c0")
     assert clients is not None
