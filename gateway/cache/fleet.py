@@ -74,7 +74,7 @@ class Fleet:
         self.last_error: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._readiness: Callable[[], Mapping[str, Any]] | None = None
-        self._ready: dict[str, dict[str, Any]] = {}  # instance -> its last readiness
+        self._announced: dict[str, dict[str, Any]] = {}  # instance -> its last readiness
 
     def start(self, readiness: Callable[[], Mapping[str, Any]] | None = None) -> None:
         """Announce every ``every_s``; with ``readiness``, this instance's readiness
@@ -154,7 +154,7 @@ class Fleet:
         except (*REDIS_ERRORS, TimeoutError) as exc:
             self.last_error = f"redis fleet readiness: {type(exc).__name__}: {exc}"
             return
-        self._ready = ready
+        self._announced = ready
 
     def instances(self) -> list[dict[str, Any]]:
         """Every live process's readiness as it last announced it, with how many seconds
@@ -162,7 +162,7 @@ class Fleet:
         expiry, or not of the form announced, is left out."""
         now = self._wall()
         rows = []
-        for name, seen in self._ready.items():
+        for name, seen in self._announced.items():
             try:
                 at, expiry = float(seen["at"]), float(seen["expiry"])
                 told = {"status": str(seen["status"]), "circuit": seen.get("circuit")}

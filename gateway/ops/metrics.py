@@ -486,8 +486,11 @@ class Metrics:
         calls = self._upstream.get(key) or _made(self._upstream, key, LATENCY_BUCKETS)
         calls.add(seconds)
 
-    def normalised(self, route: str, seconds: float) -> None:
-        """Time one normalised answer of ``route``."""
+    def normalised(self, route: str, seconds: float, key: str | None = None) -> None:
+        """Time one normalised answer of ``route``; with the ``key`` it was fetched for,
+        note the key too (:meth:`fetched_key`)."""
+        if key is not None:
+            self.fetched_key(route, key)
         timed = self._normalised.get(route) or _made(self._normalised, route, _NORMALISE_BUCKETS)
         timed.add(seconds)
 

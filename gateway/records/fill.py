@@ -314,8 +314,7 @@ class Filler:
         etag = etag_of(body)
         metrics = self._metrics
         if metrics is not None:
-            metrics.normalised(query.route.name, time.perf_counter() - started)
-            metrics.fetched_key(query.route.name, key.text)
+            metrics.normalised(query.route.name, time.perf_counter() - started, key.text)
             if replaced is not None:
                 age = replaced.age(self._clock())
                 metrics.refreshed(query.route.name, replaced.etag != etag, age)
