@@ -7,6 +7,7 @@ probe          check the configured upstream against the published schema
 shadow-report  print the running gateway's report of its shadow traffic
 shadow         point the running gateway's shadow traffic at a candidate, or turn it off
 fleet          print every instance sharing the running gateway's cache, with its readiness
+running-config print the running gateway's configuration in force, secrets redacted
 ttl-advice     print the running gateway's TTL advice per route
 compare        send the same requests to the configured upstream and to a candidate,
                and report every field in which their answers differ
@@ -151,6 +152,13 @@ def _parser() -> argparse.ArgumentParser:
         help="print the primary's and the candidate's whole answers of one of the report's"
         " examples (GET /admin/shadow/answers/REQUEST_ID) instead",
     )
+
+    running = commands.add_parser(
+        "running-config",
+        help="print the running gateway's configuration in force, secrets redacted"
+        " (GET /admin/config)",
+    )
+    _config_option(running)
 
     fleet = commands.add_parser(
         "fleet",
@@ -410,6 +418,13 @@ def _shadow_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _running_config(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    answer = asyncio.run(_admin_get(settings, "/admin/config"))
+    _print_report(answer, True, str)
+    return 0
+
+
 def _fleet(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     answer = asyncio.run(_admin_get(settings, "/admin/fleet"))
@@ -645,6 +660,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "shadow-report": _shadow_report,
     "shadow": _shadow,
     "fleet": _fleet,
+    "running-config": _running_config,
     "ttl-advice": _ttl_advice,
     "compare": _compare,
     "purge": _purge,

@@ -5,6 +5,7 @@ outcome is unknown), and generations that no deletion or eviction can turn back.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from ..conftest import (
     until,
 )
 from ..redis_server import RedisServer
+from ..test_cli import run_cli
 
 Client = TestClient[web.Request, web.Application]
 ADMIN = {"Authorization": "Bearer admin-token-0123456789abcdef"}
@@ -527,3 +529,31 @@ async def test_admin_fleet_lists_every_instance_on_the_redis_and_one_alone_witho
     assert [item["mine"] for item in body["instances"]] == [True]
     # nothing said yet of the upstream: unknown, not ok
     assert body["instances"][0]["status"] == "unknown"
+
+
+async def test_the_cli_says_what_the_console_s_fleet_view_shows(
+    gateway_factory: GatewayFactory, upstream: TestServer, redis_url: str, tmp_path: Path
+) -> None:
+    """docs/console.md ("nothing on the page the CLI cannot say"): `records-gateway
+    fleet` lists the processes and their readiness, `running-config` the configuration
+    in force, secrets redacted."""
+    token = ADMIN["Authorization"].removeprefix("Bearer ")
+    clients = await fleet(gateway_factory, upstream, redis_url, n=2)
+    for client in (*clients, clients[0]):
+        binding_fleet = client.app[UPSTREAMS].current.fleet
+        assert binding_fleet is not None
+        await binding_fleet.announce()
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[server]\nport = {clients[0].server.port}\n[admin]\ntoken = "{token}"\n')
+    code, out, err = await run_cli("fleet", "--config", str(config))
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["instance", "status", "circuit", "seen"]
+    assert len(lines) == 3
+    assert sum("(this)" in line for line in lines) == 1
+    code, out, err = await run_cli("running-config", "--config", str(config))
+    assert (code, err) == (0, "")
+    running = json.loads(out)
+    assert running["cache"]["backend"] == "redis"
+    assert running["admin"]["token"] == "**********"
+    assert token not in out
