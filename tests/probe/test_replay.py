@@ -137,7 +137,9 @@ async def test_an_identical_twin_is_identical_on_every_request_and_exits_0(
     report = comparison.report()
 
     sent = len(comparison.requests)
-    assert comparison.exit_code == report["exitCode"] == 0
+    # (what went wrong, should it ever: the errors and what differed)
+    said = {key: report[key] for key in ("totals", "primaryErrors") if key in report}
+    assert comparison.exit_code == report["exitCode"] == 0, said
     assert report["totals"] == {
         "compared": sent,
         "identical": sent,
