@@ -32,7 +32,7 @@ from pydantic import ValidationError
 
 from gateway.cache.backend import Purged, RecordsPurged
 from gateway.comparison.shadow import Shadow
-from gateway.config.live import LiveConfig
+from gateway.config.live import LiveConfig, ReloadResult
 from gateway.config.settings import ShadowSettings, describe_validation_error
 from gateway.errors import (
     AuthenticationRequired,
@@ -449,6 +449,15 @@ async def reload_config(request: web.Request) -> web.StreamResponse:
     """POST /admin/reload: what SIGHUP does; 422 when the new configuration is refused."""
     check_admin(request)
     result = await request.app[LIVE].reload()
+    return await _reloaded(request, result, "the reloaded configuration", {})
+
+
+async def _reloaded(
+    request: web.Request, result: ReloadResult, what: str, extra: dict[str, object]
+) -> web.StreamResponse:
+    """The answer to a reload this worker took (``result``): 422 when it was refused;
+    otherwise the other workers take the live keys it applied, and the answer (with
+    ``extra``) counts them, a 503 when one did not confirm ``what``."""
     if not result.ok:
         return problem_response(
             request,
@@ -458,12 +467,12 @@ async def reload_config(request: web.Request) -> web.StreamResponse:
             detail=f"the running configuration stays: {result.error}",
             request_id=request[REQUEST_ID],
         )
-    body = result.as_json()
+    body = {**result.as_json(), **extra}
     reach = await _tell_siblings(
         request, {"action": "reload", "live": request.app[LIVE].live_values()}
     )
     if reach is not None and not reach.everywhere:
-        return _not_everywhere(request, reach, "the reloaded configuration")
+        return _not_everywhere(request, reach, what)
     if reach is not None:
         body["workers"] = reach.as_json()
     return web.Response(body=orjson.dumps(body), content_type="application/json")
@@ -542,25 +551,8 @@ async def set_shadow(request: web.Request) -> web.StreamResponse:
         raise InvalidParameters([ParameterProblem(named, message or wrong)]) from None
     upstream = current.upstream.model_copy(update={"shadow": changed})
     result = live.take(current.model_copy(update={"upstream": upstream}))
-    if not result.ok:
-        return problem_response(
-            request,
-            status=422,
-            slug="config-refused",
-            title="The new configuration was refused",
-            detail=f"the running configuration stays: {result.error}",
-            request_id=request[REQUEST_ID],
-        )
-    body = {
-        **result.as_json(),
-        "shadow": {"baseUrl": changed.base_url, "sampleRatio": changed.sample_ratio},
-    }
-    reach = await _tell_siblings(request, {"action": "reload", "live": live.live_values()})
-    if reach is not None and not reach.everywhere:
-        return _not_everywhere(request, reach, "the shadow's change")
-    if reach is not None:
-        body["workers"] = reach.as_json()
-    return web.Response(body=orjson.dumps(body), content_type="application/json")
+    now = {"baseUrl": changed.base_url, "sampleRatio": changed.sample_ratio}
+    return await _reloaded(request, result, "the shadow's change", {"shadow": now})
 
 
 def _shadow_change(raw: bytes) -> dict[str, Any]:
